@@ -1,0 +1,410 @@
+"""TinyGPT: a small causal language model whose attention path is a visible choice.
+
+The model exists to make the course's one idea measurable: linear layers cost memory in
+proportion to ``batch_size * seq_len`` while materialised attention scores cost
+``batch_size * n_heads * seq_len**2``.
+
+Attention implementations (``TinyGPTConfig.attn_impl``):
+
+``"eager"``
+    computes ``softmax(Q Kᵀ / sqrt(d))`` as a real ``(B, H, T, T)`` tensor, which autograd keeps
+    for the backward pass. This is the quadratic term the lessons measure.
+``"sdpa"``
+    ``F.scaled_dot_product_attention``. On the CPU (and with FlashAttention on a GPU) the scores
+    are never materialised, so the quadratic term disappears from memory.
+``"varlen"``
+    for packed rows only: one causal SDPA call per document, cut out of the row with
+    ``cu_seq_lens``. Exact, and it never builds a ``T x T`` mask.
+
+Packed batches carry ``cu_seq_lens`` (int32 offsets of every document in the flattened
+``B * T`` token stream, as Hugging Face's ``DataCollatorWithFlattening`` produces) or
+``document_ids`` (one integer per token). With either, ``"eager"`` and ``"sdpa"`` build one
+block-diagonal causal float mask per forward (shared by every layer) so no token attends across a
+document boundary. A packed batch passed *without* them is attended as one long causal row: that
+is the careless-packing leak lesson 2 exposes.
+
+Outputs follow Hugging Face: ``model(**batch).loss`` is the mean cross-entropy over label tokens
+(labels are shifted inside the model, ``-100`` is ignored), or ``sum / num_items_in_batch`` when
+that count is given (the token-weighted accumulation fix).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+ATTN_IMPLS = ("eager", "sdpa", "varlen")
+CHECKPOINTING = (False, True, "blocks", "attention")
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TinyGPTConfig:
+    """Shape of a :class:`TinyGPT`.
+
+    ``checkpointing``: ``False`` (keep every activation), ``True`` or ``"blocks"`` (recompute each
+    whole block in the backward pass), ``"attention"`` (recompute only the attention sub-block).
+    ``checkpoint_every``: checkpoint every n-th block (1 = all of them).
+    """
+
+    vocab_size: int = 260
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    max_seq_len: int = 1024
+    attn_impl: str = "eager"
+    checkpointing: Union[bool, str] = False
+    checkpoint_every: int = 1
+    mlp_ratio: int = 4
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "mlp_ratio",
+                     "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TinyGPTConfig.{name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
+                "each head needs d_model // n_heads channels"
+            )
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"head dim d_model // n_heads = {self.d_model // self.n_heads} must be even for RoPE"
+            )
+        if self.attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl={self.attn_impl!r} is not one of {ATTN_IMPLS}")
+        if self.checkpointing not in CHECKPOINTING:
+            raise ValueError(f"checkpointing={self.checkpointing!r} is not one of {CHECKPOINTING}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def d_mlp(self) -> int:
+        return self.mlp_ratio * self.d_model
+
+
+@dataclass
+class CausalLMOutput:
+    """What ``TinyGPT.forward`` returns (Hugging Face field names)."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+    n_loss_tokens: int | None = None
+
+
+def rope_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables of shape ``(seq_len, head_dim)`` for rotary position embeddings."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)  # (T, D/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (T, D)
+    return angles.cos(), angles.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` of shape ``(B, H, T, D)`` by per-token angles ``cos``/``sin`` ``(B, 1, T, D)``."""
+    return x * cos + _rotate_half(x) * sin
+
+
+def segment_ids_from_cu_seq_lens(cu_seq_lens: torch.Tensor, batch_size: int, seq_len: int) -> torch.Tensor:
+    """Per-token segment index ``(B, T)`` from offsets into the flattened ``B * T`` stream."""
+    cu = cu_seq_lens.to(torch.long)
+    total = batch_size * seq_len
+    if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != total:
+        raise ValueError(
+            f"cu_seq_lens must be 1-D offsets starting at 0 and ending at B*T={total}, "
+            f"got {cu.tolist()}"
+        )
+    if bool((cu[1:] <= cu[:-1]).any()):
+        raise ValueError(f"cu_seq_lens must be strictly increasing, got {cu.tolist()}")
+    # A document may not cross the end of a row: every row start must be an offset.
+    row_starts = torch.arange(0, total, seq_len)
+    if not bool(torch.isin(row_starts, cu).all()):
+        raise ValueError("cu_seq_lens has a document that crosses a row boundary")
+    positions = torch.arange(total)
+    seg = torch.searchsorted(cu[1:], positions, right=True)  # (B*T,)
+    return seg.view(batch_size, seq_len)
+
+
+def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive float mask ``(B, 1, T, T)``: 0 where a query may attend a key, -inf elsewhere.
+
+    A query attends a key when the key is not in the future and both are in the same segment.
+    The diagonal is always allowed, so no row is fully masked (a fully masked softmax row is NaN).
+    """
+    T = segment_ids.shape[-1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=segment_ids.device).tril()
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]  # (B, T, T)
+    allowed = (same & causal)[:, None]  # (B, 1, T, T)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=segment_ids.device)
+    return mask.masked_fill_(~allowed, float("-inf"))
+
+
+def padding_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive float mask ``(B, 1, T, T)`` for padded batches (left or right padding).
+
+    Keys that are padding are masked; a padding query keeps its own diagonal so its softmax row
+    stays finite (its output is never used: its label is -100).
+    """
+    B, T = attention_mask.shape
+    causal = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).tril()
+    key_ok = attention_mask.bool()[:, None, :]  # (B, 1, T)
+    eye = torch.eye(T, dtype=torch.bool, device=attention_mask.device)
+    allowed = ((causal & key_ok) | eye)[:, None]  # (B, 1, T, T)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=attention_mask.device)
+    return mask.masked_fill_(~allowed, float("-inf"))
+
+
+class Attention(nn.Module):
+    def __init__(self, config: TinyGPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+
+    def forward(self, x, cos, sin, mask, cu_seq_lens):
+        B, T, C = x.shape
+        H, D = self.config.n_heads, self.config.head_dim
+        q, k, v = self.qkv(x).split(C, dim=-1)  # 3 x (B, T, C)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        impl = self.config.attn_impl
+        if impl == "varlen" and cu_seq_lens is not None:
+            y = self._varlen(q, k, v, cu_seq_lens)
+        elif impl == "eager":
+            # Scaling q (B*T*C elements) is cheaper than scaling the (B, H, T, T) scores. The
+            # explicit copies make the saved tensors the same for every batch size (matmul would
+            # copy for B > 1 and keep the strided views, and the fused qkv buffer, for B == 1).
+            q = (q * (1.0 / math.sqrt(D))).contiguous()  # (B, H, T, D)
+            k, v = k.contiguous(), v.contiguous()  # (B, H, T, D)
+            scores = q @ k.transpose(-2, -1)  # (B, H, T, T)
+            if mask.dtype == torch.bool:  # (T, T) True above the diagonal: the future
+                scores = scores.masked_fill(mask, float("-inf"))
+            else:  # additive (B, 1, T, T) document or padding mask
+                scores = scores + mask
+            att = torch.softmax(scores, dim=-1)  # (B, H, T, T): the quadratic term
+            y = att @ v  # (B, H, T, D)
+        else:  # sdpa, or varlen on an unpacked batch (one document per row)
+            if mask is None or mask.dtype == torch.bool:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.proj(y)
+
+    @staticmethod
+    def _varlen(q, k, v, cu_seq_lens):
+        B, H, T, D = q.shape
+        # Fold rows into one stream so offsets index tokens directly.
+        q, k, v = (t.transpose(0, 1).reshape(1, H, B * T, D) for t in (q, k, v))  # (1, H, B*T, D)
+        bounds = cu_seq_lens.tolist()
+        parts = [
+            F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], is_causal=True)
+            for s, e in zip(bounds[:-1], bounds[1:])
+        ]
+        y = torch.cat(parts, dim=2)  # (1, H, B*T, D)
+        return y.view(H, B, T, D).transpose(0, 1)  # (B, H, T, D)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: TinyGPTConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.d_model, config.d_mlp, bias=False)
+        self.down = nn.Linear(config.d_mlp, config.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
+
+    def __init__(self, config: TinyGPTConfig, checkpoint_mode: Union[bool, str]) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model)
+        self.attn = Attention(config)
+        self.ln2 = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+        self.checkpoint_mode = checkpoint_mode
+
+    def _attn_part(self, x, cos, sin, mask, cu_seq_lens):
+        return x + self.attn(self.ln1(x), cos, sin, mask, cu_seq_lens)
+
+    def _mlp_part(self, x):
+        return x + self.mlp(self.ln2(x))
+
+    def _full(self, x, cos, sin, mask, cu_seq_lens):
+        return self._mlp_part(self._attn_part(x, cos, sin, mask, cu_seq_lens))
+
+    def forward(self, x, cos, sin, mask, cu_seq_lens):
+        mode = self.checkpoint_mode if torch.is_grad_enabled() else False
+        if mode in (True, "blocks"):
+            return checkpoint(self._full, x, cos, sin, mask, cu_seq_lens, use_reentrant=False)
+        if mode == "attention":
+            x = checkpoint(self._attn_part, x, cos, sin, mask, cu_seq_lens, use_reentrant=False)
+            return self._mlp_part(x)
+        return self._full(x, cos, sin, mask, cu_seq_lens)
+
+
+class TinyGPT(nn.Module):
+    """A small pre-norm GPT with RoPE, called like a Hugging Face causal LM."""
+
+    def __init__(self, config: TinyGPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(
+            Block(config, config.checkpointing if i % config.checkpoint_every == 0 else False)
+            for i in range(config.n_layers)
+        )
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        cos, sin = rope_tables(config.max_seq_len, config.head_dim, config.rope_base)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def set_attn_impl(self, attn_impl: str) -> None:
+        """Switch the attention path in place (the weights do not change)."""
+        if attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl={attn_impl!r} is not one of {ATTN_IMPLS}")
+        self.config.attn_impl = attn_impl
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seq_lens: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        cu_seq_lens_k: torch.Tensor | None = None,
+        max_length_q: int | None = None,
+        max_length_k: int | None = None,
+        seq_idx: torch.Tensor | None = None,
+    ) -> CausalLMOutput:
+        """Logits ``(B, T, vocab_size)`` and, with ``labels``, the next-token loss.
+
+        ``labels[:, t + 1]`` is the target of position ``t``; ``-100`` marks tokens that do not
+        count (prompt, padding, the first token of a packed document).
+        """
+        cfg = self.config
+        if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
+            raise ValueError(
+                "input_ids must be a 2-D tensor (batch_size, seq_len), got "
+                f"{type(input_ids).__name__}{tuple(input_ids.shape) if torch.is_tensor(input_ids) else ''}"
+            )
+        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+        B, T = input_ids.shape
+        if B == 0 or T == 0:
+            raise ValueError(f"input_ids is empty: shape {(B, T)}")
+        if T > cfg.max_seq_len:
+            raise ValueError(
+                f"seq_len={T} is longer than max_seq_len={cfg.max_seq_len}; build the model with "
+                "a larger max_seq_len or shorten the batch"
+            )
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= cfg.vocab_size:
+            raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got range [{lo}, {hi}]")
+        for name, t in (("labels", labels), ("attention_mask", attention_mask),
+                        ("position_ids", position_ids), ("document_ids", document_ids)):
+            if t is not None and tuple(t.shape) != (B, T):
+                raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {(B, T)} like input_ids")
+
+        if cu_seq_lens is None:
+            cu_seq_lens = cu_seq_lens_q if cu_seq_lens_q is not None else cu_seq_lens_k
+        segment_ids = None
+        if cu_seq_lens is not None:
+            segment_ids = segment_ids_from_cu_seq_lens(cu_seq_lens.cpu(), B, T).to(input_ids.device)
+        elif document_ids is not None:
+            segment_ids = document_ids
+            if cfg.attn_impl == "varlen":
+                raise ValueError("attn_impl='varlen' needs cu_seq_lens, not only document_ids")
+
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        elif int(position_ids.min()) < 0 or int(position_ids.max()) >= cfg.max_seq_len:
+            raise ValueError(f"position_ids must lie in [0, {cfg.max_seq_len}), got max {int(position_ids.max())}")
+        cos = self.rope_cos[position_ids][:, None]  # (B, 1, T, D)
+        sin = self.rope_sin[position_ids][:, None]  # (B, 1, T, D)
+
+        mask = None
+        if segment_ids is not None:
+            if attention_mask is not None and not bool(attention_mask.bool().all()):
+                raise ValueError("pass either a packed batch (cu_seq_lens/document_ids) or a padding "
+                                 "attention_mask, not both")
+            if cfg.attn_impl != "varlen":
+                mask = block_causal_mask(segment_ids)  # built once, shared by all layers
+        elif attention_mask is not None and not bool(attention_mask.bool().all()):
+            mask = padding_causal_mask(attention_mask)
+
+        if mask is None and cfg.attn_impl == "eager":
+            # One (T, T) boolean mask of future positions, shared by every layer.
+            mask = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).triu(1)
+
+        x = self.embed(input_ids)  # (B, T, C)
+        for block in self.blocks:
+            x = block(x, cos, sin, mask, cu_seq_lens)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+
+        loss, n_tokens = None, None
+        if labels is not None:
+            loss, n_tokens = causal_lm_loss(logits, labels, num_items_in_batch)
+        return CausalLMOutput(loss=loss, logits=logits, n_loss_tokens=n_tokens)
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None):
+    """Shifted cross-entropy: position ``t`` predicts ``labels[:, t + 1]``.
+
+    Returns ``(loss, n_loss_tokens)``. With ``num_items_in_batch`` the loss is the *sum* over this
+    batch's label tokens divided by that count (the whole accumulation window's tokens); otherwise
+    it is the mean over this batch's label tokens. A batch with no label token gives a loss of 0
+    with no gradient contribution rather than NaN when a count is given, and raises otherwise.
+    """
+    # Shift the labels, not the logits: slicing logits[:, :-1] would copy a (B, T, V) tensor.
+    B, T, V = logits.shape
+    pad = torch.full((B, 1), IGNORE_INDEX, dtype=torch.long, device=labels.device)
+    shift_labels = torch.cat([labels[:, 1:].long(), pad], dim=1).view(B * T)  # (B*T,)
+    n_tokens = int((shift_labels != IGNORE_INDEX).sum())
+    flat_logits = logits.view(B * T, V)  # (B*T, V)
+    if flat_logits.dtype != torch.float32:
+        flat_logits = flat_logits.float()
+    total = F.cross_entropy(flat_logits, shift_labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    if num_items_in_batch is not None:
+        denom = float(num_items_in_batch)
+        if denom <= 0:
+            raise ValueError(f"num_items_in_batch must be positive, got {num_items_in_batch}")
+        return total / denom, n_tokens
+    if n_tokens == 0:
+        raise ValueError(
+            "this batch has no label token (every shifted label is -100), so its mean loss is "
+            "undefined; check completion_only masking, or pass num_items_in_batch"
+        )
+    return total / n_tokens, n_tokens

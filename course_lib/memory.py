@@ -15,11 +15,10 @@ Two halves that the lessons put side by side:
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -102,7 +101,9 @@ class LiveBytesTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {_storage_key(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
+        inputs = {
+            _storage_key(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)
+        }
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):
                 continue
@@ -172,8 +173,11 @@ def measure(fn: Callable[[], object], device=None, count_saved: bool = True) -> 
             saved.setdefault(storage._cdata, storage.nbytes())
         return t
 
-    hooks = (torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if count_saved
-             else contextlib.nullcontext())
+    hooks = (
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        if count_saved
+        else contextlib.nullcontext()
+    )
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
@@ -227,7 +231,7 @@ def parameter_count(config: TinyGPTConfig) -> int:
 
 @dataclass
 class ActivationBreakdown:
-    """Predicted bytes of one forward + backward of TinyGPT at one shape (see :func:`activation_bytes`).
+    """Predicted bytes of one TinyGPT forward + backward at one shape (:func:`activation_bytes`).
 
     The first fields are what the forward pass leaves alive for backward, by component; their
     sum is ``saved_total``. ``backward_transient`` is the extra that the worst moment of the
@@ -253,8 +257,16 @@ class ActivationBreakdown:
 
     def components(self) -> dict[str, int]:
         """The saved-for-backward components plus the backward transient, in bytes."""
-        names = ("attention_scores", "attention_qkv", "mlp_hidden", "norms", "residual_stream",
-                 "rope_and_masks", "logits_and_loss", "backward_transient")
+        names = (
+            "attention_scores",
+            "attention_qkv",
+            "mlp_hidden",
+            "norms",
+            "residual_stream",
+            "rope_and_masks",
+            "logits_and_loss",
+            "backward_transient",
+        )
         return {name: getattr(self, name) for name in names}
 
 
@@ -323,7 +335,9 @@ def activation_bytes(
 
     if mode in (True, "blocks"):
         n_ckpt = len(range(0, L, config.checkpoint_every))
-        saved_blocks = (L - n_ckpt) * block + n_ckpt * N * C * b  # a checkpointed block keeps its input
+        saved_blocks = (
+            L - n_ckpt
+        ) * block + n_ckpt * N * C * b  # a checkpointed block keeps its input
     else:
         n_ckpt = 0
         saved_blocks = L * block
@@ -406,8 +420,14 @@ class ShapeComparison:
         return self.predicted_bytes / self.measured_bytes
 
 
-def compare_shapes(config: TinyGPTConfig, shapes, attn_impls=("eager", "sdpa"), device=None,
-                   seed: int = 0, progress: bool = False) -> list[ShapeComparison]:
+def compare_shapes(
+    config: TinyGPTConfig,
+    shapes,
+    attn_impls=("eager", "sdpa"),
+    device=None,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[ShapeComparison]:
     """Measure a training step of TinyGPT at each ``(batch_size, seq_len)`` beside the prediction.
 
     One model is built per attention path (same seed, so the same weights) and moved to
@@ -437,6 +457,16 @@ def compare_shapes(config: TinyGPTConfig, shapes, attn_impls=("eager", "sdpa"), 
         ids = torch.randint(0, cfg.vocab_size, (b, t), generator=gen).to(dev)
         report = measure_step(models[impl], {"input_ids": ids, "labels": ids}, device=dev)
         predicted = activation_bytes(cfg, b, t).total
-        rows.append(ShapeComparison(impl, b, t, b * t, predicted, report.peak_bytes, report.method,
-                                    attention_elements(b, cfg.n_heads, t)))
+        rows.append(
+            ShapeComparison(
+                impl,
+                b,
+                t,
+                b * t,
+                predicted,
+                report.peak_bytes,
+                report.method,
+                attention_elements(b, cfg.n_heads, t),
+            )
+        )
     return rows

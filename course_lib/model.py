@@ -65,8 +65,15 @@ class TinyGPTConfig:
     rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "mlp_ratio",
-                     "checkpoint_every"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "max_seq_len",
+            "mlp_ratio",
+            "checkpoint_every",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"TinyGPTConfig.{name} must be a positive int, got {value!r}")
@@ -76,9 +83,7 @@ class TinyGPTConfig:
                 "each head needs d_model // n_heads channels"
             )
         if (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                f"head dim d_model // n_heads = {self.d_model // self.n_heads} must be even for RoPE"
-            )
+            raise ValueError(f"head dim d_model // n_heads = {self.head_dim} must be even for RoPE")
         if self.attn_impl not in ATTN_IMPLS:
             raise ValueError(f"attn_impl={self.attn_impl!r} is not one of {ATTN_IMPLS}")
         if self.checkpointing not in CHECKPOINTING:
@@ -102,7 +107,9 @@ class CausalLMOutput:
     n_loss_tokens: int | None = None
 
 
-def rope_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    seq_len: int, head_dim: int, base: float = 10000.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables of shape ``(seq_len, head_dim)`` for rotary position embeddings."""
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)  # (T, D/2)
@@ -116,11 +123,13 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` of shape ``(B, H, T, D)`` by per-token angles ``cos``/``sin`` ``(B, 1, T, D)``."""
+    """Rotate ``x`` ``(B, H, T, D)`` by per-token angles ``cos`` / ``sin`` ``(B, 1, T, D)``."""
     return x * cos + _rotate_half(x) * sin
 
 
-def segment_ids_from_cu_seq_lens(cu_seq_lens: torch.Tensor, batch_size: int, seq_len: int) -> torch.Tensor:
+def segment_ids_from_cu_seq_lens(
+    cu_seq_lens: torch.Tensor, batch_size: int, seq_len: int
+) -> torch.Tensor:
     """Per-token segment index ``(B, T)`` from offsets into the flattened ``B * T`` stream."""
     cu = cu_seq_lens.to(torch.long)
     total = batch_size * seq_len
@@ -140,7 +149,9 @@ def segment_ids_from_cu_seq_lens(cu_seq_lens: torch.Tensor, batch_size: int, seq
     return seg.view(batch_size, seq_len)
 
 
-def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def block_causal_mask(
+    segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Additive float mask ``(B, 1, T, T)``: 0 where a query may attend a key, -inf elsewhere.
 
     A query attends a key when the key is not in the future and both are in the same segment.
@@ -154,7 +165,9 @@ def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.floa
     return mask.masked_fill_(~allowed, float("-inf"))
 
 
-def padding_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def padding_causal_mask(
+    attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Additive float mask ``(B, 1, T, T)`` for padded batches (left or right padding).
 
     Keys that are padding are masked; a padding query keeps its own diagonal so its softmax row
@@ -318,7 +331,7 @@ class TinyGPT(nn.Module):
         if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
             raise ValueError(
                 "input_ids must be a 2-D tensor (batch_size, seq_len), got "
-                f"{type(input_ids).__name__}{tuple(input_ids.shape) if torch.is_tensor(input_ids) else ''}"
+                f"{type(input_ids).__name__} {getattr(input_ids, 'shape', '')}"
             )
         if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
             raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
@@ -333,10 +346,16 @@ class TinyGPT(nn.Module):
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got range [{lo}, {hi}]")
-        for name, t in (("labels", labels), ("attention_mask", attention_mask),
-                        ("position_ids", position_ids), ("document_ids", document_ids)):
+        for name, t in (
+            ("labels", labels),
+            ("attention_mask", attention_mask),
+            ("position_ids", position_ids),
+            ("document_ids", document_ids),
+        ):
             if t is not None and tuple(t.shape) != (B, T):
-                raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {(B, T)} like input_ids")
+                raise ValueError(
+                    f"{name} has shape {tuple(t.shape)}, expected {(B, T)} like input_ids"
+                )
 
         if cu_seq_lens is None:
             cu_seq_lens = cu_seq_lens_q if cu_seq_lens_q is not None else cu_seq_lens_k
@@ -351,15 +370,20 @@ class TinyGPT(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         elif int(position_ids.min()) < 0 or int(position_ids.max()) >= cfg.max_seq_len:
-            raise ValueError(f"position_ids must lie in [0, {cfg.max_seq_len}), got max {int(position_ids.max())}")
+            raise ValueError(
+                f"position_ids must lie in [0, {cfg.max_seq_len}), "
+                f"got range [{int(position_ids.min())}, {int(position_ids.max())}]"
+            )
         cos = self.rope_cos[position_ids][:, None]  # (B, 1, T, D)
         sin = self.rope_sin[position_ids][:, None]  # (B, 1, T, D)
 
         mask = None
         if segment_ids is not None:
             if attention_mask is not None and not bool(attention_mask.bool().all()):
-                raise ValueError("pass either a packed batch (cu_seq_lens/document_ids) or a padding "
-                                 "attention_mask, not both")
+                raise ValueError(
+                    "pass either a packed batch (cu_seq_lens/document_ids) or a padding "
+                    "attention_mask, not both"
+                )
             if cfg.attn_impl != "varlen":
                 mask = block_causal_mask(segment_ids)  # built once, shared by all layers
         elif attention_mask is not None and not bool(attention_mask.bool().all()):

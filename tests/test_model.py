@@ -9,7 +9,9 @@ from course_lib.model import TinyGPT, TinyGPTConfig, block_causal_mask, causal_l
 
 def make(attn_impl="eager", **kw):
     torch.manual_seed(0)
-    cfg = TinyGPTConfig(d_model=32, n_heads=4, n_layers=2, max_seq_len=64, attn_impl=attn_impl, **kw)
+    cfg = TinyGPTConfig(
+        d_model=32, n_heads=4, n_layers=2, max_seq_len=64, attn_impl=attn_impl, **kw
+    )
     return TinyGPT(cfg)
 
 
@@ -67,7 +69,7 @@ def test_packed_rows_equal_documents_run_alone(attn_impl):
     start = 0
     for doc in docs:
         alone = model(input_ids=doc[None]).logits
-        assert (packed[:, start:start + len(doc)] - alone).abs().max() < 1e-5
+        assert (packed[:, start : start + len(doc)] - alone).abs().max() < 1e-5
         start += len(doc)
 
 
@@ -108,12 +110,24 @@ def test_checkpointing_gives_identical_gradients(mode):
         ({"input_ids": torch.zeros(1, 4)}, "integer token ids"),
         ({"input_ids": torch.zeros(4, dtype=torch.long)}, "2-D tensor"),
         ({"input_ids": torch.zeros(0, 4, dtype=torch.long)}, "empty"),
-        ({"input_ids": torch.zeros(2, 4, dtype=torch.long),
-          "labels": torch.zeros(2, 5, dtype=torch.long)}, "labels has shape"),
-        ({"input_ids": torch.zeros(1, 4, dtype=torch.long),
-          "labels": torch.full((1, 4), -100)}, "no label token"),
-        ({"input_ids": torch.zeros(1, 4, dtype=torch.long),
-          "cu_seq_lens": torch.tensor([0, 3], dtype=torch.int32)}, "cu_seq_lens"),
+        (
+            {
+                "input_ids": torch.zeros(2, 4, dtype=torch.long),
+                "labels": torch.zeros(2, 5, dtype=torch.long),
+            },
+            "labels has shape",
+        ),
+        (
+            {"input_ids": torch.zeros(1, 4, dtype=torch.long), "labels": torch.full((1, 4), -100)},
+            "no label token",
+        ),
+        (
+            {
+                "input_ids": torch.zeros(1, 4, dtype=torch.long),
+                "cu_seq_lens": torch.tensor([0, 3], dtype=torch.int32),
+            },
+            "cu_seq_lens",
+        ),
     ],
 )
 def test_bad_input_names_the_problem(kwargs, message):

@@ -1,0 +1,64 @@
+# Shapes: two commands for people (`make lab`, `make test`), a few more for instructors.
+# Everything runs inside .venv, created on first use. GPU users: make lab TORCH_SPEC="torch==2.11.0"
+# (or any torch >= 2.6 built for their CUDA) -- torch is installed first so pip keeps it.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,hf
+NBVAL_TIMEOUT ?= 180
+SUBMISSIONS ?= submitted
+GRADING_OUT ?= grading
+
+.PHONY: setup lab test lint unit notebooks release release-check grade bench help
+
+help:
+	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
+	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
+	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
+	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder"
+	@echo "make bench    print the benchmark figures quoted in the README"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	@# rfc3987-syntax builds parsers at import and costs every Jupyter tool ~3 s (TOOLCHAIN.md).
+	-$(PY) -m pip uninstall --quiet --yes rfc3987-syntax
+	@touch $@
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/
+
+lint: setup
+	$(VENV)/bin/ruff check course_lib tests benchmarks scripts nbgrader_config.py
+	$(VENV)/bin/ruff format --check course_lib tests benchmarks scripts nbgrader_config.py
+	$(PY) scripts/release.py --strip-solutions --check
+
+unit: setup
+	$(PY) -m pytest tests -q
+
+notebooks: setup
+	CI=1 $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-cell-timeout=$(NBVAL_TIMEOUT) solutions/
+
+test: lint unit notebooks
+
+release: setup
+	$(PY) scripts/release.py --strip-solutions
+	$(PY) scripts/release.py
+
+release-check: setup
+	$(PY) scripts/release.py --check
+
+grade: setup
+	$(PY) -m course_lib.grading $(SUBMISSIONS) --out $(GRADING_OUT)
+
+bench: setup
+	$(PY) benchmarks/memory_model.py
+	$(PY) benchmarks/packing.py
+	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/checkpointing.py

@@ -1,0 +1,64 @@
+"""environment.yml (conda) must list what pyproject.toml (pip) lists, with the same bounds."""
+
+import re
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
+
+
+def _split(spec: str) -> tuple[str, str]:
+    name, bounds = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", spec).groups()
+    return name.lower().replace("_", "-"), bounds.replace(" ", "")
+
+
+def pyproject_requirements() -> dict[str, str]:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = list(meta["dependencies"])
+    for extra in ("dev", "hf"):
+        specs += meta["optional-dependencies"][extra]
+    return dict(_split(s) for s in specs)
+
+
+def conda_requirements() -> dict[str, str]:
+    found = {}
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        m = re.match(r"^\s*-\s+([A-Za-z0-9_.\-]+[^#]*?)\s*$", line)
+        if not m or m.group(1).rstrip(":") in {"pip", "conda-forge"} or line.strip().endswith(":"):
+            continue
+        name, bounds = _split(
+            m.group(1).replace("=", "==", 1)
+            if re.match(r"^[A-Za-z0-9_.\-]+=[^=<>]", m.group(1))
+            else m.group(1)
+        )
+        if name == "python":
+            continue
+        found[CONDA_NAMES.get(name, name)] = bounds
+    return found
+
+
+def test_environment_mirrors_pyproject():
+    pip, conda = pyproject_requirements(), conda_requirements()
+    assert set(pip) == set(conda), (
+        f"only in pyproject.toml: {sorted(set(pip) - set(conda))}; "
+        f"only in environment.yml: {sorted(set(conda) - set(pip))}"
+    )
+    for name, bounds in pip.items():
+        assert conda[name] == bounds, (
+            f"{name}: pyproject says {bounds!r}, environment.yml {conda[name]!r}"
+        )
+
+
+def test_the_checker_sees_a_drift(tmp_path, monkeypatch):
+    # The comparison must be able to fail: drop a package from a copy and compare again.
+    text = (ROOT / "environment.yml").read_text().replace("  - tqdm>=4.66\n", "")
+    monkeypatch.setattr(
+        Path,
+        "read_text",
+        lambda self, *a, **k: (
+            text if self.name == "environment.yml" else Path.read_bytes(self).decode()
+        ),
+    )
+    assert "tqdm" not in conda_requirements()

@@ -385,9 +385,11 @@ class TinyGPT(nn.Module):
                     "attention_mask, not both"
                 )
             if cfg.attn_impl != "varlen":
-                mask = block_causal_mask(segment_ids)  # built once, shared by all layers
+                mask = block_causal_mask(
+                    segment_ids, self.embed.weight.dtype
+                )  # built once, shared by all layers
         elif attention_mask is not None and not bool(attention_mask.bool().all()):
-            mask = padding_causal_mask(attention_mask)
+            mask = padding_causal_mask(attention_mask, self.embed.weight.dtype)
 
         if mask is None and cfg.attn_impl == "eager":
             # One (T, T) boolean mask of future positions, shared by every layer.
@@ -418,7 +420,7 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batc
     shift_labels = torch.cat([labels[:, 1:].long(), pad], dim=1).view(B * T)  # (B*T,)
     n_tokens = int((shift_labels != IGNORE_INDEX).sum())
     flat_logits = logits.view(B * T, V)  # (B*T, V)
-    if flat_logits.dtype != torch.float32:
+    if flat_logits.dtype in (torch.float16, torch.bfloat16):  # the loss in at least fp32
         flat_logits = flat_logits.float()
     total = F.cross_entropy(flat_logits, shift_labels, ignore_index=IGNORE_INDEX, reduction="sum")
     if num_items_in_batch is not None:

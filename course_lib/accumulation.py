@@ -1,0 +1,364 @@
+"""Gradient accumulation: why the mean of micro-batch means is not the mean over tokens.
+
+A causal LM's loss over an accumulation window of micro-batches ``i = 1..K`` is meant to be the
+mean over every loss token of the window::
+
+    L = (1 / N) * sum_i S_i,    S_i = summed cross-entropy of micro-batch i (nats),
+                                N   = sum_i n_i, n_i = loss tokens of micro-batch i.
+
+The seed's loop ``loss = model(**mb).loss / accum`` computes instead::
+
+    L_mean = (1 / K) * sum_i S_i / n_i
+
+which weights a micro-batch of 5 completion tokens as much as one of 500. The two agree only when
+every ``n_i`` is equal. ``mode="token_weighted"`` reproduces ``L`` exactly by asking the model for
+``S_i / N`` (Hugging Face's ``num_items_in_batch``); ``mode="mean"`` is the seed's ``L_mean``.
+
+Across ``W`` data-parallel ranks, DDP *averages* gradients: ``g = (1 / W) * sum_r g_r``. To get
+the global token mean, each rank divides by the window's loss tokens summed over ranks,
+``N_all``, and multiplies by ``W`` to undo the average:
+``(1 / W) * sum_r W * S_r / N_all = sum_r S_r / N_all``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from course_lib.model import IGNORE_INDEX
+
+MODES = ("token_weighted", "mean")
+LOW_TOKENS_PER_STEP = 4_000  # the seed's threshold: below it, raise accumulation, not the LR
+_PAD_KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
+
+
+def count_loss_tokens(labels: torch.Tensor) -> int:
+    """Tokens that contribute to a causal-LM loss: ``(labels[..., 1:] != -100).sum()``.
+
+    The model shifts labels inside: position ``t`` predicts ``labels[..., t + 1]``, so nothing
+    predicts ``labels[..., 0]``. Counting the unshifted labels, ``(labels != -100).sum()``,
+    overcounts by exactly the number of rows whose first label is not -100. With completion-only
+    masking that first label is a prompt token (-100) and the counts agree; with full-sequence
+    labels (``labels = input_ids``) every row adds one phantom token, so a batch of 16 rows of 20
+    labelled tokens would claim 320 instead of 304 and every normaliser built on it is 5 % off.
+    """
+    if not torch.is_tensor(labels) or labels.dim() < 1:
+        raise ValueError(f"labels must be a tensor with a sequence dimension, got {labels!r}")
+    return int((labels[..., 1:] != IGNORE_INDEX).sum())
+
+
+@dataclass
+class MicroBatchTokens:
+    """Token counts of one micro-batch: ``all_tokens`` (slots, ``B * T``), ``non_pad_tokens``
+    (``attention_mask`` ones; every slot when there is no mask), ``loss_tokens`` (shifted labels
+    that are not -100) and ``examples`` (rows, ``B``)."""
+
+    all_tokens: int
+    non_pad_tokens: int
+    loss_tokens: int
+    examples: int
+
+
+def batch_token_counts(batch: dict) -> MicroBatchTokens:
+    """Count the tokens of a batch dict with Hugging Face names (no forward pass)."""
+    if "input_ids" not in batch:
+        raise ValueError(f"a batch needs 'input_ids'; got keys {sorted(batch)}")
+    input_ids = batch["input_ids"]
+    mask = batch.get("attention_mask")
+    labels = batch.get("labels")
+    return MicroBatchTokens(
+        all_tokens=int(input_ids.numel()),
+        non_pad_tokens=int(mask.sum()) if mask is not None else int(input_ids.numel()),
+        loss_tokens=count_loss_tokens(labels) if labels is not None else 0,
+        examples=int(input_ids.shape[0]),
+    )
+
+
+def _all_reduce_sum(values: list, dtype: torch.dtype, group=None) -> list:
+    """Sum a short list of numbers over the ranks of ``group`` (one collective call)."""
+    device = torch.device("cpu")
+    if dist.get_backend(group) == "nccl":  # nccl reduces only CUDA tensors
+        device = torch.device("cuda", torch.cuda.current_device())
+    t = torch.tensor(values, dtype=dtype, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+    return t.tolist()
+
+
+def sum_over_ranks(count: int, group=None) -> tuple[int, int]:
+    """``(count summed over the ranks of group, world size)``; ``(count, 1)`` without
+    ``torch.distributed``. A collective: every rank must call it."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return int(count), 1
+    return int(_all_reduce_sum([int(count)], torch.int64, group)[0]), dist.get_world_size(group)
+
+
+def dp_token_weighted_loss(loss_sum: torch.Tensor, local_tokens: int, group=None) -> torch.Tensor:
+    """Loss to back-propagate on this rank so that DDP's gradient average is the global token mean.
+
+    Returns ``loss_sum * W / N_all`` where ``loss_sum`` is this rank's summed cross-entropy (nats),
+    ``N_all`` the loss tokens summed over the ``W`` ranks. For a window of several micro-batches
+    sum the window's tokens first (``accumulate_gradients`` does). Collective: call on every rank.
+    """
+    n_all, world_size = sum_over_ranks(local_tokens, group)
+    if n_all <= 0:
+        raise ValueError(f"the window holds {n_all} loss tokens over {world_size} rank(s): every "
+                         "label is -100; check the completion-only masking or skip this window")
+    return loss_sum * (world_size / n_all)
+
+
+@dataclass
+class AccumulationStats:
+    """What one accumulation window did.
+
+    ``loss_per_token``: ``sum_i S_i / N`` in nats per loss token, the same definition in both
+    modes (and over all ranks when distributed), so runs are comparable. ``window_loss_tokens``:
+    ``N``, summed over ranks when distributed; the ``total_*`` fields count this rank only.
+    """
+
+    mode: str
+    loss_per_token: float
+    micro_batches: list[MicroBatchTokens]
+    total_all_tokens: int
+    total_non_pad_tokens: int
+    total_loss_tokens: int
+    window_loss_tokens: int
+    world_size: int = 1
+
+
+def _validate_window(micro_batches, mode: str) -> tuple[list[dict], list[MicroBatchTokens]]:
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not one of {MODES}; use 'token_weighted' (correct) or "
+                         "'mean' (the seed's loss / accum, for comparison)")
+    micro_batches = list(micro_batches)
+    if not micro_batches:
+        raise ValueError("the accumulation window is empty: pass at least one micro-batch dict")
+    for i, mb in enumerate(micro_batches):
+        if not isinstance(mb, dict) or "labels" not in mb or "input_ids" not in mb:
+            raise ValueError(f"micro-batch {i} must be a dict with 'input_ids' and 'labels'")
+    counts = [batch_token_counts(mb) for mb in micro_batches]
+    if mode == "mean":
+        empty = [i for i, c in enumerate(counts) if c.loss_tokens == 0]
+        if empty:
+            raise ValueError(
+                f"micro-batches {empty} hold no loss token, so their mean loss is 0/0 and "
+                "mode='mean' would still give each 1/K of the weight; use mode='token_weighted' "
+                "(they then contribute 0) or drop them")
+    return micro_batches, counts
+
+
+def accumulate_gradients(model: torch.nn.Module, micro_batches, mode: str = "token_weighted",
+                         distributed: bool | None = None, group=None) -> AccumulationStats:
+    """Forward/backward every micro-batch of one window; gradients add up in ``.grad``.
+
+    The optimiser is not stepped and ``.grad`` is not zeroed: the caller owns both.
+    ``"token_weighted"``: back-propagates ``S_i / N`` (``N`` = the window's loss tokens), so the
+    window's gradient is that of the mean over all its tokens; a micro-batch without a loss token
+    contributes 0. ``"mean"``: back-propagates ``(S_i / n_i) / K`` (the seed); a micro-batch
+    without a loss token raises, before any backward pass.
+
+    ``distributed=None`` means "if ``torch.distributed`` is initialised": ``N`` is then summed over
+    the ranks of ``group`` and the token-weighted loss multiplied by the world size ``W`` so DDP's
+    average gives the global token mean (all-reducing gradients by hand? average them too, as DDP
+    does). A DDP model syncs only on the last micro-batch
+    (``no_sync``). ``"mean"`` with DDP is the mean over ``W * K`` micro-batch means.
+    """
+    micro_batches, counts = _validate_window(micro_batches, mode)
+    local_tokens = sum(c.loss_tokens for c in counts)
+    if distributed is None:
+        distributed = dist.is_available() and dist.is_initialized()
+    if distributed:
+        window_tokens, world_size = sum_over_ranks(local_tokens, group)
+    else:
+        window_tokens, world_size = local_tokens, 1
+    if window_tokens == 0:
+        raise ValueError(
+            f"the window of {len(micro_batches)} micro-batch(es) on {world_size} rank(s) holds no "
+            "loss token (every shifted label is -100): nothing to learn and the mean is 0/0; "
+            "check the completion-only masking or skip this window")
+
+    k, loss_sum = len(micro_batches), 0.0  # loss_sum: sum_i S_i in nats
+    for i, (mb, c) in enumerate(zip(micro_batches, counts)):
+        # DDP all-reduces on every backward unless told not to: sync once, on the last one.
+        skip_sync = i < k - 1 and hasattr(model, "no_sync")
+        with model.no_sync() if skip_sync else contextlib.nullcontext():
+            if mode == "token_weighted":
+                out = model(**mb, num_items_in_batch=window_tokens)  # S_i / N
+                (out.loss * world_size).backward()
+                loss_sum += float(out.loss.detach()) * window_tokens
+            else:
+                out = model(**mb)  # S_i / n_i
+                (out.loss / k).backward()
+                loss_sum += float(out.loss.detach()) * c.loss_tokens
+    if distributed and world_size > 1:
+        loss_sum = _all_reduce_sum([loss_sum], torch.float64, group)[0]
+    return AccumulationStats(
+        mode=mode,
+        loss_per_token=loss_sum / window_tokens,
+        micro_batches=counts,
+        total_all_tokens=sum(c.all_tokens for c in counts),
+        total_non_pad_tokens=sum(c.non_pad_tokens for c in counts),
+        total_loss_tokens=local_tokens,
+        window_loss_tokens=window_tokens,
+        world_size=world_size,
+    )
+
+
+def concatenate_micro_batches(micro_batches, pad_token_id: int = 0) -> dict:
+    """One full batch holding every row of the window, right-padded to the longest ``seq_len``.
+
+    Padding slots get ``attention_mask`` 0 and label -100, so they change no loss and (causal,
+    masked keys) no real token's output. Packed batches (``cu_seq_lens``...) are not supported.
+    """
+    micro_batches = list(micro_batches)
+    if not micro_batches:
+        raise ValueError("no micro-batch to concatenate: pass at least one batch dict")
+    for i, mb in enumerate(micro_batches):
+        extra = sorted(set(mb) - set(_PAD_KEYS))
+        if extra:
+            raise ValueError(f"micro-batch {i} has keys {extra}; only padded batches with "
+                             f"{_PAD_KEYS} can be concatenated (unpack packed rows first)")
+    seq_len = max(mb["input_ids"].shape[1] for mb in micro_batches)
+    fill = {"input_ids": pad_token_id, "attention_mask": 0, "labels": IGNORE_INDEX,
+            "position_ids": 0}
+    keys = [k for k in _PAD_KEYS if any(k in mb for mb in micro_batches)]
+    full = {}
+    for key in keys:
+        rows = []
+        for mb in micro_batches:
+            ids = mb["input_ids"]
+            t = mb.get(key)
+            if t is None:  # no mask: every slot is real; no position ids: 0..T-1
+                t = (torch.ones_like(ids) if key == "attention_mask"
+                     else torch.arange(ids.shape[1], device=ids.device).expand_as(ids))
+            pad = t.new_full((t.shape[0], seq_len - t.shape[1]), fill[key])  # (B_i, T - T_i)
+            rows.append(torch.cat([t, pad], dim=1))  # (B_i, T)
+        full[key] = torch.cat(rows, dim=0)  # (sum B_i, T)
+    return full
+
+
+def _flat_grad(params) -> torch.Tensor:
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach()
+                      .double().flatten() for p in params])
+
+
+def gradient_error(model: torch.nn.Module, micro_batches, mode: str = "token_weighted") -> float:
+    """Relative L2 error ``||g_acc - g_full|| / ||g_full||`` (dimensionless).
+
+    ``g_acc``: ``accumulate_gradients(model, micro_batches, mode)`` in this process only.
+    ``g_full``: one forward/backward of every row concatenated into one batch, whose loss is the
+    mean over all its loss tokens. Dropout-like layers are switched off for the comparison; the
+    model's ``.grad`` and train/eval flags are as they were afterwards. Pass the bare module, not
+    a DDP wrapper (its backward would average with other ranks).
+    """
+    micro_batches, _ = _validate_window(micro_batches, mode)
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved_grads = [p.grad for p in params]
+    saved_modes = {m: m.training for m in model.modules()}
+    try:
+        model.eval()
+        for p in params:
+            p.grad = None
+        accumulate_gradients(model, micro_batches, mode, distributed=False)
+        g_acc = _flat_grad(params)
+        for p in params:
+            p.grad = None
+        model(**concatenate_micro_batches(micro_batches)).loss.backward()
+        g_full = _flat_grad(params)
+    finally:
+        for p, g in zip(params, saved_grads):
+            p.grad = g
+        for m, training in saved_modes.items():
+            m.training = training
+    norm = float(g_full.norm())
+    if norm == 0.0:
+        raise ValueError("the full-batch gradient is exactly 0, so a relative error is undefined; "
+                         "use a model with random (non-zero) weights")
+    return float((g_acc - g_full).norm()) / norm
+
+
+@dataclass
+class StepTokens:
+    """Tokens of one optimiser step (summed over ranks when ``torch.distributed`` is on)."""
+
+    step: int
+    micro_batches: int
+    examples: int  # the effective batch: rows per device x micro-batches x devices
+    all_tokens: int
+    non_pad_tokens: int
+    loss_tokens: int
+    n_devices: int
+    low: bool  # loss_tokens below the logger's threshold
+
+
+@dataclass
+class TokensSummary:
+    """Over the logged steps: loss tokens per step (mean, min), ``padding_fraction``
+    (1 - non-pad / all tokens), mean effective batch (examples) and steps below the threshold."""
+
+    steps: int
+    mean_loss_tokens: float
+    min_loss_tokens: int
+    padding_fraction: float
+    mean_effective_batch: float
+    low_steps: int
+
+
+@dataclass
+class TokensPerStepLogger:
+    """Counts tokens per optimiser step in any loop: ``log_micro_batch(batch)`` for every
+    micro-batch, ``end_step()`` after ``optimizer.step()``. Steps with fewer than ``threshold``
+    loss tokens are flagged (``StepTokens.low``) and warned about once: gradient noise tracks
+    tokens, so raise accumulation rather than the learning rate.
+
+    ``sync_ranks``: with ``torch.distributed`` initialised, ``end_step`` sums the counts over
+    ranks (one ``all_reduce``; every rank must call it).
+    """
+
+    threshold: int = LOW_TOKENS_PER_STEP
+    sync_ranks: bool = True
+    history: list[StepTokens] = field(default_factory=list)
+    _current: list[MicroBatchTokens] = field(default_factory=list, repr=False)
+    _warned: bool = field(default=False, repr=False)
+
+    def log_micro_batch(self, batch: dict) -> MicroBatchTokens:
+        counts = batch_token_counts(batch)
+        self._current.append(counts)
+        return counts
+
+    def end_step(self) -> StepTokens:
+        if not self._current:
+            raise ValueError("end_step() with no micro-batch logged since the last step: call "
+                             "log_micro_batch(batch) for every micro-batch first")
+        names = ("examples", "all_tokens", "non_pad_tokens", "loss_tokens")
+        totals = [sum(getattr(c, name) for c in self._current) for name in names]
+        n_devices = 1
+        if self.sync_ranks and dist.is_available() and dist.is_initialized():
+            totals = [int(v) for v in _all_reduce_sum(totals, torch.int64)]
+            n_devices = dist.get_world_size()
+        record = StepTokens(len(self.history), len(self._current), *totals, n_devices=n_devices,
+                            low=totals[3] < self.threshold)
+        self.history.append(record)
+        self._current = []
+        if record.low and not self._warned:
+            self._warned = True
+            warnings.warn(f"step {record.step}: {record.loss_tokens} loss tokens per optimiser "
+                          f"step (< {self.threshold}); gradients are noisy: raise "
+                          "gradient_accumulation_steps rather than the learning rate", stacklevel=2)
+        return record
+
+    def summary(self) -> TokensSummary:
+        if not self.history:
+            raise ValueError("no step logged yet: call end_step() after each optimiser step")
+        h, n = self.history, len(self.history)
+        return TokensSummary(
+            steps=n,
+            mean_loss_tokens=sum(s.loss_tokens for s in h) / n,
+            min_loss_tokens=min(s.loss_tokens for s in h),
+            padding_fraction=1.0 - sum(s.non_pad_tokens for s in h) / sum(s.all_tokens for s in h),
+            mean_effective_batch=sum(s.examples for s in h) / n,
+            low_steps=sum(s.low for s in h),
+        )

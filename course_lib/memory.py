@@ -80,6 +80,13 @@ class LiveBytesTracker(TorchDispatchMode):
     (parameters, the input batch) are not counted.
     """
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch wraps a mode's __torch_dispatch__ in a lazy `torch._dynamo.disable`, whose first
+        # call imports dynamo (3-6 s per process here). The meter never runs under
+        # torch.compile, so the wrapper buys nothing; without it the first measurement is instant.
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.live_bytes = 0

@@ -105,8 +105,10 @@ def dp_token_weighted_loss(loss_sum: torch.Tensor, local_tokens: int, group=None
     """
     n_all, world_size = sum_over_ranks(local_tokens, group)
     if n_all <= 0:
-        raise ValueError(f"the window holds {n_all} loss tokens over {world_size} rank(s): every "
-                         "label is -100; check the completion-only masking or skip this window")
+        raise ValueError(
+            f"the window holds {n_all} loss tokens over {world_size} rank(s): every "
+            "label is -100; check the completion-only masking or skip this window"
+        )
     return loss_sum * (world_size / n_all)
 
 
@@ -131,8 +133,10 @@ class AccumulationStats:
 
 def _validate_window(micro_batches, mode: str) -> tuple[list[dict], list[MicroBatchTokens]]:
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not one of {MODES}; use 'token_weighted' (correct) or "
-                         "'mean' (the seed's loss / accum, for comparison)")
+        raise ValueError(
+            f"mode={mode!r} is not one of {MODES}; use 'token_weighted' (correct) or "
+            "'mean' (the seed's loss / accum, for comparison)"
+        )
     micro_batches = list(micro_batches)
     if not micro_batches:
         raise ValueError("the accumulation window is empty: pass at least one micro-batch dict")
@@ -146,12 +150,18 @@ def _validate_window(micro_batches, mode: str) -> tuple[list[dict], list[MicroBa
             raise ValueError(
                 f"micro-batches {empty} hold no loss token, so their mean loss is 0/0 and "
                 "mode='mean' would still give each 1/K of the weight; use mode='token_weighted' "
-                "(they then contribute 0) or drop them")
+                "(they then contribute 0) or drop them"
+            )
     return micro_batches, counts
 
 
-def accumulate_gradients(model: torch.nn.Module, micro_batches, mode: str = "token_weighted",
-                         distributed: bool | None = None, group=None) -> AccumulationStats:
+def accumulate_gradients(
+    model: torch.nn.Module,
+    micro_batches,
+    mode: str = "token_weighted",
+    distributed: bool | None = None,
+    group=None,
+) -> AccumulationStats:
     """Forward/backward every micro-batch of one window; gradients add up in ``.grad``.
 
     The optimiser is not stepped and ``.grad`` is not zeroed: the caller owns both.
@@ -178,7 +188,8 @@ def accumulate_gradients(model: torch.nn.Module, micro_batches, mode: str = "tok
         raise ValueError(
             f"the window of {len(micro_batches)} micro-batch(es) on {world_size} rank(s) holds no "
             "loss token (every shifted label is -100): nothing to learn and the mean is 0/0; "
-            "check the completion-only masking or skip this window")
+            "check the completion-only masking or skip this window"
+        )
 
     k, loss_sum = len(micro_batches), 0.0  # loss_sum: sum_i S_i in nats
     for i, (mb, c) in enumerate(zip(micro_batches, counts)):
@@ -219,11 +230,17 @@ def concatenate_micro_batches(micro_batches, pad_token_id: int = 0) -> dict:
     for i, mb in enumerate(micro_batches):
         extra = sorted(set(mb) - set(_PAD_KEYS))
         if extra:
-            raise ValueError(f"micro-batch {i} has keys {extra}; only padded batches with "
-                             f"{_PAD_KEYS} can be concatenated (unpack packed rows first)")
+            raise ValueError(
+                f"micro-batch {i} has keys {extra}; only padded batches with "
+                f"{_PAD_KEYS} can be concatenated (unpack packed rows first)"
+            )
     seq_len = max(mb["input_ids"].shape[1] for mb in micro_batches)
-    fill = {"input_ids": pad_token_id, "attention_mask": 0, "labels": IGNORE_INDEX,
-            "position_ids": 0}
+    fill = {
+        "input_ids": pad_token_id,
+        "attention_mask": 0,
+        "labels": IGNORE_INDEX,
+        "position_ids": 0,
+    }
     keys = [k for k in _PAD_KEYS if any(k in mb for mb in micro_batches)]
     full = {}
     for key in keys:
@@ -232,8 +249,11 @@ def concatenate_micro_batches(micro_batches, pad_token_id: int = 0) -> dict:
             ids = mb["input_ids"]
             t = mb.get(key)
             if t is None:  # no mask: every slot is real; no position ids: 0..T-1
-                t = (torch.ones_like(ids) if key == "attention_mask"
-                     else torch.arange(ids.shape[1], device=ids.device).expand_as(ids))
+                t = (
+                    torch.ones_like(ids)
+                    if key == "attention_mask"
+                    else torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+                )
             pad = t.new_full((t.shape[0], seq_len - t.shape[1]), fill[key])  # (B_i, T - T_i)
             rows.append(torch.cat([t, pad], dim=1))  # (B_i, T)
         full[key] = torch.cat(rows, dim=0)  # (sum B_i, T)
@@ -241,8 +261,12 @@ def concatenate_micro_batches(micro_batches, pad_token_id: int = 0) -> dict:
 
 
 def _flat_grad(params) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach()
-                      .double().flatten() for p in params])
+    return torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).detach().double().flatten()
+            for p in params
+        ]
+    )
 
 
 def gradient_error(model: torch.nn.Module, micro_batches, mode: str = "token_weighted") -> float:
@@ -275,8 +299,10 @@ def gradient_error(model: torch.nn.Module, micro_batches, mode: str = "token_wei
             m.training = training
     norm = float(g_full.norm())
     if norm == 0.0:
-        raise ValueError("the full-batch gradient is exactly 0, so a relative error is undefined; "
-                         "use a model with random (non-zero) weights")
+        raise ValueError(
+            "the full-batch gradient is exactly 0, so a relative error is undefined; "
+            "use a model with random (non-zero) weights"
+        )
     return float((g_acc - g_full).norm()) / norm
 
 
@@ -331,23 +357,33 @@ class TokensPerStepLogger:
 
     def end_step(self) -> StepTokens:
         if not self._current:
-            raise ValueError("end_step() with no micro-batch logged since the last step: call "
-                             "log_micro_batch(batch) for every micro-batch first")
+            raise ValueError(
+                "end_step() with no micro-batch logged since the last step: call "
+                "log_micro_batch(batch) for every micro-batch first"
+            )
         names = ("examples", "all_tokens", "non_pad_tokens", "loss_tokens")
         totals = [sum(getattr(c, name) for c in self._current) for name in names]
         n_devices = 1
         if self.sync_ranks and dist.is_available() and dist.is_initialized():
             totals = [int(v) for v in _all_reduce_sum(totals, torch.int64)]
             n_devices = dist.get_world_size()
-        record = StepTokens(len(self.history), len(self._current), *totals, n_devices=n_devices,
-                            low=totals[3] < self.threshold)
+        record = StepTokens(
+            len(self.history),
+            len(self._current),
+            *totals,
+            n_devices=n_devices,
+            low=totals[3] < self.threshold,
+        )
         self.history.append(record)
         self._current = []
         if record.low and not self._warned:
             self._warned = True
-            warnings.warn(f"step {record.step}: {record.loss_tokens} loss tokens per optimiser "
-                          f"step (< {self.threshold}); gradients are noisy: raise "
-                          "gradient_accumulation_steps rather than the learning rate", stacklevel=2)
+            warnings.warn(
+                f"step {record.step}: {record.loss_tokens} loss tokens per optimiser "
+                f"step (< {self.threshold}); gradients are noisy: raise "
+                "gradient_accumulation_steps rather than the learning rate",
+                stacklevel=2,
+            )
         return record
 
     def summary(self) -> TokensSummary:

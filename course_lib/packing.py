@@ -1,0 +1,302 @@
+"""Packing: several documents per fixed-length row, and the bookkeeping that keeps them apart.
+
+Bin packing. Rows of ``capacity`` tokens are bins, documents are items. No packing can use fewer
+rows than the lower bound ``ceil(Σ lengths / capacity)``; fill fraction is
+``Σ lengths / (rows * capacity)``. Strategies:
+
+``"bfd"``  best-fit decreasing: longest documents first, each into the row with the *least*
+           remaining room that still fits it (a new row if none). At most 11/9 OPT + 1 rows.
+``"greedy"`` next-fit in the given order: one open row, closed as soon as a document does not fit.
+           At most twice optimal; what naive concatenate-and-cut packing does, minus the cut.
+
+Neither is better on every input (the classic FFD worst case loses to next-fit when the input
+order happens to be an optimal packing), but on realistic length distributions BFD is near the
+lower bound. A document longer than ``capacity`` is an error unless ``split="chunk"``.
+
+A packed batch (Hugging Face names, as ``DataCollatorWithFlattening`` produces) for ``R`` rows:
+
+``input_ids``      (R, capacity)  documents back to back, then a padding tail
+``labels``         (R, capacity)  -100 on every document's first token (nothing may predict it from
+                                  the previous document), on the prompt (``completion_only``), and
+                                  on the padding tail
+``position_ids``   (R, capacity)  0, 1, 2, ... restarting at every document and at the tail
+``document_ids``   (R, capacity)  index of the example in the collated list; -1 on the padding tail
+``cu_seq_lens``    (S + 1,) int32 offsets of every segment (documents and padding tails) in the
+                                  flattened ``R * capacity`` stream; also as ``cu_seq_lens_q/_k``
+``max_length_q/_k`` int           the longest segment
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from course_lib.collate import IGNORE_INDEX, example_tokens
+
+STRATEGIES = ("bfd", "greedy")
+SPLITS = (None, "chunk")
+
+
+def _check_capacity(capacity) -> None:
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+        raise ValueError(f"capacity must be a positive int (tokens per row), got {capacity!r}")
+
+
+def pack_lengths(
+    lengths, capacity: int, strategy: str = "bfd", split: str | None = None
+) -> list[list[int]]:
+    """Assign sequence indices to rows of ``capacity`` tokens; returns the indices of each row.
+
+    Every index appears exactly once and no row holds more than ``capacity`` tokens; nothing is
+    dropped or truncated. A length ≤ 0 raises ``ValueError``; so does a length > ``capacity``,
+    unless ``split="chunk"``: then sequence ``i`` of length ``L`` becomes ``L // capacity`` full
+    rows plus a remainder packed like any other item, and ``i`` appears once per piece, the k-th
+    appearance (rows read in order) being tokens ``[k * capacity, (k + 1) * capacity)``.
+
+    ``"bfd"`` runs in O(n log n + n): it sorts once, then places all items of one length in bulk,
+    keeping rows grouped by remaining room (a sorted list of at most ``capacity`` values).
+    """
+    _check_capacity(capacity)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not one of {SPLITS}")
+    arr = np.asarray(lengths)
+    if arr.size == 0:
+        return []
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(
+            f"lengths must be a 1-D sequence of ints, got shape {arr.shape} dtype {arr.dtype}"
+        )
+    arr = arr.astype(np.int64)
+    bad = np.flatnonzero(arr <= 0)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"sequence {i} has length {int(arr[i])}: every sequence needs at least "
+            "one token; drop empty sequences before packing"
+        )
+    over = np.flatnonzero(arr > capacity)
+    if over.size and split is None:
+        i = int(over[0])
+        raise ValueError(
+            f"sequence {i} has {int(arr[i])} tokens, longer than capacity {capacity} "
+            f"({over.size} such sequences); raise capacity, filter them out, or pass "
+            "split='chunk' to cut them into capacity-sized documents"
+        )
+    if strategy == "greedy":
+        return _next_fit(arr, capacity)
+    full_rows: list[list[int]] = []
+    for i in over.tolist():  # split == "chunk": full pieces first, so piece order = row order
+        full_rows += [[i] for _ in range(int(arr[i]) // capacity)]
+    pieces = np.where(arr > capacity, arr % capacity, arr)
+    keep = np.flatnonzero(pieces > 0)
+    return full_rows + _best_fit_decreasing(pieces[keep], keep, capacity)
+
+
+def _next_fit(arr: np.ndarray, capacity: int) -> list[list[int]]:
+    rows: list[list[int]] = []
+    row: list[int] = []
+    room = 0
+    for i, n in enumerate(arr.tolist()):
+        while n > 0:  # more than one pass only for split pieces
+            piece = min(n, capacity)
+            if piece > room:
+                row = []
+                rows.append(row)
+                room = capacity
+            row.append(i)
+            room -= piece
+            n -= piece
+    return rows
+
+
+def _best_fit_decreasing(lengths: np.ndarray, owners: np.ndarray, capacity: int) -> list[list[int]]:
+    order = np.argsort(-lengths, kind="stable")
+    sorted_len = lengths[order]
+    owner_list = owners[order].tolist()
+    starts = np.flatnonzero(np.r_[True, sorted_len[1:] != sorted_len[:-1]]).tolist()
+    bounds = zip(starts, starts[1:] + [len(owner_list)])
+    rows: list[list[int]] = []
+    rows_by_room: dict[int, list[int]] = {}  # remaining room -> row ids with exactly that room
+    rooms: list[int] = []  # sorted keys of rows_by_room
+
+    def file_row(row_id: int, room: int) -> None:
+        if room == 0:
+            return  # a full row never takes another item
+        if room not in rows_by_room:
+            rows_by_room[room] = []
+            bisect.insort(rooms, room)
+        rows_by_room[room].append(row_id)
+
+    for a, b in bounds:
+        length = int(sorted_len[a])
+        pos = a
+        while pos < b:
+            j = bisect.bisect_left(rooms, length)
+            room = rooms[j] if j < len(rooms) else capacity
+            # Best fit puts the next item in the tightest row that fits; once it does, that row
+            # stays the tightest until less than `length` is left: it takes room // length items.
+            per_row = room // length
+            if j == len(rooms):  # no open row fits: open new rows
+                while pos < b:
+                    take = owner_list[pos : min(pos + per_row, b)]
+                    rows.append(take)
+                    pos += len(take)
+                    file_row(len(rows) - 1, capacity - len(take) * length)
+                break
+            stack = rows_by_room[room]
+            while stack and pos < b:
+                row_id = stack.pop()
+                take = owner_list[pos : min(pos + per_row, b)]
+                rows[row_id].extend(take)
+                pos += len(take)
+                file_row(row_id, room - len(take) * length)  # < length: not reused for this length
+            if not stack:
+                del rows_by_room[room]
+                del rooms[bisect.bisect_left(rooms, room)]  # j may have moved: file_row inserts
+    return rows
+
+
+def lower_bound_rows(lengths, capacity: int) -> int:
+    """``ceil(Σ lengths / capacity)``: no packing can use fewer rows."""
+    _check_capacity(capacity)
+    return math.ceil(int(np.sum(np.asarray(lengths, dtype=np.int64))) / capacity)
+
+
+class PackingCollator:
+    """Pack a list of examples into rows of ``capacity`` tokens (see the module docstring).
+
+    Examples are dicts with ``input_ids`` and ``prompt_len`` or ``labels`` (or plain id lists),
+    as for :class:`course_lib.collate.PaddingCollator`. Rows come from :func:`pack_lengths`.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        pad_token_id: int,
+        completion_only: bool = True,
+        label_pad_id: int = IGNORE_INDEX,
+        strategy: str = "bfd",
+        split: str | None = None,
+    ) -> None:
+        _check_capacity(capacity)
+        if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
+            raise ValueError(f"pad_token_id must be a non-negative int, got {pad_token_id!r}")
+        if strategy not in STRATEGIES or split not in SPLITS:
+            raise ValueError(
+                f"strategy={strategy!r} / split={split!r}: expected one of {STRATEGIES} / {SPLITS}"
+            )
+        self.capacity = int(capacity)
+        self.pad_token_id = pad_token_id
+        self.completion_only = completion_only
+        self.label_pad_id = label_pad_id
+        self.strategy = strategy
+        self.split = split
+
+    def __call__(self, examples: Sequence) -> dict:
+        if len(examples) == 0:
+            raise ValueError("cannot collate an empty list of examples")
+        pairs = [
+            example_tokens(ex, i, self.completion_only, self.label_pad_id)
+            for i, ex in enumerate(examples)
+        ]
+        rows = pack_lengths(
+            [ids.size for ids, _ in pairs], self.capacity, self.strategy, self.split
+        )
+        return self.collate_rows(pairs, rows)
+
+    def collate_rows(self, pairs, rows: list[list[int]]) -> dict:
+        """Lay out ``(input_ids, labels)`` pairs in the given rows (indices into ``pairs``)."""
+        C, R = self.capacity, len(rows)
+        input_ids = np.full((R, C), self.pad_token_id, dtype=np.int64)  # (R, C)
+        labels = np.full((R, C), self.label_pad_id, dtype=np.int64)  # (R, C)
+        position_ids = np.zeros((R, C), dtype=np.int64)  # (R, C)
+        document_ids = np.full((R, C), -1, dtype=np.int64)  # (R, C)
+        cu = []
+        consumed: dict[int, int] = {}  # tokens of each example already laid out (split pieces)
+        for r, row in enumerate(rows):
+            t = 0
+            for i in row:
+                ids, lab = pairs[i]
+                s = consumed.get(i, 0)
+                n = min(C, ids.size - s)
+                if n <= 0 or t + n > C:
+                    raise ValueError(
+                        f"row {r} does not fit example {i} ({ids.size} tokens) at "
+                        f"offset {t} of capacity {C}"
+                    )
+                input_ids[r, t : t + n] = ids[s : s + n]
+                labels[r, t : t + n] = lab[s : s + n]
+                labels[r, t] = self.label_pad_id  # never predicted from the previous document
+                position_ids[r, t : t + n] = np.arange(n)
+                document_ids[r, t : t + n] = i
+                cu.append(r * C + t)
+                consumed[i] = s + n
+                t += n
+            if t < C:  # the padding tail is a segment of its own
+                position_ids[r, t:] = np.arange(C - t)
+                cu.append(r * C + t)
+        for i, (ids, _) in enumerate(pairs):
+            if consumed.get(i, 0) != ids.size:
+                raise ValueError(
+                    f"example {i} has {ids.size} tokens but the rows place "
+                    f"{consumed.get(i, 0)}: every example must be packed exactly once"
+                )
+        cu.append(R * C)
+        cu_seq_lens = torch.tensor(cu, dtype=torch.int32)
+        max_length = int((cu_seq_lens[1:] - cu_seq_lens[:-1]).max())
+        return {
+            "input_ids": torch.from_numpy(input_ids),
+            "labels": torch.from_numpy(labels),
+            "position_ids": torch.from_numpy(position_ids),
+            "document_ids": torch.from_numpy(document_ids),
+            "cu_seq_lens": cu_seq_lens,
+            "cu_seq_lens_q": cu_seq_lens,
+            "cu_seq_lens_k": cu_seq_lens,
+            "max_length_q": max_length,
+            "max_length_k": max_length,
+        }
+
+
+def document_spans(batch) -> list[tuple[int, int, int, int]]:
+    """``(document_id, row, start, stop)`` of every document piece in a packed batch, in order."""
+    ids = batch["document_ids"]
+    C = ids.shape[1]
+    flat = ids.reshape(-1).tolist()  # (R * C,)
+    cu = batch["cu_seq_lens"].tolist()
+    return [
+        (flat[a], a // C, a % C, a % C + (b - a)) for a, b in zip(cu[:-1], cu[1:]) if flat[a] >= 0
+    ]
+
+
+def unpack(batch) -> dict[int, dict[str, list[int]]]:
+    """Inverse of :class:`PackingCollator`: ``{example index: {"input_ids", "labels"}}``.
+
+    Pieces of a split example are concatenated in row order. Labels come back as collated, so a
+    document's first label reads -100.
+    """
+    out: dict[int, dict[str, list[int]]] = {}
+    for doc, r, a, b in document_spans(batch):
+        entry = out.setdefault(doc, {"input_ids": [], "labels": []})
+        entry["input_ids"] += batch["input_ids"][r, a:b].tolist()
+        entry["labels"] += batch["labels"][r, a:b].tolist()
+    return out
+
+
+_ISOLATION_NAMES = {"check_isolation", "IsolationReport", "hf_packed_call", "default_call"}
+_ISOLATION_NAMES.add("document_attention_mask")
+
+
+def __getattr__(name: str):
+    # The isolation check and the document mask live in course_lib/isolation.py, which imports
+    # this module; re-exported lazily so `from course_lib.packing import check_isolation` works.
+    if name in _ISOLATION_NAMES:
+        from course_lib import isolation
+
+        return getattr(isolation, name)
+    raise AttributeError(f"module 'course_lib.packing' has no attribute {name!r}")

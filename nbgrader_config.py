@@ -1,0 +1,40 @@
+"""nbgrader configuration for the Shapes course.
+
+The course root is this repository. Instructor notebooks (with solutions and hidden tests) live
+in ``solutions/<lesson>/<lesson>.ipynb``; ``nbgrader generate_assignment <lesson>`` writes the
+student version to ``notebooks/<lesson>/<lesson>.ipynb``. The lesson folder name is nbgrader's
+assignment id and the notebook stem is its notebook id.
+
+``scripts/release.py`` and ``python -m course_lib.grading`` load this file from their own
+temporary or private course folders (``load_subconfig``) and override only the paths, so the
+settings below hold everywhere.
+"""
+
+import os
+
+c = get_config()  # noqa: F821  (injected by traitlets when it executes this file)
+
+# --- where things are -------------------------------------------------------------------------
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = "shapes"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+
+# --- execution ----------------------------------------------------------------------------------
+# The per-cell limit applies to every cell, the lesson's own `import torch` included; a few
+# seconds is not enough on a loaded 2-core machine, and a timeout in an instructor cell makes
+# nbgrader throw the whole submission away. An infinite loop in a student cell costs this long.
+c.Execute.timeout = 60
+
+# --- feedback without hidden tests ---------------------------------------------------------
+# nbgrader 0.9 puts hidden tests back into the autograded notebook and, by default, shows them in
+# the HTML feedback (jupyter/nbgrader#917). There is no switch for it: the feedback converter's
+# preprocessor list is configurable, so the hidden region is removed again before rendering.
+# `course_lib.grading.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step: the
+# traceback of a failed hidden assert (which quotes the hidden line) is cut down to its last line.
+# The names are imported only when feedback is generated.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "course_lib.grading.HideHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

@@ -1,0 +1,131 @@
+"""Regenerate the student notebooks (``notebooks/``) from the instructor notebooks (``solutions/``).
+
+    python scripts/release.py                     # write notebooks/<lesson>/<lesson>.ipynb
+    python scripts/release.py --check             # exit 1 if notebooks/ is out of date
+    python scripts/release.py --strip-solutions   # strip outputs in solutions/ (keeps metadata)
+    python scripts/release.py --strip-solutions --check   # exit 1 if a solution is not stripped
+
+Every lesson ``solutions/<lesson>/<lesson>.ipynb`` goes through ``nbgrader generate_assignment``
+in a temporary course folder with its own gradebook (the repository never gets a
+``gradebook.db``), and the result is written in the normal form of ``nbstripout`` so that
+``git diff`` is empty when nothing changed. ``--root`` points at another course folder (the
+tests use ``tests/fixtures``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+import tempfile
+from pathlib import Path
+
+from course_lib import nbgrader_course as nbc
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _diff_summary(problems: list[str], expected: dict, root: Path, max_lines: int = 30) -> str:
+    """Problems, each differing notebook followed by the first lines of its unified diff."""
+    out = []
+    for problem in problems:
+        out.append(f"  {problem}")
+        key = problem.split(":", 1)[0].removeprefix(f"{nbc.RELEASE_DIR}/")
+        want = expected.get(key)
+        path = root / nbc.RELEASE_DIR / key
+        if isinstance(want, str) and path.is_file() and "differs" in problem:
+            have = path.read_text(encoding="utf-8", errors="replace")
+            diff = list(
+                difflib.unified_diff(
+                    have.splitlines(),
+                    want.splitlines(),
+                    f"{key} (in notebooks/)",
+                    f"{key} (regenerated)",
+                    lineterm="",
+                    n=1,
+                )
+            )
+            out += [f"    {line}" for line in diff[:max_lines]]
+            if len(diff) > max_lines:
+                out.append(f"    ... {len(diff) - max_lines} more diff lines")
+    return "\n".join(out)
+
+
+def release(root: Path, check: bool) -> int:
+    """Regenerate (or, with ``check``, only compare) ``notebooks/``; return the exit status."""
+    lessons = nbc.find_lessons(root)
+    if not lessons:
+        print(
+            f"no lessons found: expected {root / nbc.SOURCE_DIR}/<lesson>/<lesson>.ipynb",
+            file=sys.stderr,
+        )
+        return 1
+    with tempfile.TemporaryDirectory(prefix="shapes-release-") as tmp:
+        _, expected = nbc.build_release(root, Path(tmp) / "course")
+    if check:
+        problems = nbc.compare_release(expected, root)
+        if problems:
+            print(
+                f"notebooks/ is out of date with solutions/ ({len(problems)} problem(s)); "
+                "run `make release`:",
+                file=sys.stderr,
+            )
+            print(_diff_summary(problems, expected, root), file=sys.stderr)
+            return 1
+        print(f"notebooks/ is up to date ({len(lessons)} lesson(s): {', '.join(lessons)})")
+        return 0
+    changed = nbc.write_release(expected, root)
+    for path in changed:
+        print(f"wrote {path}")
+    print(f"released {len(lessons)} lesson(s); {len(changed)} file(s) changed")
+    return 0
+
+
+def strip_solutions(root: Path, check: bool) -> int:
+    """Normalise every ``solutions/*/*.ipynb`` in place (or, with ``check``, only report)."""
+    paths = sorted((root / nbc.SOURCE_DIR).glob("*/*.ipynb"))
+    changed = [p for p in paths if nbc.normalise_file(p, check=check)]
+    for path in changed:
+        verb = "not stripped" if check else "stripped"
+        print(f"{verb}: {path.relative_to(root)}", file=sys.stderr if check else sys.stdout)
+    if check and changed:
+        print("run `python scripts/release.py --strip-solutions`", file=sys.stderr)
+        return 1
+    print(
+        f"{len(paths)} solution notebook(s) checked, {len(changed)} "
+        f"{'need stripping' if check else 'stripped'}"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        description="Generate the student notebooks (notebooks/) from solutions/ with nbgrader."
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 with a diff summary if anything differs",
+    )
+    parser.add_argument(
+        "--strip-solutions",
+        action="store_true",
+        help="normalise solutions/*/*.ipynb instead (strip outputs and "
+        "execution counts, keep nbgrader metadata)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=REPO_ROOT,
+        help="course root holding solutions/ and notebooks/ (default: the repository)",
+    )
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    if args.strip_solutions:
+        return strip_solutions(root, args.check)
+    return release(root, args.check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

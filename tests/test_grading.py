@@ -1,0 +1,504 @@
+"""Grading a class of broken submissions with a real nbgrader run (``course_lib.grading``).
+
+One class of simulated students goes through one ``python -m course_lib.grading`` run (one
+``nbgrader autograde`` process). Most submissions are built from the fast fixture lesson
+``tests/fixtures/solutions/99_fixture`` (no torch: about a second of kernel time each); the
+real lessons in ``solutions/`` add two (a correct submission of the first lesson and a deleted
+test cell in the last; each costs a full run of that lesson's notebook). Each case asserts its
+status, its score and the reason in the report, and the submitted files must be byte-identical
+afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import html
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib import nbgrader_course as nbc
+from course_lib.grading import (
+    MARKER,
+    HideHiddenTests,
+    _nbgrader_failures,
+    grade,
+    prepare_workspace,
+)
+from course_lib.submissions import LessonSpec, collect
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_ROOT = REPO / "tests" / "fixtures"
+FIXTURE = "99_fixture"
+STUDENT_TIMEOUT = 10  # seconds per cell of student code: the infinite loop costs this much
+LESSON_TIMEOUT = 600  # seconds per cell of the lessons' own code (slow on a busy machine)
+
+
+# --- building submissions --------------------------------------------------------------------
+
+
+def _solution_code(source: str) -> str:
+    """The student's correct answer: the instructor cell without the solution delimiters."""
+    return "\n".join(
+        line
+        for line in source.split("\n")
+        if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line
+    )
+
+
+def _find(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def filled(release: Path, source: Path) -> nbformat.NotebookNode:
+    """The student version with every answer cell answered as the solution does."""
+    nb = nbformat.read(str(release), as_version=4)
+    src = nbformat.read(str(source), as_version=4)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            if cell.cell_type == "code":
+                cell.source = _solution_code(_find(src, meta["grade_id"]).source)
+            else:
+                cell.source = "Attention scores grow with seq², linear activations with seq."
+    return nb
+
+
+def _write(path: Path, nb_or_text) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb_or_text, (str, bytes)):
+        data = nb_or_text.encode() if isinstance(nb_or_text, str) else nb_or_text
+        path.write_bytes(data)
+    else:
+        path.write_text(nbformat.writes(nb_or_text) + "\n", encoding="utf-8")
+
+
+def _drop(nb, grade_id):
+    nb.cells.remove(_find(nb, grade_id))
+    return nb
+
+
+def _set(nb, grade_id, source):
+    _find(nb, grade_id).source = source
+    return nb
+
+
+def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]:
+    """Fixture-lesson submissions: name -> (notebook or raw file content, expectation).
+
+    Expectations: ``status``, ``auto`` (autograded points of 3), and ``reason`` (a regular
+    expression the report's reasons must match) where something is wrong.
+    """
+    good = filled(release, source)
+    blank = nbformat.read(str(release), as_version=4)
+    cases: dict[str, tuple[object, dict]] = {}
+    for i in range(8):
+        cases[f"correct{i:02d}"] = (copy.deepcopy(good), {"status": "ok", "auto": 3})
+    cases["instructor_file"] = (
+        nbformat.read(str(source), as_version=4),
+        {"status": "ok", "auto": 3},
+    )
+    cases["blank1"] = (copy.deepcopy(blank), {"status": "flagged", "auto": 0, "reason": "blank"})
+    cases["blank2"] = (copy.deepcopy(blank), {"status": "flagged", "auto": 0, "reason": "blank"})
+    part = _set(copy.deepcopy(blank), "answer_tokens", _find(good, "answer_tokens").source)
+    cases["partial"] = (part, {"status": "ok", "auto": 2, "reason": "not attempted"})
+    wrong = _set(
+        copy.deepcopy(good),
+        "answer_tokens",
+        "def tokens_per_batch(batch_size, seq_len):\n    return batch_size + seq_len",
+    )
+    wrong = _set(wrong, "answer_ratio", "attention_ratio = 4")
+    cases["wrong"] = (wrong, {"status": "ok", "auto": 0})
+    bad_import = copy.deepcopy(good)
+    bad_import.cells.insert(1, nbformat.v4.new_code_cell("import torhc  # a typo"))
+    cases["import_error"] = (
+        bad_import,
+        {
+            "status": "flagged",
+            "auto": 3,
+            "reason": r"added or changed by the student\) raised "
+            r"ModuleNotFoundError",
+        },
+    )
+    cases["import_in_answer"] = (
+        _set(copy.deepcopy(good), "answer_ratio", "import no_such_module\nattention_ratio = 8.0"),
+        {"status": "flagged", "auto": 2, "reason": r"'answer_ratio'\) raised ModuleNotFound"},
+    )
+    cases["infinite_loop"] = (
+        _set(copy.deepcopy(good), "answer_ratio", "while True:\n    pass"),
+        {"status": "flagged", "auto": 2, "reason": r"still running after \d+ s"},
+    )
+    edited = _set(copy.deepcopy(blank), "test_tokens", "assert True  # nothing to see here")
+    cases["edited_test"] = (
+        edited,
+        {"status": "flagged", "auto": 0, "reason": "'test_tokens' was edited; nbgrader restored"},
+    )
+    edited_ok = _set(copy.deepcopy(good), "test_ratio", "pass")
+    cases["edited_test_ok"] = (edited_ok, {"status": "flagged", "auto": 3, "reason": "edited"})
+    cases["deleted_test"] = (
+        _drop(copy.deepcopy(good), "test_ratio"),
+        {
+            "status": "flagged",
+            "auto": 2,
+            "reason": "test cell 'test_ratio' was deleted; it is scored 0",
+        },
+    )
+    cases["deleted_written"] = (
+        _drop(copy.deepcopy(good), "written_reflect"),
+        {"status": "flagged", "auto": 3, "reason": "written answer 'written_reflect' was deleted"},
+    )
+    dup = copy.deepcopy(good)
+    for n, gid in enumerate(("answer_tokens", "test_tokens")):
+        pasted = copy.deepcopy(_find(dup, gid))
+        pasted.id = f"pasted-{n}"  # JupyterLab gives a pasted cell a new id, not a new grade id
+        dup.cells.append(pasted)
+    cases["copied_cells"] = (
+        dup,
+        {"status": "flagged", "auto": 3, "reason": "grade id 'answer_tokens' appears 2 times"},
+    )
+    huge = copy.deepcopy(good)
+    huge.cells[1].outputs = [
+        nbformat.v4.new_output("stream", text="x" * 99 + "\n") for _ in range(80_000)
+    ]
+    cases["huge_saved_output"] = (
+        huge,
+        {"status": "flagged", "auto": 3, "reason": "huge saved output"},
+    )
+    loud = _set(
+        copy.deepcopy(good),
+        "answer_ratio",
+        "for i in range(5000):\n    print(i)\nattention_ratio = 8.0",
+    )
+    cases["loud_output"] = (loud, {"status": "flagged", "auto": 3, "reason": "truncated"})
+    crash = _set(copy.deepcopy(good), "answer_ratio", "import os\nos._exit(1)")
+    cases["kernel_crash"] = (
+        crash,
+        {"status": "not graded", "auto": 0, "reason": "nbgrader could not grade it"},
+    )
+    text = nbformat.writes(good)
+    cases["truncated_json"] = (
+        text[: len(text) // 2],
+        {"status": "not graded", "auto": 0, "reason": "not valid JSON"},
+    )
+    cases["python_script"] = (
+        "def tokens_per_batch(b, s):\n    return b * s\n",
+        {"status": "not graded", "auto": 0, "reason": "not valid JSON"},
+    )
+    cases["json_not_notebook"] = (
+        json.dumps({"answer": 8}),
+        {"status": "not graded", "auto": 0, "reason": "not a Jupyter notebook"},
+    )
+    cases["empty_file"] = ("", {"status": "not graded", "auto": 0, "reason": "empty"})
+    return cases
+
+
+def build_class(root: Path, subs_dir: Path, work: nbc.WorkCourse) -> dict[tuple, dict]:
+    """Write the class into ``subs_dir`` (both layouts); return (student, lesson) -> expectation."""
+    expect: dict[tuple, dict] = {}
+    cases = fixture_cases(work.release_notebook(FIXTURE), work.source_notebook(FIXTURE))
+    for i, (student, (content, exp)) in enumerate(sorted(cases.items())):
+        if i % 2:
+            path = subs_dir / f"{student}_{FIXTURE}.ipynb"  # LMS download
+        else:
+            path = subs_dir / student / FIXTURE / f"{FIXTURE}.ipynb"  # nbgrader layout
+        _write(path, content)
+        expect[(student, FIXTURE)] = exp
+
+    # a folder with a wrongly named notebook, a student id with a space, a double submission,
+    # a file that fits no pattern
+    _write(subs_dir / "renamed" / FIXTURE / "Untitled.ipynb", cases["correct00"][0])
+    expect[("renamed", FIXTURE)] = {"status": "missing", "auto": 0, "reason": "Untitled.ipynb"}
+    _write(subs_dir / f"Jane Doe_{FIXTURE}.ipynb", cases["correct00"][0])
+    expect[("Jane_Doe", FIXTURE)] = {"status": "ok", "auto": 3, "reason": "used as 'Jane_Doe'"}
+    _write(subs_dir / "twice" / FIXTURE / f"{FIXTURE}.ipynb", cases["correct00"][0])
+    _write(subs_dir / f"twice_{FIXTURE}.ipynb", cases["blank1"][0])
+    expect[("twice", FIXTURE)] = {"status": "flagged", "auto": 3, "reason": "second submission"}
+    _write(subs_dir / "notes.txt", "please grade kindly\n")
+
+    real = [lesson for lesson in work.lessons if lesson != FIXTURE]
+    if real:
+        first, last = real[0], real[-1]
+        good = filled(work.release_notebook(first), work.source_notebook(first))
+        spec = LessonSpec.from_notebooks(
+            first, work.source_notebook(first), work.release_notebook(first)
+        )
+        _write(subs_dir / "correct00" / first / f"{first}.ipynb", good)
+        expect[("correct00", first)] = {"status": "ok", "auto": spec.auto_max}
+
+        good = filled(work.release_notebook(last), work.source_notebook(last))
+        spec = LessonSpec.from_notebooks(
+            last, work.source_notebook(last), work.release_notebook(last)
+        )
+        first_test = next(iter(spec.tests))
+        _write(subs_dir / f"deleter_{last}.ipynb", _drop(good, first_test))
+        expect[("deleter", last)] = {
+            "status": "flagged",
+            "auto": spec.auto_max - spec.tests[first_test],
+            "reason": f"test cell '{first_test}' was deleted",
+        }
+    return expect
+
+
+def _digest(folder: Path) -> dict[str, tuple[str, int]]:
+    return {
+        str(p.relative_to(folder)): (
+            hashlib.sha256(p.read_bytes()).hexdigest(),
+            p.stat().st_mtime_ns,
+        )
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """Build the course (real lessons + fixture), the class, and grade it once via the CLI."""
+    tmp = tmp_path_factory.mktemp("grading")
+    root = tmp / "course_root"
+    (root / nbc.SOURCE_DIR).mkdir(parents=True)
+    shutil.copy(REPO / nbc.CONFIG_FILE, root / nbc.CONFIG_FILE)
+    for lesson in nbc.find_lessons(REPO):
+        shutil.copytree(REPO / nbc.SOURCE_DIR / lesson, root / nbc.SOURCE_DIR / lesson)
+    shutil.copytree(FIXTURE_ROOT / nbc.SOURCE_DIR / FIXTURE, root / nbc.SOURCE_DIR / FIXTURE)
+
+    # The student versions the class starts from (release only; no execution).
+    work = nbc.make_work_course(root, tmp / "release")
+    nbc.generate_assignments(work)
+    subs_dir = tmp / "submissions"
+    expect = build_class(root, subs_dir, work)
+    before = _digest(subs_dir)
+
+    out = tmp / "out"
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_lib.grading",
+            str(subs_dir),
+            "--out",
+            str(out),
+            "--root",
+            str(root),
+            "--timeout",
+            str(STUDENT_TIMEOUT),
+            "--lesson-timeout",
+            str(LESSON_TIMEOUT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=nbc.nbgrader_env(),
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    with open(out / "report.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    return {
+        "proc": proc,
+        "rows": rows,
+        "expect": expect,
+        "out": out,
+        "subs": subs_dir,
+        "before": before,
+        "elapsed": elapsed,
+        "root": root,
+    }
+
+
+def test_class_is_large_enough(graded_class):
+    assert len(graded_class["expect"]) >= 30
+    assert graded_class["proc"].returncode == 0, graded_class["proc"].stderr[-3000:]
+    print(
+        f"grading run: {graded_class['elapsed']:.0f} s for {len(graded_class['expect'])} "
+        "submissions"
+    )
+
+
+def test_real_lessons_take_part(graded_class):
+    real = {lesson for (_, lesson) in graded_class["expect"] if lesson != FIXTURE}
+    if not real:
+        pytest.fail("no lessons in solutions/: the class has only the fixture lesson")
+
+
+def test_every_case_gets_its_outcome(graded_class):
+    rows = {(r["student"], r["lesson"]): r for r in graded_class["rows"]}
+    wrong = []
+    for key, exp in sorted(graded_class["expect"].items()):
+        row = rows.get(key)
+        if row is None:
+            wrong.append(f"{key}: no row in the report")
+            continue
+        got = (row["status"], float(row["auto_score"]))
+        if got != (exp["status"], float(exp["auto"])):
+            wrong.append(
+                f"{key}: got {got}, expected {(exp['status'], exp['auto'])}: {row['reasons']}"
+            )
+        if "reason" in exp and not re.search(exp["reason"], row["reasons"]):
+            wrong.append(f"{key}: reasons {row['reasons']!r} do not match {exp['reason']!r}")
+        if exp["status"] in ("flagged", "not graded", "missing") and not row["reasons"]:
+            wrong.append(f"{key}: flagged without a reason")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_correct_submissions_get_full_autograded_marks(graded_class):
+    rows = [r for r in graded_class["rows"] if r["student"].startswith("correct")]
+    assert rows
+    for r in rows:
+        assert float(r["auto_score"]) == float(r["auto_max"]) > 0, r
+        assert r["failed_tests"] == "", r
+
+
+def test_nothing_is_lost(graded_class):
+    """Originals unchanged; every file appears in the report; nothing written beside them."""
+    assert _digest(graded_class["subs"]) == graded_class["before"]
+    files = {r["file"] for r in graded_class["rows"]}
+    for path in graded_class["subs"].rglob("*"):
+        if path.is_file() and path.name != "Untitled.ipynb":
+            assert str(path) in files or path.name == f"twice_{FIXTURE}.ipynb", path
+    unknown = [r for r in graded_class["rows"] if r["status"] == "unrecognised"]
+    assert [Path(r["file"]).name for r in unknown] == ["notes.txt"]
+
+
+def test_scores_csv_and_feedback(graded_class):
+    out = graded_class["out"]
+    with open(out / "scores.csv", newline="", encoding="utf-8") as fh:
+        scores = {r["student"]: r for r in csv.DictReader(fh)}
+    assert float(scores["correct01"][FIXTURE]) == 3.0
+    assert float(scores["blank1"][FIXTURE]) == 0.0
+    assert float(scores["deleted_test"][FIXTURE]) == 2.0
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| infinite_loop | 99_fixture | flagged |" in report
+    feedback = sorted((out / "feedback").rglob("*.html"))
+    assert len(feedback) >= 20
+    wrong_html = _html_text(out / "feedback" / "wrong" / f"{FIXTURE}.html")
+    assert "tokens_per_batch(16, 1024)" in wrong_html  # visible test: shown
+    assert "AssertionError" in wrong_html  # its failure: shown
+    for page in feedback:
+        text = _html_text(page)
+        assert "BEGIN HIDDEN TESTS" not in text, page
+        assert "tokens_per_batch(3, 5)" not in text, page  # a hidden assert
+        assert "isclose(attention_ratio" not in text, page
+
+
+def _html_text(path: Path) -> str:
+    """The visible text of an HTML file (tags removed, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
+
+
+def test_rerun_refuses_to_drop_manual_grades(graded_class, tmp_path):
+    """A run over a workspace whose gradebook holds manual grades stops before deleting it."""
+    out = tmp_path / "out"
+    (out / "course").mkdir(parents=True)
+    (out / MARKER).write_text("", encoding="utf-8")
+    db = out / "course" / "gradebook.db"
+    shutil.copyfile(graded_class["out"] / "course" / "gradebook.db", db)
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE grade SET manual_score = 1 WHERE id IN (SELECT id FROM grade LIMIT 1)")
+    with pytest.raises(SystemExit, match="manual grade"):
+        prepare_workspace(out, force=False)
+    assert db.is_file()
+    prepare_workspace(out, force=True)
+    assert not db.exists()
+
+
+def test_workspace_must_be_ours(tmp_path):
+    (tmp_path / "thesis.tex").write_text("years of work", encoding="utf-8")
+    with pytest.raises(SystemExit, match="not a grading workspace"):
+        prepare_workspace(tmp_path, force=True)
+    assert (tmp_path / "thesis.tex").is_file()
+
+
+def test_rerun_gives_the_same_report(tmp_path):
+    """Grading the same two submissions twice into one workspace gives identical files."""
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURE_ROOT / nbc.SOURCE_DIR, root / nbc.SOURCE_DIR)
+    shutil.copy(REPO / nbc.CONFIG_FILE, root / nbc.CONFIG_FILE)
+    release = FIXTURE_ROOT / nbc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
+    source = FIXTURE_ROOT / nbc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
+    subs = tmp_path / "subs"
+    _write(subs / f"ann_{FIXTURE}.ipynb", filled(release, source))
+    _write(subs / f"bob_{FIXTURE}.ipynb", _drop(filled(release, source), "test_tokens"))
+    before = _digest(subs)
+    out = tmp_path / "out"
+    reports = []
+    for _ in range(2):
+        grade(subs, out, root, cell_timeout=STUDENT_TIMEOUT)
+        reports.append([(out / name).read_bytes() for name in ("report.csv", "scores.csv")])
+    assert reports[0] == reports[1]
+    assert b"test cell 'test_tokens' was deleted" in reports[0][0]
+    assert _digest(subs) == before
+
+
+# --- fast checks without nbgrader runs ----------------------------------------------------
+
+
+def test_collect_understands_both_layouts(tmp_path):
+    _write(tmp_path / "ann" / "01_a" / "01_a.ipynb", "{}")
+    _write(tmp_path / "bob_01_a.ipynb", "{}")
+    _write(tmp_path / "bob_x_02_b_c.ipynb", "{}")  # student ids may contain underscores
+    _write(tmp_path / "cy" / "02_b_c.ipynb", "{}")
+    _write(tmp_path / "dee" / "01_a" / "copy.ipynb", "{}")
+    _write(tmp_path / "zzz.ipynb", "{}")
+    subs, unknown = collect(tmp_path, ["01_a", "02_b_c"])
+    got = {(s.student, s.lesson): s.original is not None for s in subs}
+    assert got == {
+        ("ann", "01_a"): True,
+        ("bob", "01_a"): True,
+        ("bob_x", "02_b_c"): True,
+        ("cy", "02_b_c"): True,
+        ("dee", "01_a"): False,
+    }
+    assert unknown == [str(tmp_path / "zzz.ipynb")]
+
+
+def test_hidden_tests_preprocessor_hides_region_and_traceback():
+    cell = nbformat.v4.new_code_cell(
+        "assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(2) == 99\n### END HIDDEN TESTS",
+        metadata={
+            "nbgrader": {
+                "grade": True,
+                "grade_id": "t",
+                "locked": True,
+                "points": 1,
+                "schema_version": 3,
+                "solution": False,
+            }
+        },
+    )
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "error",
+            ename="AssertionError",
+            evalue="",
+            traceback=["---", "assert f(2) == 99", "Error"],
+        )
+    ]
+    out, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
+    assert "f(2)" not in out.source and "f(1)" in out.source
+    assert "f(2)" not in json.dumps(out.outputs)
+
+
+def test_failure_log_parsing():
+    log = (
+        "[AutogradeApp | ERROR] There was an error processing assignment: "
+        "/x/submitted/amy/01_a\n[AutogradeApp | ERROR] Traceback (most recent call last):\n"
+        '    File "y.py", line 1\n    DeadKernelError: Kernel died\n\n'
+        "[AutogradeApp | INFO] next\n"
+    )
+    assert _nbgrader_failures(log) == {
+        ("amy", "01_a"): "the kernel died while running it (the code crashed or exhausted memory)"
+    }

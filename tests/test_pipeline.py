@@ -1,0 +1,214 @@
+"""The nbgrader pipeline: ``solutions/`` -> ``notebooks/``, structure, an autograde round trip.
+
+Every lesson ``solutions/<lesson>/<lesson>.ipynb`` is released once into a temporary nbgrader
+course (``nbgrader generate_assignment``, one process for all lessons). The drift test compares
+that release, in its normal form, with the committed ``notebooks/``. The round trip then submits,
+for every lesson, the blank student notebook as student ``blank`` and the instructor notebook as
+student ``solution``, runs one ``nbgrader autograde`` over everything, and reads the scores from
+the gradebook (``nbgrader validate``'s exit status is 0 even on failure, so it proves nothing).
+
+``SHAPES_COURSE_ROOT=tests/fixtures`` runs the same tests on the one-lesson fixture course.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib import nbgrader_course as nbc
+from course_lib.submissions import LessonSpec
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT = (REPO / os.environ.get("SHAPES_COURSE_ROOT", ".")).resolve()
+LESSONS = nbc.find_lessons(ROOT)
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+# The round trip uses the grading command's limits: student code 60 s a cell, the lesson's own
+# cells 600 s (a measurement cell on a busy 2-core machine must not void the submission).
+TIMEOUTS = 60, 600
+
+
+def _kind(cell: dict) -> str:
+    if cell.get("grade") and cell.get("solution"):
+        return "written"
+    if cell.get("grade"):
+        return "test"
+    if cell.get("solution"):
+        return "answer"
+    return "locked"
+
+
+def test_there_are_lessons():
+    assert LESSONS, f"no lessons: expected {ROOT / nbc.SOURCE_DIR}/<lesson>/<lesson>.ipynb"
+
+
+# --- the release ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """The whole course released once into a temporary nbgrader course."""
+    if not LESSONS:
+        pytest.fail("no lessons to release")
+    tmp = tmp_path_factory.mktemp("pipeline")
+    work = nbc.make_work_course(
+        ROOT,
+        tmp / "course",
+        extra_config=[
+            "from course_lib.grading import CellTimeouts",
+            f"c.Execute.timeout_func = CellTimeouts({str(tmp / 'course')!r}, "
+            f"student={TIMEOUTS[0]}, lesson={TIMEOUTS[1]})",
+            "c.Execute.iopub_timeout = 30",
+        ],
+    )
+    nbc.generate_assignments(work)
+    return work, nbc.release_files(work)
+
+
+def test_notebooks_match_a_fresh_release(release):
+    """Regenerating notebooks/ from solutions/ gives no diff (else: run `make release`)."""
+    _, files = release
+    problems = nbc.compare_release(files, ROOT)
+    assert not problems, "notebooks/ is out of date; run `make release`:\n" + "\n".join(problems)
+
+
+def test_drift_check_notices_an_edit(release, tmp_path):
+    """The comparison itself fails when a student notebook is edited by hand."""
+    _, files = release
+    shutil.copytree(ROOT / nbc.RELEASE_DIR, tmp_path / nbc.RELEASE_DIR)
+    assert nbc.compare_release(files, tmp_path) == nbc.compare_release(files, ROOT)
+    path = tmp_path / nbc.RELEASE_DIR / LESSONS[0] / f"{LESSONS[0]}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells[0].source += "\nedited by hand"
+    nbformat.write(nb, str(path))
+    assert any("differs" in p for p in nbc.compare_release(files, tmp_path))
+
+
+def test_normal_form_is_stable(release):
+    """Normalising a released notebook again changes nothing (so `git diff` stays empty)."""
+    _, files = release
+    for key, text in files.items():
+        if key.endswith(".ipynb"):
+            nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+            assert nbc.notebook_text(nbc.normalise(nb)) == text, key
+            assert text.endswith("}\n") and '\n "cells": [' in text, key
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_notebook_is_stripped(lesson):
+    """Instructor notebooks are kept without outputs (`scripts/release.py --strip-solutions`)."""
+    path = ROOT / nbc.SOURCE_DIR / lesson / f"{lesson}.ipynb"
+    assert not nbc.normalise_file(path, check=True), f"{path} has outputs or execution counts"
+
+
+# --- structure --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_lesson_structure(lesson):
+    """Answer cells, tests with points and hidden tests, a written answer, unique grade ids."""
+    nb = nbformat.read(str(ROOT / nbc.SOURCE_DIR / lesson / f"{lesson}.ipynb"), as_version=4)
+    cells = nbc.nbgrader_cells(nb)
+    ids = [c["grade_id"] for c in cells]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    assert not repeated, f"repeated grade ids: {repeated}"
+    assert all(c.get("schema_version") == 3 for c in cells)
+    kinds = [_kind(c) for c in cells]
+    assert "answer" in kinds, "no autograded answer cell"
+    tests = [c for c in cells if _kind(c) == "test"]
+    assert any(float(c.get("points", 0)) > 0 and HIDDEN.search(c["source"]) for c in tests), (
+        "no test cell with points and hidden tests"
+    )
+    assert all(float(c.get("points", 0)) > 0 for c in tests), "a test cell is worth 0 points"
+    assert "written" in kinds, "no manually graded written answer"
+    for cell in cells:
+        if _kind(cell) == "answer" and cell["cell_type"] == "code":
+            assert "### BEGIN SOLUTION" in cell["source"], f"{cell['grade_id']}: no solution region"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_student_version_gives_nothing_away(lesson):
+    """No solutions, hidden tests or mark schemes in notebooks/; exercises raise NotImplemented."""
+    source = nbformat.read(str(ROOT / nbc.SOURCE_DIR / lesson / f"{lesson}.ipynb"), as_version=4)
+    student_path = ROOT / nbc.RELEASE_DIR / lesson / f"{lesson}.ipynb"
+    assert student_path.is_file(), f"{student_path} missing: run `make release`"
+    text = student_path.read_text(encoding="utf-8")
+    for marker in (
+        "BEGIN SOLUTION",
+        "END SOLUTION",
+        "BEGIN HIDDEN TESTS",
+        "END HIDDEN TESTS",
+        "BEGIN MARK SCHEME",
+    ):
+        assert marker not in text, f"{marker!r} in the student notebook"
+
+    visible = "\n".join(HIDDEN.sub("", c.source) for c in source.cells)
+    student = nbformat.reads(text, as_version=4)
+    student_src = "\n".join(c.source for c in student.cells)
+    for cell in nbc.nbgrader_cells(source):
+        for hidden in HIDDEN.findall(cell["source"]):
+            for line in hidden.splitlines():
+                if line.strip() and not line.strip().startswith("#") and line not in visible:
+                    assert line not in student_src, f"hidden test line leaked: {line!r}"
+
+    answers = [
+        c for c in nbc.nbgrader_cells(student) if _kind(c) == "answer" and c["cell_type"] == "code"
+    ]
+    assert answers
+    for cell in answers:
+        assert "raise NotImplementedError" in cell["source"], cell["grade_id"]
+
+
+# --- autograde round trip ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def round_trip(release):
+    """Blank and solution submissions of every lesson, one autograde run, scores by cell."""
+    from nbgrader.api import Gradebook
+
+    work, _ = release
+    for lesson in work.lessons:
+        for student, notebook in (
+            ("blank", work.release_notebook(lesson)),
+            ("solution", work.source_notebook(lesson)),
+        ):
+            dest = work.submitted / student / lesson
+            dest.mkdir(parents=True)
+            shutil.copyfile(notebook, dest / f"{lesson}.ipynb")
+    proc = work.run("autograde", "*", "--force")
+    scores = {}
+    with Gradebook(work.db_url) as gb:
+        for lesson in work.lessons:
+            for student in ("blank", "solution"):
+                graded = work.autograded / student / lesson / f"{lesson}.ipynb"
+                assert graded.is_file(), (
+                    f"nbgrader did not grade {student}/{lesson}:\n" + proc.stdout[-4000:]
+                )
+                tests = LessonSpec.from_notebooks(
+                    lesson, work.source_notebook(lesson), work.release_notebook(lesson)
+                ).tests
+                sub = gb.find_submission_notebook(lesson, lesson, student)
+                scores[student, lesson] = {
+                    g.name: (g.auto_score, g.max_score) for g in sub.grades if g.name in tests
+                }
+    return scores
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_blank_notebook_scores_zero(round_trip, lesson):
+    grades = round_trip["blank", lesson]
+    assert grades
+    assert all(score == 0 for score, _ in grades.values()), f"(score, max): {grades}"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_notebook_scores_full_marks(round_trip, lesson):
+    grades = round_trip["solution", lesson]
+    assert grades
+    missed = {gid: got for gid, got in grades.items() if got[0] != got[1] or not got[1]}
+    assert not missed, f"solution lost points (score, max): {missed}"

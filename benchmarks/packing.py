@@ -46,6 +46,9 @@ def trl_bfd(lengths: np.ndarray, capacity: int) -> tuple[float, int] | None:
         from trl.data_utils import pack_dataset
     except ImportError:
         return None
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # its per-batch bar would bury the table
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     values = pa.array(np.zeros(int(offsets[-1]), dtype=np.int32))
     column = pa.LargeListArray.from_arrays(pa.array(offsets), values)

@@ -304,12 +304,32 @@ def activation_bytes(
     ``T²`` bytes. Head: final norm (``N C`` + ``2N`` fp32), int64 shifted labels ``8N`` and the
     fp32 log-probabilities ``N V``.
 
-    The peak is the largest of three moments of the backward pass:
+    The peak is the largest of the moments of the backward pass. At the lessons' shapes one of
+    three wins:
       * the loss: saved + ``2 N V`` (two gradients of the log-probabilities);
       * the top block's MLP: its GELU gradients in flight;
-      * eager only, the top block's softmax: ``2 B H T²`` of gradients on top of what is left.
-    With ``checkpointing`` (``True``/``"blocks"``), a block keeps only its input; the peak then
-    includes one block recomputed during backward.
+      * eager only, the top block's softmax: ``2 B H T²`` of gradients on top of what is left;
+    with very few tokens, the moments listed below for checkpointing (a lower block, the
+    embedding's gradient) can win even without checkpointing, and are scanned too.
+    With ``checkpointing`` (``True``/``"blocks"``: whole blocks; ``"attention"``: only the
+    attention half; ``config.checkpoint_every = k``: blocks ``0, k, 2k, ...``):
+      * a checkpointed block keeps only its input ``N C`` (``"attention"``: its input plus the
+        MLP half's own saved set, ``2 N C + 2 N M`` and ``2N`` fp32 statistics);
+      * the backward pass reaches block ``i`` holding what blocks ``0..i`` kept, one ``N C``
+        gradient, and the weight gradients of the head and of every block above
+        (``P_block = 4C + 4C² + 2CM`` values each); the saved inputs above are gone. A
+        checkpointed block first runs its forward again, so its whole saved set comes back.
+      * every block is then scanned (a lower block can win: it holds more weight gradients)
+        for the moments of its backward: the MLP's down- and up-projections, the attention
+        (eager: ``att @ v``'s gradients, then the softmax's; sdpa: the fused kernel's ``3 N C``),
+        the qkv projection (``3 C²`` of weight gradient), and, while recomputing eager attention,
+        the rotary temporaries or the scores and probabilities side by side. Two more: the
+        ``lm_head`` backward and the last moment, the embedding's gradient, when every weight's
+        gradient is alive (``P b + N C``, ``P`` = :func:`parameter_count`).
+    Checkpointing shrinks the activations until the weights' gradients set the floor: at small
+    ``N`` the peak sits at the bottom block or at the embedding. Checked against the CPU count
+    to the byte (a constant 8-byte loss scalar aside) for eager and sdpa, 1-4 heads, MLP ratios
+    1, 2 and 4, vocabularies of 16-260 and ``checkpoint_every`` 1-3.
     """
     _check_positive_int("batch_size", batch_size)
     _check_positive_int("seq_len", seq_len)
@@ -339,33 +359,82 @@ def activation_bytes(
     embed = N * C * b
     head = N * C * b + 2 * N * f32 + 8 * N + N * V * f32
     grads_head = V * C * b + 2 * C * b
+    grads_block = (4 * C + 4 * C * C + 2 * C * M) * b  # 2 LayerNorms, qkv + proj, up + down
+    grads_mlp_half = 2 * C * M * b + 2 * C * b  # up, down, ln2
+    # The MLP half's saved set: its input x + attn, ln2 output and statistics, up and GELU outputs.
+    mlp_half = 2 * N * C * b + 2 * N * f32 + 2 * N * M * b
 
-    if mode in (True, "blocks"):
-        n_ckpt = len(range(0, L, config.checkpoint_every))
-        saved_blocks = (
-            L - n_ckpt
-        ) * block + n_ckpt * N * C * b  # a checkpointed block keeps its input
-    else:
-        n_ckpt = 0
-        saved_blocks = L * block
-    saved = rope_masks + embed + saved_blocks + head
+    # What each block keeps for backward, bottom (i = 0) to top.
+    every = config.checkpoint_every
+    modes = [_block_checkpointing(mode, i, every) for i in range(L)]
+    keeps = {False: block, "blocks": N * C * b, "attention": N * C * b + mlp_half}
+    kept = [keeps[m] for m in modes]
+    n_blocks_ckpt = sum(m == "blocks" for m in modes)
+    n_attn_ckpt = sum(m == "attention" for m in modes)
+    n_full = L - n_blocks_ckpt - n_attn_ckpt
+    saved = rope_masks + embed + sum(kept) + head
 
-    # The three candidate peaks of the backward pass (derived from the op order; see docstring).
-    peak_loss = saved + 2 * N * V * f32 - 8 * N
-    base_top = saved - N * V * f32 - 2 * N * f32 - 8 * N - N * C * b + grads_head
-    recompute = block - N * C * b if n_ckpt and (L - 1) % config.checkpoint_every == 0 else 0
-    peak_mlp = base_top + recompute + C * M * b + N * M * b
-    candidates = {"loss": peak_loss, "top block MLP": peak_mlp}
-    if eager:
-        top_mlp_freed = 2 * N * M * b + 2 * N * C * b + 2 * N * f32 + N * C * b
-        grads_top_mlp = 2 * C * M * b + 2 * C * b + C * C * b
-        candidates["top block softmax"] = (
-            base_top + recompute - top_mlp_freed + grads_top_mlp + 2 * B * H * T * T * b
+    # Candidate peaks of the backward pass (derived from the op order; see docstring). Every block
+    # and moment is scanned: at large token counts the loss or the top block wins, but when the
+    # activations are small next to the weights' gradients (few tokens, or checkpointing) a lower
+    # block or the embedding's gradient is the peak.
+    checkpointed = True
+    candidates = {"loss": saved + 2 * N * V * f32 - 8 * N}
+    if checkpointed:
+        # lm_head's backward: the logits' gradient, its weight gradient and dx (wins if C > 2V).
+        candidates["head"] = candidates["loss"] - 2 * N * V * f32 + V * C * b + N * C * b
+    # Entering block i's backward: everything kept at and below i, the gradients of every block
+    # above and of the head; ``embed`` stands in for the one (N, C) gradient flowing down.
+    entering = [
+        rope_masks + embed + grads_head + sum(kept[: i + 1]) + (L - 1 - i) * grads_block
+        for i in range(L)
+    ]
+    for i in range(L) if checkpointed else [L - 1]:
+        name = "top block" if i == L - 1 else f"block {i}"
+        ckpt = modes[i]
+        whole = entering[i] - kept[i] + block  # block i's whole saved set is alive (again)
+        # The MLP half's backward: down-projection weight gradient, then the GELU gradients.
+        mlp_at = entering[i] if ckpt == "attention" else whole
+        candidates[f"{name} MLP"] = mlp_at + C * M * b + N * M * b
+        attn_only = whole - mlp_half + grads_mlp_half  # MLP half done, attention half alive
+        if eager:
+            # proj's input freed, its weight gradient in, then two (B, H, T, T) gradients.
+            softmax = attn_only - N * C * b + C * C * b + 2 * scores
+            candidates[f"{name} softmax"] = softmax
+        if not checkpointed:
+            continue
+        # The up-projection's backward: its weight gradient and dx beside the GELU-input
+        # gradient, the GELU tensors freed; wins when N is small next to C.
+        candidates[f"{name} MLP up"] = mlp_at + 2 * C * M * b - N * M * b + N * C * b
+        if eager:
+            # Just before the softmax's: att @ v's gradients (d_att, dv) beside dy's copy and v.
+            candidates[f"{name} attention backward"] = softmax - scores + 2 * N * C * b
+        else:
+            # proj's weight gradient, dy, then the fused kernel's q/k/v gradients (3 N C).
+            candidates[f"{name} attention backward"] = attn_only + C * C * b + 4 * N * C * b
+        # The qkv projection's backward: q/k/v's gradients (3 N C), its weight gradient (3 C²)
+        # and dx, once attention's own tensors are gone. A plain bottom block has used RoPE's
+        # tables (and the mask) for the last time by then; a checkpointed one holds them still.
+        released = rope_masks if i == 0 and not ckpt else 0
+        candidates[f"{name} qkv backward"] = (
+            attn_only - qkv - scores - released + 4 * C * C * b + 4 * N * C * b
         )
+        if ckpt and eager:
+            # Recomputing eager attention: ln1 output and statistics, q/k/v (4 N C), then either
+            # the rotary temporaries (4 N C) or the masked scores and probabilities with y and its
+            # copy (2 B H T² + 2 N C), whichever is larger.
+            before = entering[i] if ckpt == "blocks" else entering[i] - mlp_half + grads_mlp_half
+            candidates[f"{name} recomputed attention"] = (
+                before + 6 * N * C * b + 2 * N * f32 + 2 * max(N * C * b, scores)
+            )
+    if checkpointed:
+        # The last moment: every weight has its gradient, plus the one flowing into the embedding.
+        candidates["embedding"] = parameter_count(config) * b + N * C * b
     peak_at = max(candidates, key=candidates.get)
     total = candidates[peak_at]
 
-    n_full = L - n_ckpt
+    # Attention-checkpointed blocks keep their MLP half: ln2 output and statistics, the hidden,
+    # and two residual tensors (the block input and x + attn).
     return ActivationBreakdown(
         batch_size=B,
         seq_len=T,
@@ -373,9 +442,12 @@ def activation_bytes(
         checkpointing=mode,
         attention_scores=n_full * scores,
         attention_qkv=n_full * qkv,
-        mlp_hidden=n_full * mlp,
-        norms=n_full * norms + N * C * b + 2 * N * f32,
-        residual_stream=n_full * resid + embed + n_ckpt * N * C * b,
+        mlp_hidden=(n_full + n_attn_ckpt) * mlp,
+        norms=n_full * norms + n_attn_ckpt * (N * C * b + 2 * N * f32) + N * C * b + 2 * N * f32,
+        residual_stream=n_full * resid
+        + embed
+        + n_blocks_ckpt * N * C * b
+        + n_attn_ckpt * 2 * N * C * b,
         rope_and_masks=rope_masks,
         logits_and_loss=8 * N + N * V * f32,
         saved_total=saved,
@@ -383,6 +455,13 @@ def activation_bytes(
         total=total,
         peak_at=peak_at,
     )
+
+
+def _block_checkpointing(mode, index: int, every: int):
+    """What block ``index`` recomputes: ``False``, ``"blocks"`` or ``"attention"`` (as TinyGPT)."""
+    if not mode or index % every:
+        return False
+    return "blocks" if mode is True else mode
 
 
 # --------------------------------------------------------------------------------------------

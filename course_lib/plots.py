@@ -887,3 +887,158 @@ def plot_loss_curves(curves: dict, title: str = "") -> Figure:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 4: activation checkpointing
+# --------------------------------------------------------------------------------------------
+
+CHECKPOINT_COLOURS = {"plain": "tab:red", "blocks": "tab:blue", "attention": "tab:purple"}
+
+
+def _checkpoint_colour(label: str) -> str:
+    return CHECKPOINT_COLOURS.get(label.split("/")[0], "tab:green")
+
+
+def plot_checkpointing_peaks(rows, title: str = "") -> Figure:
+    """Peak memory of one step over ``seq_len``, one colour per checkpointing mode.
+
+    ``rows`` are :class:`~course_lib.checkpointing.CheckpointingRow`: predictions as lines,
+    measurements as points; the lower panel is predicted / measured (1.0 = exact).
+    """
+    if not rows:
+        raise ValueError("plot_checkpointing_peaks needs at least one measured row")
+    fig, (ax, ax_ratio) = plt.subplots(
+        2, 1, figsize=(7.5, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    for label in dict.fromkeys(r.label for r in rows):
+        sel = sorted((r for r in rows if r.label == label), key=lambda r: r.seq_len)
+        xs = [r.seq_len for r in sel]
+        colour = _checkpoint_colour(label)
+        ax.plot(
+            xs,
+            [_mib(r.predicted_bytes) for r in sel],
+            "-",
+            color=colour,
+            alpha=0.6,
+            label=f"{label}: predicted",
+        )
+        ax.plot(
+            xs, [_mib(r.measured_bytes) for r in sel], "o", color=colour, label=f"{label}: measured"
+        )
+        ax_ratio.plot(xs, [r.ratio for r in sel], "o-", color=colour)
+    first = rows[0]
+    ax.set_xscale("log", base=2)
+    ax.set_ylabel("peak memory of one step (MiB)")
+    ax.set_title(
+        title
+        or f"{first.n_layers} blocks, {first.attn_impl}, batch {first.batch_size} ({first.method})"
+    )
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax_ratio.axhline(1.0, color="black", lw=0.8)
+    ratios = [r.ratio for r in rows]
+    ax_ratio.set_ylim(min(0.95, min(ratios) - 0.01), max(1.05, max(ratios) + 0.01))
+    ax_ratio.ticklabel_format(axis="y", useOffset=False)
+    ax_ratio.set_ylabel("predicted / measured")
+    ax_ratio.set_xlabel("seq_len")
+    ticks = sorted({r.seq_len for r in rows})
+    ax_ratio.set_xticks(ticks)
+    ax_ratio.set_xticklabels([str(t) for t in ticks])
+    ax_ratio.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_step_times(times, title: str = "") -> Figure:
+    """Step time with and without checkpointing: every repeat as a dot, the median as a bar.
+
+    ``times`` is a :class:`~course_lib.checkpointing.StepTimes`.
+    """
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    sides = [("plain", times.plain_seconds), ("checkpointed", times.checkpointed_seconds)]
+    for x, (name, seconds) in enumerate(sides):
+        ms = [1e3 * s for s in seconds]
+        colour = "tab:red" if name == "plain" else "tab:blue"
+        ax.bar(x, sorted(ms)[len(ms) // 2], color=colour, alpha=0.4, width=0.6)
+        ax.plot([x] * len(ms), ms, "o", color=colour)
+    ax.set_xticks([0, 1])
+    ax.set_xticklabels(["plain", "checkpointed"])
+    ax.set_ylabel("forward + backward (ms)")
+    ax.set_title(
+        title
+        or f"{times.batch_size}×{times.seq_len}, {times.n_layers} blocks: "
+        f"×{times.ratio:.2f} (median of {times.repeats} pairs, {times.device})"
+    )
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
+def plot_budget_fit(
+    config,
+    seq_len: int,
+    n_layers: int,
+    budget_mib: float,
+    batch_size: int = 1,
+    seq_lens: Sequence[int] | None = None,
+    attn_impl: str | None = None,
+) -> Figure:
+    """Does one step fit a memory budget? Predicted peaks over ``seq_len``, plain and checkpointed.
+
+    The model is ``config`` with ``n_layers`` blocks (and ``attn_impl``, if given); the dashed
+    line is the budget; the chosen ``seq_len`` is marked, and the title says which of the two fits
+    there.
+    """
+    from dataclasses import replace
+
+    from .memory import activation_bytes
+
+    if budget_mib <= 0:
+        raise ValueError(f"budget_mib must be positive, got {budget_mib}")
+    if seq_lens is None:
+        # From 64 tokens: below that the weights' gradients, not activations, set the peak.
+        seq_lens = sorted({2**k for k in range(6, 16) if 2**k <= 4 * seq_len} | {seq_len})
+    longest = max(max(seq_lens), seq_len)
+    cfg = replace(
+        config,
+        n_layers=n_layers,
+        max_seq_len=max(config.max_seq_len, longest),
+        attn_impl=attn_impl or config.attn_impl,
+    )
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    fits = {}
+    for mode, label in ((False, "plain"), (True, "checkpointed blocks")):
+        peaks = [
+            _mib(activation_bytes(cfg, batch_size, t, checkpointing=mode).total) for t in seq_lens
+        ]
+        here = _mib(activation_bytes(cfg, batch_size, seq_len, checkpointing=mode).total)
+        fits[mode] = here <= budget_mib
+        colour = "tab:red" if mode is False else "tab:blue"
+        ax.plot(seq_lens, peaks, "-", color=colour, label=f"{label} (predicted)")
+        ax.plot([seq_len], [here], "o" if fits[mode] else "X", color=colour, ms=10)
+        ax.annotate(
+            f"{here:.1f} MiB",
+            (seq_len, here),
+            textcoords="offset points",
+            xytext=(6, -12 if mode else 6),
+            fontsize=8,
+            color=colour,
+        )
+    ax.axhline(budget_mib, color="black", ls="--", lw=1, label=f"budget {budget_mib:g} MiB")
+    ax.axvline(seq_len, color="gray", lw=0.8)
+    if fits[False]:
+        verdict = "fits without checkpointing"
+    elif fits[True]:
+        verdict = "fits only with checkpointing"
+    else:
+        verdict = "does not fit, even with checkpointing"
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("seq_len")
+    ax.set_ylabel("predicted peak of one step (MiB)")
+    ax.set_title(f"{batch_size} × {seq_len}, {n_layers} blocks, {cfg.attn_impl}: {verdict}")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig

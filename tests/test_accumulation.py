@@ -48,8 +48,9 @@ def micro_batch(gen: torch.Generator, rows: list[tuple[int, int]]) -> dict:
 
 def tiny_model(attn_impl: str = "eager", dtype=torch.float32) -> TinyGPT:
     torch.manual_seed(0)
-    config = TinyGPTConfig(vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, max_seq_len=512,
-                           attn_impl=attn_impl)
+    config = TinyGPTConfig(
+        vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, max_seq_len=512, attn_impl=attn_impl
+    )
     return TinyGPT(config).to(dtype)
 
 
@@ -60,6 +61,7 @@ def skewed_window(seed: int = 0) -> list[dict]:
 
 
 # --- counting ------------------------------------------------------------------------------
+
 
 def test_count_loss_tokens_skips_the_first_label_of_every_row():
     labels = torch.arange(2 * 7).view(2, 7)  # full-sequence labels: nothing is -100
@@ -91,10 +93,15 @@ def test_batch_token_counts():
     gen = torch.Generator().manual_seed(1)
     counts = batch_token_counts(micro_batch(gen, [(3, 4), (10, 20)]))
     assert (counts.all_tokens, counts.non_pad_tokens, counts.loss_tokens, counts.examples) == (
-        2 * 30, 7 + 30, 24, 2)
+        2 * 30,
+        7 + 30,
+        24,
+        2,
+    )
 
 
 # --- the gradient equivalence ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("attn_impl", ["eager", "sdpa"])
 def test_token_weighted_matches_full_batch_fp32(attn_impl):
@@ -116,11 +123,21 @@ def test_mean_of_means_is_right_when_token_counts_are_equal():
     assert gradient_error(tiny_model(), window, "mean") <= 1e-6
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, phases=[Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow])  # no shrinking: each example trains
-@given(st.lists(st.lists(st.tuples(st.integers(1, 20), st.integers(0, 40)), min_size=1,
-                         max_size=3), min_size=1, max_size=4),
-       st.integers(0, 2**31 - 1))
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)  # no shrinking: each example trains
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(1, 20), st.integers(0, 40)), min_size=1, max_size=3),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 2**31 - 1),
+)
 def test_token_weighted_matches_full_batch_on_random_windows(shapes, seed):
     if sum(c for rows in shapes for _, c in rows) == 0:
         shapes[0][0] = (shapes[0][0][0], 1)
@@ -153,11 +170,14 @@ def test_window_without_loss_tokens_raises_instead_of_nan():
     assert all(p.grad is None for p in model.parameters())
 
 
-@pytest.mark.parametrize(("window", "mode", "message"), [
-    ([], "token_weighted", "window is empty"),
-    (None, "sum", "mode='sum' is not one of"),
-    ("no-labels", "token_weighted", "must be a dict with 'input_ids' and 'labels'"),
-])
+@pytest.mark.parametrize(
+    ("window", "mode", "message"),
+    [
+        ([], "token_weighted", "window is empty"),
+        (None, "sum", "mode='sum' is not one of"),
+        ("no-labels", "token_weighted", "must be a dict with 'input_ids' and 'labels'"),
+    ],
+)
 def test_bad_windows_are_refused(window, mode, message):
     if window is None:
         window = skewed_window()
@@ -168,6 +188,7 @@ def test_bad_windows_are_refused(window, mode, message):
 
 
 # --- what accumulate_gradients and gradient_error leave behind -------------------------------
+
 
 def test_accumulation_adds_into_existing_grads_and_reports_the_window():
     model, window = tiny_model(), skewed_window()
@@ -226,6 +247,7 @@ def test_dp_loss_without_distributed_is_the_token_mean():
 
 
 # --- logging tokens per step ---------------------------------------------------------------------
+
 
 def test_tokens_per_step_logger_counts_and_warns_once():
     gen = torch.Generator().manual_seed(6)

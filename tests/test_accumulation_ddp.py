@@ -64,8 +64,9 @@ def flat_grad(module: torch.nn.Module) -> torch.Tensor:
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=WORLD_SIZE)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE
+    )
     try:
         ddp = DistributedDataParallel(model())
         window = windows()[rank]
@@ -83,12 +84,19 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                    reason="torch.distributed with gloo is not built in")
+@pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(),
+    reason="torch.distributed with gloo is not built in",
+)
 def test_two_gloo_ranks_match_the_single_process_full_batch(tmp_path):
     # fork: the children reuse the imported torch instead of paying 2-4 s each to import it
-    mp.start_processes(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD_SIZE,
-                       join=True, start_method="fork")
+    mp.start_processes(
+        _worker,
+        args=(str(tmp_path / "init"), str(tmp_path)),
+        nprocs=WORLD_SIZE,
+        join=True,
+        start_method="fork",
+    )
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD_SIZE)]
 
     single = model()

@@ -1,7 +1,6 @@
 """Bin packing, the packing collator, document masks and the isolation check (course_lib/packing.py,
 course_lib/isolation.py) on TinyGPT."""
 
-import time
 
 import numpy as np
 import pytest
@@ -74,13 +73,11 @@ def test_greedy_can_beat_bfd_on_a_crafted_order():
     assert len(pack_lengths(lengths, 12, "greedy")) < len(pack_lengths(lengths, 12, "bfd"))
 
 
-def test_bfd_is_near_the_lower_bound_and_fast():
+def test_bfd_is_near_the_lower_bound():
+    # Speed is measured by benchmarks/packing.py, side by side with greedy and trl.
     lengths = sample_lengths(200_000, seed=0)
-    start = time.perf_counter()
     rows = pack_lengths(lengths, 2048)
-    elapsed = time.perf_counter() - start
     assert len(rows) <= 1.005 * lower_bound_rows(lengths, 2048)
-    assert elapsed < 10.0  # about 0.2 s here; generous for a shared machine
 
 
 @pytest.mark.parametrize(

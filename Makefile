@@ -11,7 +11,7 @@ NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
 GRADING_OUT ?= grading
 
-.PHONY: setup lab test lint unit notebooks release release-check grade bench help
+.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
@@ -19,6 +19,7 @@ help:
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder"
 	@echo "make bench    print the benchmark figures quoted in the README"
+	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
 
 setup: $(VENV)/.installed
 
@@ -62,3 +63,10 @@ bench: setup
 	$(PY) benchmarks/packing.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/checkpointing.py
+
+# GPU checks: the memory model and checkpointing against the CUDA allocator. Needs a CUDA torch
+# (make setup TORCH_SPEC=...); each script says so and exits 0 on a machine without a GPU.
+bench-gpu: setup
+	$(PY) benchmarks/gpu_memory.py
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+	  && $(PY) benchmarks/checkpointing.py --device cuda || echo "no CUDA: checkpointing GPU run skipped"

@@ -1,7 +1,6 @@
 """Bin packing, the packing collator, document masks and the isolation check (course_lib/packing.py,
 course_lib/isolation.py) on TinyGPT."""
 
-
 import numpy as np
 import pytest
 import torch

@@ -48,6 +48,10 @@ def count_loss_tokens(labels: torch.Tensor) -> int:
     """
     if not torch.is_tensor(labels) or labels.dim() < 1:
         raise ValueError(f"labels must be a tensor with a sequence dimension, got {labels!r}")
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise TypeError(
+            f"labels must hold integer token ids (-100 for ignored), got dtype {labels.dtype}"
+        )
     return int((labels[..., 1:] != IGNORE_INDEX).sum())
 
 

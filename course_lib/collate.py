@@ -231,6 +231,11 @@ def padding_stats(batches) -> PaddingStats:
     ``document_ids`` ``(R, T)`` where -1 marks padding (a packed batch from ``PackingCollator``),
     or a plain list of example lengths (padded to its longest, computed without building tensors).
     """
+    batches = list(batches)
+    if not batches:
+        raise ValueError(
+            "padding_stats needs at least one batch: the waste of nothing is undefined"
+        )
     real = slots = n = 0
     for i, batch in enumerate(batches):
         n += 1

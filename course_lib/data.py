@@ -50,6 +50,8 @@ _TASKS = ("copy", "upper", "reverse", "count", "describe", "describe")
 
 def encode(text: str) -> list[int]:
     """UTF-8 bytes of ``text`` as token ids in ``[0, 256)``. No special tokens are added."""
+    if not isinstance(text, str):
+        raise TypeError(f"encode needs a str, got {type(text).__name__}: {text!r:.60}")
     return list(text.encode("utf-8"))
 
 

@@ -71,6 +71,9 @@ def lab(tmp_path_factory):
     settings = root / ".lab-settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    apputils = root / ".lab-settings" / "@jupyterlab" / "apputils-extension"
+    apputils.mkdir(parents=True)  # no "get notified about Jupyter news?" toast over the plots
+    (apputils / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "NBGRADER_EXECUTION")}
     env["JUPYTER_CONFIG_DIR"] = str(root / ".jupyter")  # no user settings leak in
@@ -131,7 +134,9 @@ def browser():
 
 def _open_and_run_all(browser, url: str, name: str, timeout_s: float = 240):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{url}/lab/tree/{name}")
+    # A workspace of its own, reset: only this notebook is open (a shared workspace would
+    # restore every earlier lesson as a hidden tab, and locators would find their cells too).
+    page.goto(f"{url}/lab/workspaces/{Path(name).stem}/tree/{name}?reset")
     # The execution indicator can say idle before the kernel connects; the status bar text
     # "| Idle" appears once the kernel is really there (TOOLCHAIN.md).
     page.get_by_text("| Idle").first.wait_for(timeout=90_000)
@@ -155,7 +160,7 @@ def _run_all_cells(page, tries: int = 3) -> None:
     """Run → Run All Cells from the menu bar (retried: the menu can be mid-layout at first)."""
     for attempt in range(tries):
         try:
-            page.locator(".jp-Notebook").first.click(timeout=10_000)
+            page.locator(".jp-Notebook:visible").first.click(timeout=10_000)
             page.get_by_role("menuitem", name="Run", exact=True).click(timeout=10_000)
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=10_000)
             return

@@ -33,6 +33,28 @@ def _mib(x: float) -> float:
     return x / 2**20
 
 
+def _draw_predicted_vs_measured(ax, ax_ratio, rows, group, colour_of) -> None:
+    """One group per ``group(row)``: predicted bytes as a line, measured as points, over
+    ``seq_len``; predicted / measured on ``ax_ratio``. Rows need ``seq_len``,
+    ``predicted_bytes``, ``measured_bytes`` and ``ratio``."""
+    for name in dict.fromkeys(group(r) for r in rows):
+        sel = sorted((r for r in rows if group(r) == name), key=lambda r: r.seq_len)
+        xs = [r.seq_len for r in sel]
+        colour = colour_of(name)
+        ax.plot(
+            xs,
+            [_mib(r.predicted_bytes) for r in sel],
+            "-",
+            color=colour,
+            alpha=0.6,
+            label=f"{name}: predicted",
+        )
+        ax.plot(
+            xs, [_mib(r.measured_bytes) for r in sel], "o", color=colour, label=f"{name}: measured"
+        )
+        ax_ratio.plot(xs, [r.ratio for r in sel], "o-", color=colour)
+
+
 def plot_measured_vs_predicted(rows: Sequence[ShapeComparison], title: str = "") -> Figure:
     """Peak memory over sequence length at a fixed token budget: measured points, predicted lines.
 
@@ -43,22 +65,9 @@ def plot_measured_vs_predicted(rows: Sequence[ShapeComparison], title: str = "")
     fig, (ax, ax_ratio) = plt.subplots(
         2, 1, figsize=(7.5, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
     )
-    for impl in dict.fromkeys(r.attn_impl for r in rows):
-        sel = sorted((r for r in rows if r.attn_impl == impl), key=lambda r: r.seq_len)
-        xs = [r.seq_len for r in sel]
-        colour = IMPL_COLOURS.get(impl, "black")
-        ax.plot(
-            xs,
-            [_mib(r.predicted_bytes) for r in sel],
-            "-",
-            color=colour,
-            alpha=0.6,
-            label=f"{impl}: predicted",
-        )
-        ax.plot(
-            xs, [_mib(r.measured_bytes) for r in sel], "o", color=colour, label=f"{impl}: measured"
-        )
-        ax_ratio.plot(xs, [r.ratio for r in sel], "o-", color=colour)
+    _draw_predicted_vs_measured(
+        ax, ax_ratio, rows, lambda r: r.attn_impl, lambda impl: IMPL_COLOURS.get(impl, "black")
+    )
     labels = [f"{r.batch_size}×{r.seq_len}" for r in sorted(rows, key=lambda r: r.seq_len)]
     ax.set_xscale("log", base=2)
     ax.set_ylabel("peak memory of one step (MiB)")
@@ -911,22 +920,7 @@ def plot_checkpointing_peaks(rows, title: str = "") -> Figure:
     fig, (ax, ax_ratio) = plt.subplots(
         2, 1, figsize=(7.5, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
     )
-    for label in dict.fromkeys(r.label for r in rows):
-        sel = sorted((r for r in rows if r.label == label), key=lambda r: r.seq_len)
-        xs = [r.seq_len for r in sel]
-        colour = _checkpoint_colour(label)
-        ax.plot(
-            xs,
-            [_mib(r.predicted_bytes) for r in sel],
-            "-",
-            color=colour,
-            alpha=0.6,
-            label=f"{label}: predicted",
-        )
-        ax.plot(
-            xs, [_mib(r.measured_bytes) for r in sel], "o", color=colour, label=f"{label}: measured"
-        )
-        ax_ratio.plot(xs, [r.ratio for r in sel], "o-", color=colour)
+    _draw_predicted_vs_measured(ax, ax_ratio, rows, lambda r: r.label, _checkpoint_colour)
     first = rows[0]
     ax.set_xscale("log", base=2)
     ax.set_ylabel("peak memory of one step (MiB)")

@@ -223,13 +223,8 @@ class MemoryProbe:
         ids = torch.randint(
             self.config.vocab_size, (n, self.seq_len), device=self.device, generator=self.generator
         )  # (n, T): full rows, the worst case
-        self.model.zero_grad(set_to_none=True)  # so the gradients are allocated inside the step
-        try:
-            report = memory.measure(
-                lambda: self.model(input_ids=ids, labels=ids).loss.backward(), device=self.device
-            )
-        finally:
-            self.model.zero_grad(set_to_none=True)
+        batch = {"input_ids": ids, "labels": ids}
+        report = memory.measure_step(self.model, batch, device=self.device)
         self.needed[n] = self.fixed_bytes + report.peak_bytes
         return self.budget_bytes is None or self.needed[n] <= self.budget_bytes
 

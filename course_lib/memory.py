@@ -482,10 +482,11 @@ def training_step(model: torch.nn.Module, batch: dict) -> float:
 
 def measure_step(model: torch.nn.Module, batch: dict, device=None) -> MemoryReport:
     """:func:`measure` one :func:`training_step`, with gradients cleared before and after."""
-    model.zero_grad(set_to_none=True)
-    report = measure(lambda: training_step(model, batch), device=device)
-    model.zero_grad(set_to_none=True)
-    return report
+    model.zero_grad(set_to_none=True)  # so the gradients are allocated inside the step
+    try:
+        return measure(lambda: training_step(model, batch), device=device)
+    finally:
+        model.zero_grad(set_to_none=True)  # also after an out-of-memory error: free them
 
 
 @dataclass

@@ -11,7 +11,10 @@ all (one sequence per row of ``capacity``), for scale. Workloads:
 If ``trl`` is importable, ``trl.data_utils.pack_dataset(strategy="bfd")`` runs on the same
 lengths in the same run and the ratio of times is printed.
 
-    python benchmarks/packing.py [--n 1000000] [--wiki PATH]
+    python benchmarks/packing.py [--n 1000000] [--wiki PATH] [--no-trl]
+
+The Wikipedia histogram ships with the course (``course_lib/lengths/``); ``--wiki`` takes another
+``length,count`` CSV instead.
 """
 
 from __future__ import annotations
@@ -22,10 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from course_lib.data import length_histogram_from_csv, lengths_from_histogram, sample_lengths
+from course_lib.data import (
+    length_histogram_from_csv,
+    lengths_from_histogram,
+    load_length_histogram,
+    sample_lengths,
+)
 from course_lib.packing import lower_bound_rows, pack_lengths
 
-DEFAULT_WIKI = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikipedia_512_lengths.csv"
 PAPER_FILL_512 = 0.996  # Krell et al. 2021, SPFHP on the Wikipedia histogram at 512
 
 
@@ -107,8 +114,8 @@ def main() -> None:
     parser.add_argument(
         "--wiki",
         type=Path,
-        default=DEFAULT_WIKI,
-        help="length,count CSV of the Wikipedia histogram (not shipped)",
+        default=None,
+        help="a length,count CSV to use instead of the shipped Wikipedia histogram",
     )
     parser.add_argument("--no-trl", action="store_true", help="skip the trl comparison")
     args = parser.parse_args()
@@ -119,20 +126,15 @@ def main() -> None:
         2048,
         with_trl=not args.no_trl,
     )
-    if args.wiki.exists():
-        hist = length_histogram_from_csv(args.wiki)
-        wiki4 = lengths_from_histogram(*hist, n=args.n, seed=args.seed, scale=4)
-        out += run_workload("Wikipedia histogram x4", wiki4, 2048, with_trl=not args.no_trl)[0]
-        wiki = lengths_from_histogram(*hist, n=args.n, seed=args.seed)
-        lines, fills = run_workload(
-            "Wikipedia histogram (Krell et al. 2021)", wiki, 512, with_trl=False
-        )
-        out += lines
-        out.append(
-            f"paper (SPFHP) fill at 512: {PAPER_FILL_512:.1%}; ours (bfd): {fills['bfd']:.2%}"
-        )
-    else:
-        out.append(f"\nWikipedia workloads skipped: {args.wiki} not found (pass --wiki PATH)")
+    hist = length_histogram_from_csv(args.wiki) if args.wiki else load_length_histogram()
+    wiki4 = lengths_from_histogram(*hist, n=args.n, seed=args.seed, scale=4)
+    out += run_workload("Wikipedia histogram x4", wiki4, 2048, with_trl=not args.no_trl)[0]
+    wiki = lengths_from_histogram(*hist, n=args.n, seed=args.seed)
+    lines, fills = run_workload(
+        "Wikipedia histogram (Krell et al. 2021)", wiki, 512, with_trl=False
+    )
+    out += lines
+    out.append(f"paper (SPFHP) fill at 512: {PAPER_FILL_512:.1%}; ours (bfd): {fills['bfd']:.2%}")
     print("\n".join(out))
 
 

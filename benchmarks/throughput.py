@@ -7,7 +7,8 @@ real (non-pad) tokens per second of training step (forward + backward + AdamW st
 collated beforehand and not timed). Padded batches are right-padded and run causal SDPA without
 the padding mask (exact, see ``model_inputs``); packed batches run the per-document ``varlen``
 loop, and, for comparison, SDPA with the block-diagonal document mask. The methods take their
-steps in turn (round robin), so a burst of background load on a shared machine hits all alike.
+steps in turn (``course_lib.timing.interleave``), so a burst of background load on a shared
+machine hits all alike; one untimed warm-up step each comes first.
 On a CPU shared with other jobs, ``--threads 1`` measures more steadily than 2 threads.
 
 Also printed: the mean loss per label token at the initial weights (must agree across methods to
@@ -21,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import time
 
 import torch
-from tqdm import tqdm
 
 from course_lib.collate import (
     LengthGroupedSampler,
@@ -36,6 +35,7 @@ from course_lib.collate import (
 from course_lib.data import PAD_ID, example_lengths, make_instruction_dataset
 from course_lib.model import TinyGPT, TinyGPTConfig
 from course_lib.packing import PackingCollator, pack_lengths
+from course_lib.timing import interleave
 
 
 def build_batches(examples, budget: int, capacity: int, seed: int) -> dict[str, tuple[str, list]]:
@@ -114,38 +114,37 @@ def main() -> None:
                 s += out.loss.item() * out.n_loss_tokens
                 n += out.n_loss_tokens
             init_loss[name] = s / n
-        # warm-up steps on a throwaway copy, so first-call costs hit no method
-        warm = copy.deepcopy(model)
-        warm_opt = torch.optim.AdamW(warm.parameters(), lr=1e-3)
-        for b in batches[:2]:
-            warm(**model_inputs(b)).loss.backward()
-            warm_opt.step()
         runs[name] = {
             "model": model,
             "opt": torch.optim.AdamW(model.parameters(), lr=1e-3),
             "batches": batches,
-            "time": 0.0,
-            "tokens": 0,
-            "loss_sum": 0.0,
-            "loss_tokens": 0,
             "slots": sum(b["input_ids"].numel() for b in batches),
         }
 
-    n_steps = max(len(r["batches"]) for r in runs.values())
-    for step in tqdm(range(n_steps), desc="round-robin steps", leave=False):
-        for r in runs.values():
-            if step >= len(r["batches"]):
-                continue
-            batch = r["batches"][step]
-            start = time.perf_counter()
+    def train_step(r):
+        def step(i: int):  # i < 0: the untimed warm-up, on the epoch's last batch
+            batch = r["batches"][i]
             out = r["model"](**model_inputs(batch))
             out.loss.backward()
             r["opt"].step()
             r["opt"].zero_grad(set_to_none=True)
-            r["time"] += time.perf_counter() - start
-            r["tokens"] += real_tokens(batch)
-            r["loss_sum"] += out.loss.item() * out.n_loss_tokens
-            r["loss_tokens"] += out.n_loss_tokens
+            return real_tokens(batch), out.loss.item() * out.n_loss_tokens, out.n_loss_tokens
+
+        return step
+
+    timings = interleave(
+        {name: train_step(r) for name, r in runs.items()},
+        {name: len(r["batches"]) for name, r in runs.items()},
+        warmup=1,
+        progress=True,
+        desc="round-robin steps",
+    )
+    for name, r in runs.items():
+        done = timings.results[name]
+        r["time"] = timings.total(name)
+        r["tokens"] = sum(t for t, _, _ in done)
+        r["loss_sum"] = sum(loss for _, loss, _ in done)
+        r["loss_tokens"] = sum(n for _, _, n in done)
 
     ref = runs["random padded"]["tokens"] / runs["random padded"]["time"]
     grouped = runs["length-grouped"]["tokens"] / runs["length-grouped"]["time"]

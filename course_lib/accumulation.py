@@ -29,30 +29,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from course_lib.model import IGNORE_INDEX
+from course_lib.batch import IGNORE_INDEX, count_loss_tokens
 
 MODES = ("token_weighted", "mean")
 LOW_TOKENS_PER_STEP = 4_000  # the seed's threshold: below it, raise accumulation, not the LR
 _PAD_KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
-
-
-def count_loss_tokens(labels: torch.Tensor) -> int:
-    """Tokens that contribute to a causal-LM loss: ``(labels[..., 1:] != -100).sum()``.
-
-    The model shifts labels inside: position ``t`` predicts ``labels[..., t + 1]``, so nothing
-    predicts ``labels[..., 0]``. Counting the unshifted labels, ``(labels != -100).sum()``,
-    overcounts by exactly the number of rows whose first label is not -100. With completion-only
-    masking that first label is a prompt token (-100) and the counts agree; with full-sequence
-    labels (``labels = input_ids``) every row adds one phantom token, so a batch of 16 rows of 20
-    labelled tokens would claim 320 instead of 304 and every normaliser built on it is 5 % off.
-    """
-    if not torch.is_tensor(labels) or labels.dim() < 1:
-        raise ValueError(f"labels must be a tensor with a sequence dimension, got {labels!r}")
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-        raise TypeError(
-            f"labels must hold integer token ids (-100 for ignored), got dtype {labels.dtype}"
-        )
-    return int((labels[..., 1:] != IGNORE_INDEX).sum())
 
 
 @dataclass

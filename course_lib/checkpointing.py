@@ -3,12 +3,13 @@
 A checkpointed block keeps only its input for the backward pass and runs its forward again
 when the gradient reaches it. Two numbers describe the trade, and this module measures both:
 
-* **Memory.** :func:`compare_checkpointing` measures the peak of one training step with and
-  without checkpointing beside :func:`~course_lib.memory.activation_bytes`' prediction;
+* **Memory.** :func:`~course_lib.memory.compare_checkpointing` measures the peak of one training
+  step with and without checkpointing beside :func:`~course_lib.memory.activation_bytes`' prediction;
   :func:`max_batch_under_budget` and :func:`max_seq_len_under_budget` turn the prediction into
   "how much more fits".
 * **Time.** :func:`time_checkpointing` times forward + backward with and without checkpointing in
-  one run, interleaved so that a busy machine slows both sides alike, and reports the ratio.
+  one run, interleaved (:func:`course_lib.timing.interleave`) so that a busy machine slows both
+  sides alike, and reports the ratio.
 
 Counting the extra compute: a block's backward costs about twice its forward, so a step costs
 ``F + 2F = 3F``; recomputing every block adds one more ``F``, a ratio of ``4/3 ≈ 1.33`` when the
@@ -18,151 +19,23 @@ blocks are all of the compute (less when the head, which is never recomputed, is
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
+from ._checks import checkpointing_mode, non_negative_int, positive_int, positive_number
 from .budget import NoBatchFitsError, find_max_batch_size
-from .memory import _pick_device, activation_bytes, measure_step
-from .model import CHECKPOINTING, TinyGPT, TinyGPTConfig
+from .memory import activation_bytes, mode_label, pick_device
+from .memory.sweep import random_batch
+from .model import TinyGPT, TinyGPTConfig
+from .timing import interleave
 
 __all__ = [
-    "CheckpointingRow",
     "StepTimes",
-    "compare_checkpointing",
     "time_checkpointing",
     "max_batch_under_budget",
     "max_seq_len_under_budget",
-    "mode_label",
 ]
-
-
-def _check_mode(checkpointing) -> None:
-    if checkpointing not in CHECKPOINTING:
-        raise ValueError(f"checkpointing={checkpointing!r} is not one of {CHECKPOINTING}")
-
-
-def _check_positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def mode_label(checkpointing, every: int = 1) -> str:
-    """``False`` -> ``'plain'``, ``True`` -> ``'blocks'``, with ``every`` -> ``'blocks/2'``."""
-    _check_mode(checkpointing)
-    if not checkpointing:
-        return "plain"
-    name = "blocks" if checkpointing is True else checkpointing
-    return name if every == 1 else f"{name}/{every}"
-
-
-def _random_batch(config: TinyGPTConfig, batch_size: int, seq_len: int, seed: int, device):
-    gen = torch.Generator().manual_seed(seed + batch_size * 100003 + seq_len)
-    ids = torch.randint(0, config.vocab_size, (batch_size, seq_len), generator=gen)  # (B, T)
-    ids = ids.to(device)
-    return {"input_ids": ids, "labels": ids}
-
-
-def _twin_models(config: TinyGPTConfig, modes, seed: int, device) -> dict:
-    """One TinyGPT per checkpointing mode, all with the same weights (the same seed)."""
-    models = {}
-    for mode in modes:
-        torch.manual_seed(seed)
-        models[mode] = TinyGPT(replace(config, checkpointing=mode)).to(device)
-    return models
-
-
-# --------------------------------------------------------------------------------------------
-# Memory
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CheckpointingRow:
-    """One training step at one shape and one checkpointing mode. Sizes in bytes.
-
-    ``predicted_bytes``/``measured_bytes``: the peak above the weights (activations, gradients in
-    flight and the weights' gradients); ``saved_bytes``: what the forward pass kept for backward
-    (measured); ``method``: ``"CPU: counted bytes"`` or ``"GPU: allocator peak"``.
-    """
-
-    checkpointing: object
-    checkpoint_every: int
-    attn_impl: str
-    n_layers: int
-    batch_size: int
-    seq_len: int
-    predicted_bytes: int
-    measured_bytes: int
-    predicted_saved_bytes: int
-    saved_bytes: int
-    peak_at: str
-    method: str
-
-    @property
-    def ratio(self) -> float:
-        """Predicted / measured peak (1.0 = the model is exact)."""
-        return self.predicted_bytes / self.measured_bytes
-
-    @property
-    def label(self) -> str:
-        return mode_label(self.checkpointing, self.checkpoint_every)
-
-
-def compare_checkpointing(
-    config: TinyGPTConfig,
-    shapes,
-    modes=(False, True),
-    device=None,
-    seed: int = 0,
-    progress: bool = False,
-) -> list[CheckpointingRow]:
-    """Measure one training step at every ``(batch_size, seq_len)`` in ``shapes`` for every mode.
-
-    Each mode gets its own TinyGPT built from the same seed (so the same weights); the mode's
-    ``checkpoint_every`` is ``config.checkpoint_every``. Rows come mode by mode, shape by shape.
-    """
-    shapes = [(int(b), int(t)) for b, t in shapes]
-    if not shapes:
-        raise ValueError("compare_checkpointing needs at least one (batch_size, seq_len) shape")
-    for mode in modes:
-        _check_mode(mode)
-    for b, t in shapes:
-        _check_positive("batch_size", b)
-        _check_positive("seq_len", t)
-        if t > config.max_seq_len:
-            raise ValueError(f"seq_len={t} is longer than max_seq_len={config.max_seq_len}")
-    dev = _pick_device(device)
-    models = _twin_models(config, modes, seed, dev)
-    jobs = [(mode, b, t) for mode in modes for b, t in shapes]
-    if progress:
-        from tqdm.auto import tqdm
-
-        jobs = tqdm(jobs, desc="measuring peaks")
-    rows = []
-    for mode, b, t in jobs:
-        model = models[mode]
-        report = measure_step(model, _random_batch(config, b, t, seed, dev), device=dev)
-        predicted = activation_bytes(model.config, b, t)
-        rows.append(
-            CheckpointingRow(
-                checkpointing=mode,
-                checkpoint_every=config.checkpoint_every,
-                attn_impl=config.attn_impl,
-                n_layers=config.n_layers,
-                batch_size=b,
-                seq_len=t,
-                predicted_bytes=predicted.total,
-                measured_bytes=report.peak_bytes,
-                predicted_saved_bytes=predicted.saved_total,
-                saved_bytes=report.saved_bytes,
-                peak_at=predicted.peak_at,
-                method=report.method,
-            )
-        )
-    return rows
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +52,7 @@ class StepTimes:
     a neighbour's burst of load slows both halves of a pair rather than one side of the median.
     """
 
-    checkpointing: object
+    checkpointing: str
     checkpoint_every: int
     attn_impl: str
     n_layers: int
@@ -221,22 +94,11 @@ class StepTimes:
         )
 
 
-def _timed_step(model: TinyGPT, batch: dict, device: torch.device) -> float:
-    model.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    model(**batch).loss.backward()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
-
-
 def time_checkpointing(
     config: TinyGPTConfig,
     batch_size: int,
     seq_len: int,
-    checkpointing=True,
+    checkpointing="blocks",
     repeats: int = 5,
     warmup: int = 1,
     device=None,
@@ -245,68 +107,61 @@ def time_checkpointing(
 ) -> StepTimes:
     """Time ``model(**batch).loss.backward()`` with and without ``checkpointing``, interleaved.
 
-    Two models with the same weights; ``warmup`` untimed steps each, then ``repeats`` pairs.
-    The order inside a pair alternates (plain first, then checkpointed first) so neither side
-    always runs on a warmer cache. Gradients are cleared before every step.
+    Two models with the same weights; ``warmup`` untimed steps each, then ``repeats`` pairs in
+    alternating order (:func:`course_lib.timing.interleave`). Gradients are cleared before every
+    step.
     """
-    _check_mode(checkpointing)
-    if not checkpointing:
+    mode = checkpointing_mode(checkpointing)
+    if mode == "none":
         raise ValueError(
-            "checkpointing=False has nothing to compare: pass True, 'blocks' or 'attention'"
+            "checkpointing='none' has nothing to compare: pass 'blocks' or 'attention'"
         )
-    _check_positive("batch_size", batch_size)
-    _check_positive("seq_len", seq_len)
-    _check_positive("repeats", repeats)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    positive_int("batch_size", batch_size)
+    positive_int("seq_len", seq_len)
+    positive_int("repeats", repeats)
+    non_negative_int("warmup", warmup)
     if seq_len > config.max_seq_len:
         raise ValueError(f"seq_len={seq_len} is longer than max_seq_len={config.max_seq_len}")
-    dev = _pick_device(device)
-    models = _twin_models(config, (False, checkpointing), seed, dev)
-    plain, ckpt = models[False], models[checkpointing]
-    batch = _random_batch(config, batch_size, seq_len, seed, dev)
-    for _ in range(warmup):
-        _timed_step(plain, batch, dev)
-        _timed_step(ckpt, batch, dev)
-    pairs = range(repeats)
-    if progress:
-        from tqdm.auto import tqdm
+    dev = pick_device(device)
+    models = {}
+    for name, m in (("plain", "none"), ("checkpointed", mode)):
+        torch.manual_seed(seed)  # the same weights on both sides
+        models[name] = TinyGPT(replace(config, checkpointing=m)).to(dev)
+    batch = random_batch(config, batch_size, seq_len, seed, dev)
 
-        pairs = tqdm(pairs, desc="timing steps")
-    plain_s, ckpt_s = [], []
-    for r in pairs:
-        if r % 2 == 0:
-            plain_s.append(_timed_step(plain, batch, dev))
-            ckpt_s.append(_timed_step(ckpt, batch, dev))
-        else:
-            ckpt_s.append(_timed_step(ckpt, batch, dev))
-            plain_s.append(_timed_step(plain, batch, dev))
-    plain.zero_grad(set_to_none=True)
-    ckpt.zero_grad(set_to_none=True)
+    def step(model):
+        def run(_round: int) -> None:
+            model.zero_grad(set_to_none=True)
+            model(**batch).loss.backward()
+
+        return run
+
+    timings = interleave(
+        {name: step(model) for name, model in models.items()},
+        repeats,
+        warmup,
+        device=dev,
+        progress=progress,
+        desc="timing steps",
+    )
+    for model in models.values():
+        model.zero_grad(set_to_none=True)
     return StepTimes(
-        checkpointing=checkpointing,
+        checkpointing=mode,
         checkpoint_every=config.checkpoint_every,
         attn_impl=config.attn_impl,
         n_layers=config.n_layers,
         batch_size=batch_size,
         seq_len=seq_len,
         device=str(dev),
-        plain_seconds=plain_s,
-        checkpointed_seconds=ckpt_s,
+        plain_seconds=timings.seconds["plain"],
+        checkpointed_seconds=timings.seconds["checkpointed"],
     )
 
 
 # --------------------------------------------------------------------------------------------
 # What fits under a budget
 # --------------------------------------------------------------------------------------------
-
-
-def _check_budget(budget_bytes) -> int:
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float)):
-        raise ValueError(f"budget_bytes must be a number of bytes, got {budget_bytes!r}")
-    if budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
-    return budget_bytes
 
 
 def _largest_fitting(fits, limit: int) -> int:
@@ -333,10 +188,10 @@ def max_batch_under_budget(
     in ``O(log batch)`` predictions.
     ``checkpointing=None`` uses ``config.checkpointing``. Returns 0 when not even one row fits.
     """
-    _check_positive("seq_len", seq_len)
-    _check_budget(budget_bytes)
+    positive_int("seq_len", seq_len)
+    positive_number("budget_bytes", budget_bytes)
     if checkpointing is not None:
-        _check_mode(checkpointing)
+        checkpointing = checkpointing_mode(checkpointing)
 
     def fits(batch_size: int) -> bool:
         peak = activation_bytes(config, batch_size, seq_len, dtype, checkpointing).total
@@ -358,11 +213,11 @@ def max_seq_len_under_budget(
     Predicts with ``max_seq_len`` raised to ``limit``: RoPE needs no table of learned positions,
     so only memory bounds the length. Returns 0 when not even one token fits.
     """
-    _check_positive("batch_size", batch_size)
-    _check_budget(budget_bytes)
-    _check_positive("limit", limit)
+    positive_int("batch_size", batch_size)
+    positive_number("budget_bytes", budget_bytes)
+    positive_int("limit", limit)
     if checkpointing is not None:
-        _check_mode(checkpointing)
+        checkpointing = checkpointing_mode(checkpointing)
     long = replace(config, max_seq_len=limit)
 
     def fits(seq_len: int) -> bool:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-IGNORE_INDEX = -100
+from course_lib._checks import non_negative_int, positive_int
+from course_lib.batch import IGNORE_INDEX
 
 
 def example_tokens(example, index: int, completion_only: bool, label_pad_id: int = IGNORE_INDEX):
@@ -87,14 +88,9 @@ class PaddingCollator:
         pad_to_multiple_of: int | None = None,
         completion_only: bool = True,
     ) -> None:
-        if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
-            raise ValueError(f"pad_token_id must be a non-negative int, got {pad_token_id!r}")
-        if pad_to_multiple_of is not None and (
-            not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of <= 0
-        ):
-            raise ValueError(
-                f"pad_to_multiple_of must be a positive int or None, got {pad_to_multiple_of!r}"
-            )
+        non_negative_int("pad_token_id", pad_token_id)
+        if pad_to_multiple_of is not None:
+            positive_int("pad_to_multiple_of", pad_to_multiple_of, "or None")
         self.pad_token_id = pad_token_id
         self.label_pad_id = label_pad_id
         self.pad_to_multiple_of = pad_to_multiple_of
@@ -133,18 +129,13 @@ def random_batches(
 
     The last batch is shorter unless ``drop_last``. This is what a plain shuffling DataLoader does.
     """
-    _check_batch_size(batch_size)
+    positive_int("batch_size", batch_size)
     order = list(range(n))
     random.Random(seed).shuffle(order)
     batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
     if drop_last and batches and len(batches[-1]) < batch_size:
         batches.pop()
     return batches
-
-
-def _check_batch_size(batch_size) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
 
 
 class LengthGroupedSampler:
@@ -159,18 +150,13 @@ class LengthGroupedSampler:
     """
 
     def __init__(self, lengths, batch_size: int, seed: int = 0, megabatch_mult: int = 50) -> None:
-        _check_batch_size(batch_size)
+        positive_int("batch_size", batch_size)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         if self.lengths.ndim != 1 or self.lengths.size == 0:
             raise ValueError(
                 f"lengths must be a non-empty 1-D sequence, got shape {self.lengths.shape}"
             )
-        if (
-            isinstance(megabatch_mult, bool)
-            or not isinstance(megabatch_mult, int)
-            or megabatch_mult <= 0
-        ):
-            raise ValueError(f"megabatch_mult must be a positive int, got {megabatch_mult!r}")
+        positive_int("megabatch_mult", megabatch_mult)
         self.batch_size = batch_size
         self.seed = seed
         self.megabatch_mult = megabatch_mult

@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -210,23 +211,45 @@ def example_lengths(examples) -> np.ndarray:
     return np.array([len(ex["input_ids"]) for ex in examples], dtype=np.int64)
 
 
+LENGTH_HISTOGRAMS = ("wikipedia_512", "squad_1_1_384")
+
+
+def load_length_histogram(name: str = "wikipedia_512") -> tuple[np.ndarray, np.ndarray]:
+    """A real length histogram shipped with the course (``course_lib/lengths/``).
+
+    ``"wikipedia_512"``: English Wikipedia BERT pre-training sequences (max 512 tokens);
+    ``"squad_1_1_384"``: SQuAD 1.1 (max 384). Both from Krell et al. 2021 (Graphcore, MIT licence;
+    see ``course_lib/lengths/README.md``). Returns ``(lengths, counts)`` like
+    :func:`length_histogram_from_csv`.
+    """
+    if name not in LENGTH_HISTOGRAMS:
+        raise ValueError(f"no length histogram named {name!r}; choose one of {LENGTH_HISTOGRAMS}")
+    resource = resources.files("course_lib.lengths").joinpath(f"{name}_lengths.csv")
+    with resource.open("r", newline="") as f:
+        return _read_histogram(f, name)
+
+
 def length_histogram_from_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read a ``length,count`` CSV (e.g. ``../shared/data/wikipedia_512_lengths.csv``).
+    """Read a ``length,count`` CSV file of your own.
 
     Returns ``(lengths, counts)`` as int64 arrays, rows with a zero count dropped.
     """
-    lengths, counts = [], []
     with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or not {"length", "count"} <= set(reader.fieldnames):
-            raise ValueError(f"{path} must have a 'length,count' header, got {reader.fieldnames}")
-        for row in reader:
-            length, count = int(row["length"]), int(row["count"])
-            if length <= 0 or count < 0:
-                raise ValueError(f"{path}: bad row length={length}, count={count}")
-            if count:
-                lengths.append(length)
-                counts.append(count)
+        return _read_histogram(f, str(path))
+
+
+def _read_histogram(f, source: str) -> tuple[np.ndarray, np.ndarray]:
+    lengths, counts = [], []
+    reader = csv.DictReader(f)
+    if reader.fieldnames is None or not {"length", "count"} <= set(reader.fieldnames):
+        raise ValueError(f"{source} must have a 'length,count' header, got {reader.fieldnames}")
+    for row in reader:
+        length, count = int(row["length"]), int(row["count"])
+        if length <= 0 or count < 0:
+            raise ValueError(f"{source}: bad row length={length}, count={count}")
+        if count:
+            lengths.append(length)
+            counts.append(count)
     return np.array(lengths, dtype=np.int64), np.array(counts, dtype=np.int64)
 
 

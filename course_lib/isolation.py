@@ -31,22 +31,6 @@ from course_lib.collate import example_tokens
 from course_lib.packing import PackingCollator, document_spans
 
 
-def document_attention_mask(document_ids: torch.Tensor, dtype: torch.dtype | None = None):
-    """Which key each query may see in a packed batch: same document and not in the future.
-
-    Returns bool ``(R, T, T)`` (True = may attend) or, with a float ``dtype``, an additive
-    ``(R, 1, T, T)`` mask (0 or the dtype's minimum) that Hugging Face models accept as a
-    prepared 4-D ``attention_mask``. The padding tail (-1) only sees itself.
-    """
-    T = document_ids.shape[-1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=document_ids.device).tril()
-    allowed = (document_ids[:, :, None] == document_ids[:, None, :]) & causal  # (R, T, T)
-    if dtype is None:
-        return allowed
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=document_ids.device)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]  # (R, 1, T, T)
-
-
 def default_call(model, batch):
     """How the check invokes a model unless told otherwise: ids, reset positions, offsets.
 
@@ -211,7 +195,7 @@ def _diagnose(report, model, call, batch, spans, packed, diffs) -> None:
             "the logits of its neighbours. Give the model the boundaries: cu_seq_lens "
             "or document_ids for TinyGPT; for transformers eager/SDPA, position_ids "
             "reset per document with attention_mask=None and use_cache=False, or a 4-D "
-            "block mask (packing.document_attention_mask)"
+            "block mask (course_lib.masks.document_attention_mask)"
         )
     else:
         first = [diffs[doc] for doc, _, a, _ in spans if a == 0]

@@ -31,38 +31,41 @@ that count is given (the token-weighted accumulation fix).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Union
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ._checks import Checkpointing, checkpointing_mode, one_of, positive_int
+from .batch import IGNORE_INDEX
+from .masks import (
+    block_causal_mask,
+    future_mask,
+    padding_causal_mask,
+    segment_ids_from_cu_seq_lens,
+)
+
 ATTN_IMPLS = ("eager", "sdpa", "varlen")
-CHECKPOINTING = (False, True, "blocks", "attention")
-IGNORE_INDEX = -100
 
 
-@dataclass
+@dataclass(frozen=True)
 class TinyGPTConfig:
-    """Shape of a :class:`TinyGPT`.
+    """Shape of a :class:`TinyGPT`. Frozen: derive variants with ``dataclasses.replace``."""
 
-    ``checkpointing``: ``False`` (keep every activation), ``True`` or ``"blocks"`` (recompute each
-    whole block in the backward pass), ``"attention"`` (recompute only the attention sub-block).
-    ``checkpoint_every``: checkpoint every n-th block (1 = all of them).
-    """
-
-    vocab_size: int = 260
-    d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 2
-    max_seq_len: int = 1024
-    attn_impl: str = "eager"
-    checkpointing: Union[bool, str] = False
-    checkpoint_every: int = 1
-    mlp_ratio: int = 4
-    rope_base: float = 10000.0
+    vocab_size: int = 260  # 256 bytes + 4 special tokens (course_lib.data)
+    d_model: int = 64  # channels of the residual stream (C)
+    n_heads: int = 4  # attention heads (H); the score tensor is (B, H, T, T)
+    n_layers: int = 2  # transformer blocks (L)
+    max_seq_len: int = 1024  # longest row: sizes the RoPE tables, nothing learned
+    attn_impl: str = "eager"  # "eager" materialises scores, "sdpa" is fused, "varlen" per document
+    # "none" keeps every activation; "blocks" recomputes each whole block in the backward pass;
+    # "attention" only its attention half. True/False are accepted and stored as "blocks"/"none".
+    checkpointing: Checkpointing = "none"
+    checkpoint_every: int = 1  # checkpoint blocks 0, k, 2k, ... (1 = every block)
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * d_model
+    rope_base: float = 10000.0  # RoPE's frequency base
 
     def __post_init__(self) -> None:
         for name in (
@@ -74,9 +77,7 @@ class TinyGPTConfig:
             "mlp_ratio",
             "checkpoint_every",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"TinyGPTConfig.{name} must be a positive int, got {value!r}")
+            positive_int(f"TinyGPTConfig.{name}", getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
@@ -84,10 +85,9 @@ class TinyGPTConfig:
             )
         if (self.d_model // self.n_heads) % 2:
             raise ValueError(f"head dim d_model // n_heads = {self.head_dim} must be even for RoPE")
-        if self.attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"attn_impl={self.attn_impl!r} is not one of {ATTN_IMPLS}")
-        if self.checkpointing not in CHECKPOINTING:
-            raise ValueError(f"checkpointing={self.checkpointing!r} is not one of {CHECKPOINTING}")
+        one_of("attn_impl", self.attn_impl, ATTN_IMPLS)
+        # The one place a checkpointing setting is normalised (frozen: set through object).
+        object.__setattr__(self, "checkpointing", checkpointing_mode(self.checkpointing))
 
     @property
     def head_dim(self) -> int:
@@ -125,61 +125,6 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` ``(B, H, T, D)`` by per-token angles ``cos`` / ``sin`` ``(B, 1, T, D)``."""
     return x * cos + _rotate_half(x) * sin
-
-
-def segment_ids_from_cu_seq_lens(
-    cu_seq_lens: torch.Tensor, batch_size: int, seq_len: int
-) -> torch.Tensor:
-    """Per-token segment index ``(B, T)`` from offsets into the flattened ``B * T`` stream."""
-    cu = cu_seq_lens.to(torch.long)
-    total = batch_size * seq_len
-    if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != total:
-        raise ValueError(
-            f"cu_seq_lens must be 1-D offsets starting at 0 and ending at B*T={total}, "
-            f"got {cu.tolist()}"
-        )
-    if bool((cu[1:] <= cu[:-1]).any()):
-        raise ValueError(f"cu_seq_lens must be strictly increasing, got {cu.tolist()}")
-    # A document may not cross the end of a row: every row start must be an offset.
-    row_starts = torch.arange(0, total, seq_len)
-    if not bool(torch.isin(row_starts, cu).all()):
-        raise ValueError("cu_seq_lens has a document that crosses a row boundary")
-    positions = torch.arange(total)
-    seg = torch.searchsorted(cu[1:], positions, right=True)  # (B*T,)
-    return seg.view(batch_size, seq_len)
-
-
-def block_causal_mask(
-    segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """Additive float mask ``(B, 1, T, T)``: 0 where a query may attend a key, -inf elsewhere.
-
-    A query attends a key when the key is not in the future and both are in the same segment.
-    The diagonal is always allowed, so no row is fully masked (a fully masked softmax row is NaN).
-    """
-    T = segment_ids.shape[-1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=segment_ids.device).tril()
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]  # (B, T, T)
-    allowed = (same & causal)[:, None]  # (B, 1, T, T)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=segment_ids.device)
-    return mask.masked_fill_(~allowed, float("-inf"))
-
-
-def padding_causal_mask(
-    attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """Additive float mask ``(B, 1, T, T)`` for padded batches (left or right padding).
-
-    Keys that are padding are masked; a padding query keeps its own diagonal so its softmax row
-    stays finite (its output is never used: its label is -100).
-    """
-    B, T = attention_mask.shape
-    causal = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).tril()
-    key_ok = attention_mask.bool()[:, None, :]  # (B, 1, T)
-    eye = torch.eye(T, dtype=torch.bool, device=attention_mask.device)
-    allowed = ((causal & key_ok) | eye)[:, None]  # (B, 1, T, T)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=attention_mask.device)
-    return mask.masked_fill_(~allowed, float("-inf"))
 
 
 class Attention(nn.Module):
@@ -248,7 +193,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
 
-    def __init__(self, config: TinyGPTConfig, checkpoint_mode: Union[bool, str]) -> None:
+    def __init__(self, config: TinyGPTConfig, checkpoint_mode: Checkpointing) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(config.d_model)
         self.attn = Attention(config)
@@ -266,8 +211,8 @@ class Block(nn.Module):
         return self._mlp_part(self._attn_part(x, cos, sin, mask, cu_seq_lens))
 
     def forward(self, x, cos, sin, mask, cu_seq_lens):
-        mode = self.checkpoint_mode if torch.is_grad_enabled() else False
-        if mode in (True, "blocks"):
+        mode = self.checkpoint_mode if torch.is_grad_enabled() else "none"
+        if mode == "blocks":
             return checkpoint(self._full, x, cos, sin, mask, cu_seq_lens, use_reentrant=False)
         if mode == "attention":
             x = checkpoint(self._attn_part, x, cos, sin, mask, cu_seq_lens, use_reentrant=False)
@@ -283,7 +228,7 @@ class TinyGPT(nn.Module):
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(
-            Block(config, config.checkpointing if i % config.checkpoint_every == 0 else False)
+            Block(config, config.checkpointing if i % config.checkpoint_every == 0 else "none")
             for i in range(config.n_layers)
         )
         self.ln_f = nn.LayerNorm(config.d_model)
@@ -302,10 +247,10 @@ class TinyGPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def set_attn_impl(self, attn_impl: str) -> None:
-        """Switch the attention path in place (the weights do not change)."""
-        if attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"attn_impl={attn_impl!r} is not one of {ATTN_IMPLS}")
-        self.config.attn_impl = attn_impl
+        """Switch this model's attention path (same weights); the caller's config is untouched."""
+        self.config = replace(self.config, attn_impl=one_of("attn_impl", attn_impl, ATTN_IMPLS))
+        for block in self.blocks:
+            block.attn.config = self.config
 
     def forward(
         self,
@@ -314,18 +259,16 @@ class TinyGPT(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cu_seq_lens: torch.Tensor | None = None,
+        max_length: int | None = None,
         document_ids: torch.Tensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        cu_seq_lens_q: torch.Tensor | None = None,
-        cu_seq_lens_k: torch.Tensor | None = None,
-        max_length_q: int | None = None,
-        max_length_k: int | None = None,
-        seq_idx: torch.Tensor | None = None,
     ) -> CausalLMOutput:
         """Logits ``(B, T, vocab_size)`` and, with ``labels``, the next-token loss.
 
-        ``labels[:, t + 1]`` is the target of position ``t``; ``-100`` marks tokens that do not
-        count (prompt, padding, the first token of a packed document).
+        Takes a batch dict of :mod:`course_lib.batch` as keyword arguments. ``labels[:, t + 1]``
+        is the target of position ``t``; ``-100`` marks tokens that do not count (prompt,
+        padding, the first token of a packed document). ``max_length`` (the longest packed
+        document) is accepted for the batch contract; the model does not need it.
         """
         cfg = self.config
         if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
@@ -357,8 +300,6 @@ class TinyGPT(nn.Module):
                     f"{name} has shape {tuple(t.shape)}, expected {(B, T)} like input_ids"
                 )
 
-        if cu_seq_lens is None:
-            cu_seq_lens = cu_seq_lens_q if cu_seq_lens_q is not None else cu_seq_lens_k
         segment_ids = None
         if cu_seq_lens is not None:
             segment_ids = segment_ids_from_cu_seq_lens(cu_seq_lens.cpu(), B, T).to(input_ids.device)
@@ -392,8 +333,7 @@ class TinyGPT(nn.Module):
             mask = padding_causal_mask(attention_mask, self.embed.weight.dtype)
 
         if mask is None and cfg.attn_impl == "eager":
-            # One (T, T) boolean mask of future positions, shared by every layer.
-            mask = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).triu(1)
+            mask = future_mask(T, input_ids.device)  # (T, T), shared by every layer
 
         x = self.embed(input_ids)  # (B, T, C)
         for block in self.blocks:

@@ -22,8 +22,12 @@ A packed batch (Hugging Face names, as ``DataCollatorWithFlattening`` produces) 
 ``position_ids``   (R, capacity)  0, 1, 2, ... restarting at every document and at the tail
 ``document_ids``   (R, capacity)  index of the example in the collated list; -1 on the padding tail
 ``cu_seq_lens``    (S + 1,) int32 offsets of every segment (documents and padding tails) in the
-                                  flattened ``R * capacity`` stream; also as ``cu_seq_lens_q/_k``
-``max_length_q/_k`` int           the longest segment
+                                  flattened ``R * capacity`` stream
+``max_length``     int            the longest segment
+
+With ``hf_flash_kwargs=True`` the batch also carries Hugging Face's flash-attention names for the
+same offsets (``cu_seq_lens_q/_k``, ``max_length_q/_k``), as ``DataCollatorWithFlattening`` does
+with ``return_flash_attn_kwargs``. The isolation check lives in :mod:`course_lib.isolation`.
 """
 
 from __future__ import annotations
@@ -35,15 +39,18 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from course_lib.collate import IGNORE_INDEX, example_tokens
+from course_lib._checks import non_negative_int, one_of, positive_int
+from course_lib.batch import IGNORE_INDEX
+from course_lib.collate import example_tokens
 
 STRATEGIES = ("bfd", "greedy")
 SPLITS = (None, "chunk")
 
 
-def _check_capacity(capacity) -> None:
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-        raise ValueError(f"capacity must be a positive int (tokens per row), got {capacity!r}")
+def _check_capacity(capacity) -> int:
+    if isinstance(capacity, np.integer):
+        capacity = int(capacity)
+    return positive_int("capacity", capacity, "tokens per row")
 
 
 def pack_lengths(
@@ -60,11 +67,9 @@ def pack_lengths(
     ``"bfd"`` runs in O(n log n + n): it sorts once, then places all items of one length in bulk,
     keeping rows grouped by remaining room (a sorted list of at most ``capacity`` values).
     """
-    _check_capacity(capacity)
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not one of {SPLITS}")
+    capacity = _check_capacity(capacity)
+    one_of("strategy", strategy, STRATEGIES)
+    one_of("split", split, SPLITS)
     arr = np.asarray(lengths)
     if arr.size == 0:
         return []
@@ -116,6 +121,8 @@ def _next_fit(arr: np.ndarray, capacity: int) -> list[list[int]]:
 
 
 def _best_fit_decreasing(lengths: np.ndarray, owners: np.ndarray, capacity: int) -> list[list[int]]:
+    if lengths.size == 0:  # e.g. every sequence was an exact multiple of capacity (split="chunk")
+        return []
     order = np.argsort(-lengths, kind="stable")
     sorted_len = lengths[order]
     owner_list = owners[order].tolist()
@@ -183,15 +190,13 @@ class PackingCollator:
         label_pad_id: int = IGNORE_INDEX,
         strategy: str = "bfd",
         split: str | None = None,
+        hf_flash_kwargs: bool = False,
     ) -> None:
-        _check_capacity(capacity)
-        if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
-            raise ValueError(f"pad_token_id must be a non-negative int, got {pad_token_id!r}")
-        if strategy not in STRATEGIES or split not in SPLITS:
-            raise ValueError(
-                f"strategy={strategy!r} / split={split!r}: expected one of {STRATEGIES} / {SPLITS}"
-            )
-        self.capacity = int(capacity)
+        self.capacity = _check_capacity(capacity)
+        non_negative_int("pad_token_id", pad_token_id)
+        one_of("strategy", strategy, STRATEGIES)
+        one_of("split", split, SPLITS)
+        self.hf_flash_kwargs = bool(hf_flash_kwargs)
         self.pad_token_id = pad_token_id
         self.completion_only = completion_only
         self.label_pad_id = label_pad_id
@@ -250,17 +255,18 @@ class PackingCollator:
         cu.append(R * C)
         cu_seq_lens = torch.tensor(cu, dtype=torch.int32)
         max_length = int((cu_seq_lens[1:] - cu_seq_lens[:-1]).max())
-        return {
+        batch = {
             "input_ids": torch.from_numpy(input_ids),
             "labels": torch.from_numpy(labels),
             "position_ids": torch.from_numpy(position_ids),
             "document_ids": torch.from_numpy(document_ids),
             "cu_seq_lens": cu_seq_lens,
-            "cu_seq_lens_q": cu_seq_lens,
-            "cu_seq_lens_k": cu_seq_lens,
-            "max_length_q": max_length,
-            "max_length_k": max_length,
+            "max_length": max_length,
         }
+        if self.hf_flash_kwargs:
+            batch.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens)
+            batch.update(max_length_q=max_length, max_length_k=max_length)
+        return batch
 
 
 def document_spans(batch) -> list[tuple[int, int, int, int]]:
@@ -286,17 +292,3 @@ def unpack(batch) -> dict[int, dict[str, list[int]]]:
         entry["input_ids"] += batch["input_ids"][r, a:b].tolist()
         entry["labels"] += batch["labels"][r, a:b].tolist()
     return out
-
-
-_ISOLATION_NAMES = {"check_isolation", "IsolationReport", "hf_packed_call", "default_call"}
-_ISOLATION_NAMES.add("document_attention_mask")
-
-
-def __getattr__(name: str):
-    # The isolation check and the document mask live in course_lib/isolation.py, which imports
-    # this module; re-exported lazily so `from course_lib.packing import check_isolation` works.
-    if name in _ISOLATION_NAMES:
-        from course_lib import isolation
-
-        return getattr(isolation, name)
-    raise AttributeError(f"module 'course_lib.packing' has no attribute {name!r}")

@@ -1,0 +1,44 @@
+"""The batch contract: what a batch dict holds, and how its loss tokens are counted.
+
+Every collator in the course returns a plain dict of tensors with Hugging Face's names, and the
+model takes it as ``model(**batch)``:
+
+* ``input_ids`` ``(B, T)`` int64 token ids;
+* ``labels`` ``(B, T)`` int64, ``IGNORE_INDEX`` (-100) where no loss is taken (prompt, padding,
+  the first token of a packed document); the model shifts them: position ``t`` predicts
+  ``labels[:, t + 1]``;
+* padded batches: ``attention_mask`` ``(B, T)`` 1 for real tokens, 0 for padding;
+* packed batches: ``position_ids`` ``(B, T)`` restarting at 0 for every document,
+  ``document_ids`` ``(B, T)`` (-1 for the padding tail), ``cu_seq_lens`` int32 offsets of every
+  document in the flattened ``B * T`` stream and ``max_length`` the longest document.
+"""
+
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100  # the label of a token that is not trained on (PyTorch's cross-entropy default)
+
+PADDED_KEYS = ("input_ids", "attention_mask", "labels")
+PACKED_KEYS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seq_lens", "max_length")
+# Hugging Face's flash-attention names for the same offsets (DataCollatorWithFlattening).
+HF_FLASH_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+
+
+def count_loss_tokens(labels: torch.Tensor) -> int:
+    """Tokens that contribute to a causal-LM loss: ``(labels[..., 1:] != -100).sum()``.
+
+    The model shifts labels inside: position ``t`` predicts ``labels[..., t + 1]``, so nothing
+    predicts ``labels[..., 0]``. Counting the unshifted labels, ``(labels != -100).sum()``,
+    overcounts by exactly the number of rows whose first label is not -100. With completion-only
+    masking that first label is a prompt token (-100) and the counts agree; with full-sequence
+    labels (``labels = input_ids``) every row adds one phantom token, so a batch of 16 rows of 20
+    labelled tokens would claim 320 instead of 304 and every normaliser built on it is 5 % off.
+    """
+    if not torch.is_tensor(labels) or labels.dim() < 1:
+        raise ValueError(f"labels must be a tensor with a sequence dimension, got {labels!r}")
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise TypeError(
+            f"labels must hold integer token ids (-100 for ignored), got dtype {labels.dtype}"
+        )
+    return int((labels[..., 1:] != IGNORE_INDEX).sum())

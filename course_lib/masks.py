@@ -1,0 +1,98 @@
+"""Every attention mask the course builds, in one place.
+
+Three situations, one rule each (``True`` = the query may attend the key)::
+
+    causal (one sequence)      padded row (pad = .)      packed row (docs A A B B B)
+    q\\k 0 1 2 3                q\\k 0 1 2 3              q\\k A A B B B
+     0   1 . . .                 0  1 . . .               A  1 . . . .
+     1   1 1 . .                 1  1 1 . .               A  1 1 . . .
+     2   1 1 1 .                 2  1 1 1 .               B  . . 1 . .
+     3   1 1 1 1                 .  . . . 1 (own diag)    B  . . 1 1 .
+                                                          B  . . 1 1 1
+
+Additive float masks (``0`` where allowed, a large negative value elsewhere) have shape
+``(B, 1, T, T)`` and broadcast over heads. The diagonal is always allowed, so no softmax row is
+fully masked (a fully masked row is NaN). Build a mask once per forward and share it across
+layers: on the CPU, SDPA copies a boolean mask to float inside every call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal_allowed(seq_len: int, device=None) -> torch.Tensor:
+    """Bool ``(T, T)``: key ``j`` is visible from query ``i`` when ``j <= i``."""
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+
+
+def future_mask(seq_len: int, device=None) -> torch.Tensor:
+    """Bool ``(T, T)``, ``True`` above the diagonal: the positions eager attention fills with
+    ``-inf`` (one mask shared by every layer and every row)."""
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu(1)
+
+
+def document_allowed(segment_ids: torch.Tensor) -> torch.Tensor:
+    """Bool ``(B, T, T)``: same segment and not in the future (the block-diagonal causal mask)."""
+    T = segment_ids.shape[-1]
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]  # (B, T, T)
+    return same & causal_allowed(T, segment_ids.device)
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype, fill: float | None = None) -> torch.Tensor:
+    """A float ``(B, 1, T, T)`` mask from a bool ``(B, T, T)`` one: 0 where allowed, ``fill``
+    (default ``-inf``) elsewhere."""
+    fill = float("-inf") if fill is None else fill
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return mask.masked_fill_(~allowed, fill)[:, None]  # (B, 1, T, T)
+
+
+def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32):
+    """Additive ``(B, 1, T, T)`` mask for packed rows: attend within the segment, causally."""
+    return additive(document_allowed(segment_ids), dtype)
+
+
+def padding_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32):
+    """Additive ``(B, 1, T, T)`` mask for padded batches (left or right padding).
+
+    Keys that are padding are masked; a padding query keeps its own diagonal so its softmax row
+    stays finite (its output is never used: its label is -100).
+    """
+    B, T = attention_mask.shape
+    key_ok = attention_mask.bool()[:, None, :]  # (B, 1, T)
+    eye = torch.eye(T, dtype=torch.bool, device=attention_mask.device)
+    return additive((causal_allowed(T, attention_mask.device) & key_ok) | eye, dtype)
+
+
+def document_attention_mask(document_ids: torch.Tensor, dtype: torch.dtype | None = None):
+    """Which key each query may see in a packed batch: same document and not in the future.
+
+    Returns bool ``(R, T, T)`` (True = may attend) or, with a float ``dtype``, an additive
+    ``(R, 1, T, T)`` mask (0 or the dtype's minimum) that Hugging Face models accept as a
+    prepared 4-D ``attention_mask``. The padding tail (-1) only sees itself.
+    """
+    allowed = document_allowed(document_ids)
+    if dtype is None:
+        return allowed
+    return additive(allowed, dtype, torch.finfo(dtype).min)
+
+
+def segment_ids_from_cu_seq_lens(
+    cu_seq_lens: torch.Tensor, batch_size: int, seq_len: int
+) -> torch.Tensor:
+    """Per-token segment index ``(B, T)`` from offsets into the flattened ``B * T`` stream."""
+    cu = cu_seq_lens.to(torch.long)
+    total = batch_size * seq_len
+    if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != total:
+        raise ValueError(
+            f"cu_seq_lens must be 1-D offsets starting at 0 and ending at B*T={total}, "
+            f"got {cu.tolist()}"
+        )
+    if bool((cu[1:] <= cu[:-1]).any()):
+        raise ValueError(f"cu_seq_lens must be strictly increasing, got {cu.tolist()}")
+    # A document may not cross the end of a row: every row start must be an offset.
+    row_starts = torch.arange(0, total, seq_len)
+    if not bool(torch.isin(row_starts, cu).all()):
+        raise ValueError("cu_seq_lens has a document that crosses a row boundary")
+    seg = torch.searchsorted(cu[1:], torch.arange(total), right=True)  # (B*T,)
+    return seg.view(batch_size, seq_len)

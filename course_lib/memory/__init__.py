@@ -1,0 +1,41 @@
+"""Memory of one training step: measured (``meter``), predicted (``predict``), compared (``sweep``).
+
+The names below are the package's public API; each lives in the module named beside it.
+"""
+
+from .meter import (
+    LiveBytesTracker,
+    MemoryReport,
+    format_bytes,
+    measure,
+    measure_step,
+    pick_device,
+    training_step,
+)
+from .predict import ActivationBreakdown, activation_bytes, attention_elements, parameter_count
+from .sweep import (
+    CheckpointingRow,
+    ShapeComparison,
+    compare_checkpointing,
+    compare_shapes,
+    mode_label,
+)
+
+__all__ = [
+    "ActivationBreakdown",
+    "CheckpointingRow",
+    "LiveBytesTracker",
+    "MemoryReport",
+    "ShapeComparison",
+    "activation_bytes",
+    "attention_elements",
+    "compare_checkpointing",
+    "compare_shapes",
+    "format_bytes",
+    "measure",
+    "measure_step",
+    "mode_label",
+    "parameter_count",
+    "pick_device",
+    "training_step",
+]

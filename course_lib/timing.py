@@ -1,0 +1,88 @@
+"""The one interleaved timing loop: several training steps compared in one run, turn by turn.
+
+Timing two ways of training one after the other lets a burst of background load (a shared
+machine, a thermal dip) land on one side only. :func:`interleave` runs the competitors in turns
+instead: round ``r`` runs every step once, in the given order on even rounds and reversed on odd
+ones, so no side always runs first on a warmer cache. Negative rounds are warm-ups, not timed.
+On a GPU the device is synchronised around every timed call.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ._checks import non_negative_int, positive_int
+
+
+@dataclass
+class Timings:
+    """Wall seconds of every timed call, per name, in round order, and what each call returned."""
+
+    seconds: dict[str, list[float]]
+    results: dict[str, list] = field(default_factory=dict, repr=False)
+
+    def total(self, name: str) -> float:
+        return sum(self.seconds[name])
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.seconds[name])
+
+    def pair_ratios(self, name: str, baseline: str) -> list[float]:
+        """``name / baseline`` for every round both ran, in round order."""
+        return [a / b for a, b in zip(self.seconds[name], self.seconds[baseline])]
+
+    def ratio(self, name: str, baseline: str) -> float:
+        """The median of :meth:`pair_ratios`: robust to a slow round on either side."""
+        return statistics.median(self.pair_ratios(name, baseline))
+
+
+def _synchronize(device) -> None:
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleave(
+    steps: dict[str, Callable[[int], object]],
+    rounds: int | dict[str, int],
+    warmup: int = 1,
+    device=None,
+    progress: bool = False,
+    desc: str = "interleaved steps",
+) -> Timings:
+    """Call ``steps[name](r)`` for ``r`` in ``-warmup .. rounds - 1``, the names taking turns.
+
+    ``rounds`` is one count for every step or a count per name (a name stops once its rounds are
+    done, e.g. an epoch with fewer batches). ``r < 0`` are warm-up calls (``batches[r]`` then
+    picks from the end), untimed. Returns :class:`Timings` with every timed call's seconds and
+    return value.
+    """
+    if not steps:
+        raise ValueError("interleave needs at least one step to time")
+    counts = dict.fromkeys(steps, rounds) if isinstance(rounds, int) else dict(rounds)
+    for name in steps:
+        positive_int(f"rounds[{name!r}]", counts.get(name))
+    non_negative_int("warmup", warmup)
+    timings = Timings({n: [] for n in steps}, {n: [] for n in steps})
+    order = list(steps)
+    schedule = range(-warmup, max(counts.values()))
+    if progress:
+        from tqdm.auto import tqdm
+
+        schedule = tqdm(schedule, desc=desc)
+    for r in schedule:
+        for name in order if r % 2 == 0 else order[::-1]:
+            if r >= counts[name]:
+                continue
+            _synchronize(device)
+            start = time.perf_counter()
+            out = steps[name](r)
+            _synchronize(device)
+            if r >= 0:
+                timings.seconds[name].append(time.perf_counter() - start)
+                timings.results[name].append(out)
+    return timings

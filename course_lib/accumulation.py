@@ -13,88 +13,35 @@ The seed's loop ``loss = model(**mb).loss / accum`` computes instead::
 which weights a micro-batch of 5 completion tokens as much as one of 500. The two agree only when
 every ``n_i`` is equal. ``mode="token_weighted"`` reproduces ``L`` exactly by asking the model for
 ``S_i / N`` (Hugging Face's ``num_items_in_batch``); ``mode="mean"`` is the seed's ``L_mean``.
+Across data-parallel ranks ``N`` is summed over ranks (:mod:`course_lib.distributed`).
 
-Across ``W`` data-parallel ranks, DDP *averages* gradients: ``g = (1 / W) * sum_r g_r``. To get
-the global token mean, each rank divides by the window's loss tokens summed over ranks,
-``N_all``, and multiplies by ``W`` to undo the average:
-``(1 / W) * sum_r W * S_r / N_all = sum_r S_r / N_all``.
+Counting: :func:`~course_lib.batch.count_loss_tokens` (re-exported here) and
+:mod:`course_lib.token_log`; lesson 3's windows with set loss-token counts:
+:mod:`course_lib.windows`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
-from course_lib.batch import IGNORE_INDEX, count_loss_tokens
+from .batch import IGNORE_INDEX, count_loss_tokens
+from .distributed import all_reduce_sum, is_distributed, sum_over_ranks
+from .token_log import MicroBatchTokens, batch_token_counts
+
+__all__ = [
+    "MODES",
+    "AccumulationStats",
+    "accumulate_gradients",
+    "concatenate_micro_batches",
+    "count_loss_tokens",
+    "gradient_error",
+]
 
 MODES = ("token_weighted", "mean")
-LOW_TOKENS_PER_STEP = 4_000  # the seed's threshold: below it, raise accumulation, not the LR
 _PAD_KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
-
-
-@dataclass
-class MicroBatchTokens:
-    """Token counts of one micro-batch: ``all_tokens`` (slots, ``B * T``), ``non_pad_tokens``
-    (``attention_mask`` ones; every slot when there is no mask), ``loss_tokens`` (shifted labels
-    that are not -100) and ``examples`` (rows, ``B``)."""
-
-    all_tokens: int
-    non_pad_tokens: int
-    loss_tokens: int
-    examples: int
-
-
-def batch_token_counts(batch: dict) -> MicroBatchTokens:
-    """Count the tokens of a batch dict with Hugging Face names (no forward pass)."""
-    if "input_ids" not in batch:
-        raise ValueError(f"a batch needs 'input_ids'; got keys {sorted(batch)}")
-    input_ids = batch["input_ids"]
-    mask = batch.get("attention_mask")
-    labels = batch.get("labels")
-    return MicroBatchTokens(
-        all_tokens=int(input_ids.numel()),
-        non_pad_tokens=int(mask.sum()) if mask is not None else int(input_ids.numel()),
-        loss_tokens=count_loss_tokens(labels) if labels is not None else 0,
-        examples=int(input_ids.shape[0]),
-    )
-
-
-def _all_reduce_sum(values: list, dtype: torch.dtype, group=None) -> list:
-    """Sum a short list of numbers over the ranks of ``group`` (one collective call)."""
-    device = torch.device("cpu")
-    if dist.get_backend(group) == "nccl":  # nccl reduces only CUDA tensors
-        device = torch.device("cuda", torch.cuda.current_device())
-    t = torch.tensor(values, dtype=dtype, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
-    return t.tolist()
-
-
-def sum_over_ranks(count: int, group=None) -> tuple[int, int]:
-    """``(count summed over the ranks of group, world size)``; ``(count, 1)`` without
-    ``torch.distributed``. A collective: every rank must call it."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return int(count), 1
-    return int(_all_reduce_sum([int(count)], torch.int64, group)[0]), dist.get_world_size(group)
-
-
-def dp_token_weighted_loss(loss_sum: torch.Tensor, local_tokens: int, group=None) -> torch.Tensor:
-    """Loss to back-propagate on this rank so that DDP's gradient average is the global token mean.
-
-    Returns ``loss_sum * W / N_all`` where ``loss_sum`` is this rank's summed cross-entropy (nats),
-    ``N_all`` the loss tokens summed over the ``W`` ranks. For a window of several micro-batches
-    sum the window's tokens first (``accumulate_gradients`` does). Collective: call on every rank.
-    """
-    n_all, world_size = sum_over_ranks(local_tokens, group)
-    if n_all <= 0:
-        raise ValueError(
-            f"the window holds {n_all} loss tokens over {world_size} rank(s): every "
-            "label is -100; check the completion-only masking or skip this window"
-        )
-    return loss_sum * (world_size / n_all)
 
 
 @dataclass
@@ -140,6 +87,21 @@ def _validate_window(micro_batches, mode: str) -> tuple[list[dict], list[MicroBa
     return micro_batches, counts
 
 
+def _window_tokens(local_tokens: int, k: int, distributed: bool, group) -> tuple[int, int]:
+    """``(N, W)``: the window's loss tokens (summed over ranks when ``distributed``) and the
+    world size; raises when ``N`` is 0."""
+    window_tokens, world_size = (
+        sum_over_ranks(local_tokens, group) if distributed else (local_tokens, 1)
+    )
+    if window_tokens == 0:
+        raise ValueError(
+            f"the window of {k} micro-batch(es) on {world_size} rank(s) holds no "
+            "loss token (every shifted label is -100): nothing to learn and the mean is 0/0; "
+            "check the completion-only masking or skip this window"
+        )
+    return window_tokens, world_size
+
+
 def accumulate_gradients(
     model: torch.nn.Module,
     micro_batches,
@@ -163,20 +125,11 @@ def accumulate_gradients(
     """
     micro_batches, counts = _validate_window(micro_batches, mode)
     local_tokens = sum(c.loss_tokens for c in counts)
-    if distributed is None:
-        distributed = dist.is_available() and dist.is_initialized()
-    if distributed:
-        window_tokens, world_size = sum_over_ranks(local_tokens, group)
-    else:
-        window_tokens, world_size = local_tokens, 1
-    if window_tokens == 0:
-        raise ValueError(
-            f"the window of {len(micro_batches)} micro-batch(es) on {world_size} rank(s) holds no "
-            "loss token (every shifted label is -100): nothing to learn and the mean is 0/0; "
-            "check the completion-only masking or skip this window"
-        )
+    k = len(micro_batches)
+    distributed = is_distributed() if distributed is None else distributed
+    window_tokens, world_size = _window_tokens(local_tokens, k, distributed, group)
 
-    k, loss_sum = len(micro_batches), 0.0  # loss_sum: sum_i S_i in nats
+    loss_sum = 0.0  # sum_i S_i in nats
     for i, (mb, c) in enumerate(zip(micro_batches, counts)):
         # DDP all-reduces on every backward unless told not to: sync once, on the last one.
         skip_sync = i < k - 1 and hasattr(model, "no_sync")
@@ -190,7 +143,7 @@ def accumulate_gradients(
                 (out.loss / k).backward()
                 loss_sum += float(out.loss.detach()) * c.loss_tokens
     if distributed and world_size > 1:
-        loss_sum = _all_reduce_sum([loss_sum], torch.float64, group)[0]
+        loss_sum = all_reduce_sum([loss_sum], torch.float64, group)[0]
     return AccumulationStats(
         mode=mode,
         loss_per_token=loss_sum / window_tokens,
@@ -289,97 +242,3 @@ def gradient_error(model: torch.nn.Module, micro_batches, mode: str = "token_wei
             "use a model with random (non-zero) weights"
         )
     return float((g_acc - g_full).norm()) / norm
-
-
-@dataclass
-class StepTokens:
-    """Tokens of one optimiser step (summed over ranks when ``torch.distributed`` is on)."""
-
-    step: int
-    micro_batches: int
-    examples: int  # the effective batch: rows per device x micro-batches x devices
-    all_tokens: int
-    non_pad_tokens: int
-    loss_tokens: int
-    n_devices: int
-    low: bool  # loss_tokens below the logger's threshold
-
-
-@dataclass
-class TokensSummary:
-    """Over the logged steps: loss tokens per step (mean, min), ``padding_fraction``
-    (1 - non-pad / all tokens), mean effective batch (examples) and steps below the threshold."""
-
-    steps: int
-    mean_loss_tokens: float
-    min_loss_tokens: int
-    padding_fraction: float
-    mean_effective_batch: float
-    low_steps: int
-
-
-@dataclass
-class TokensPerStepLogger:
-    """Counts tokens per optimiser step in any loop: ``log_micro_batch(batch)`` for every
-    micro-batch, ``end_step()`` after ``optimizer.step()``. Steps with fewer than ``threshold``
-    loss tokens are flagged (``StepTokens.low``) and warned about once: gradient noise tracks
-    tokens, so raise accumulation rather than the learning rate.
-
-    ``sync_ranks``: with ``torch.distributed`` initialised, ``end_step`` sums the counts over
-    ranks (one ``all_reduce``; every rank must call it).
-    """
-
-    threshold: int = LOW_TOKENS_PER_STEP
-    sync_ranks: bool = True
-    history: list[StepTokens] = field(default_factory=list)
-    _current: list[MicroBatchTokens] = field(default_factory=list, repr=False)
-    _warned: bool = field(default=False, repr=False)
-
-    def log_micro_batch(self, batch: dict) -> MicroBatchTokens:
-        counts = batch_token_counts(batch)
-        self._current.append(counts)
-        return counts
-
-    def end_step(self) -> StepTokens:
-        if not self._current:
-            raise ValueError(
-                "end_step() with no micro-batch logged since the last step: call "
-                "log_micro_batch(batch) for every micro-batch first"
-            )
-        names = ("examples", "all_tokens", "non_pad_tokens", "loss_tokens")
-        totals = [sum(getattr(c, name) for c in self._current) for name in names]
-        n_devices = 1
-        if self.sync_ranks and dist.is_available() and dist.is_initialized():
-            totals = [int(v) for v in _all_reduce_sum(totals, torch.int64)]
-            n_devices = dist.get_world_size()
-        record = StepTokens(
-            len(self.history),
-            len(self._current),
-            *totals,
-            n_devices=n_devices,
-            low=totals[3] < self.threshold,
-        )
-        self.history.append(record)
-        self._current = []
-        if record.low and not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"step {record.step}: {record.loss_tokens} loss tokens per optimiser "
-                f"step (< {self.threshold}); gradients are noisy: raise "
-                "gradient_accumulation_steps rather than the learning rate",
-                stacklevel=2,
-            )
-        return record
-
-    def summary(self) -> TokensSummary:
-        if not self.history:
-            raise ValueError("no step logged yet: call end_step() after each optimiser step")
-        h, n = self.history, len(self.history)
-        return TokensSummary(
-            steps=n,
-            mean_loss_tokens=sum(s.loss_tokens for s in h) / n,
-            min_loss_tokens=min(s.loss_tokens for s in h),
-            padding_fraction=1.0 - sum(s.non_pad_tokens for s in h) / sum(s.all_tokens for s in h),
-            mean_effective_batch=sum(s.examples for s in h) / n,
-            low_steps=sum(s.low for s in h),
-        )

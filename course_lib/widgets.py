@@ -1,7 +1,9 @@
-"""Sliders as a thin skin over the pure figure functions in :mod:`course_lib.plots`.
+"""Sliders as a thin skin over the pure figure functions in :mod:`course_lib.figures`.
 
 Every widget is built by :func:`explore`: it takes a function returning a matplotlib ``Figure``
-and the sliders that feed its arguments. Under ``CI`` or ``NBGRADER_EXECUTION`` (headless test
+and the sliders that feed its arguments. When the figure draws a result, ``compute`` is the
+function (in the concept's own module) that makes the result from the slider values; the widget
+calls ``figure_fn(compute(**values))``. Under ``CI`` or ``NBGRADER_EXECUTION`` (headless test
 runs and autograding) it draws one static frame with the default values instead, so executing a
 notebook can never hang on a widget.
 """
@@ -13,7 +15,17 @@ from collections.abc import Callable
 
 import matplotlib.pyplot as plt
 
-__all__ = ["headless", "explore", "build_explorer", "int_slider", "choice"]
+from .figures.attention import plot_split
+from .splits import budget_split, split_seq_lens
+
+__all__ = [
+    "headless",
+    "explore",
+    "build_explorer",
+    "int_slider",
+    "choice",
+    "budget_split_explorer",
+]
 
 
 def headless() -> bool:
@@ -37,20 +49,44 @@ def choice(value, options, description: str = ""):
     return ("choice", dict(value=value, options=options, description=description))
 
 
-def _default(spec):
-    return spec[1]["value"]
+def _split(controls):
+    def is_spec(v):
+        return isinstance(v, tuple) and len(v) == 2 and v[0] in ("int", "choice")
+
+    fixed = {k: v for k, v in controls.items() if not is_spec(v)}
+    specs = {k: v for k, v in controls.items() if is_spec(v)}
+    return fixed, specs
 
 
-def build_explorer(figure_fn: Callable[..., plt.Figure], **controls):
+def _frame(figure_fn, compute, cache: bool, fixed: dict) -> Callable[..., plt.Figure]:
+    """``values -> Figure``: ``figure_fn(**fixed, **values)``, or with ``compute``
+    ``figure_fn(compute(**fixed, **values))``; with ``cache`` each result is computed once per
+    combination of slider values (for results that take seconds to measure)."""
+    if compute is None:
+        return lambda **values: figure_fn(**fixed, **values)
+    results: dict = {}
+
+    def frame(**values):
+        key = tuple(sorted(values.items()))
+        if not cache or key not in results:
+            results[key] = compute(**fixed, **values)
+        return figure_fn(results[key])
+
+    return frame
+
+
+def build_explorer(figure_fn: Callable[..., plt.Figure], compute=None, cache=False, **controls):
     """Build (without displaying) the widget: ``(container, {name: control})``.
 
-    ``figure_fn(**values)`` is redrawn into an ``Output`` whenever a control moves. Plain keyword
-    values (not specs from :func:`int_slider` / :func:`choice`) are passed through unchanged.
+    The figure is redrawn into an ``Output`` whenever a control moves (see :func:`_frame` for
+    ``compute`` and ``cache``). Plain keyword values (not specs from :func:`int_slider` /
+    :func:`choice`) are passed through unchanged.
     """
     import ipywidgets as w
     from IPython.display import display
 
     fixed, specs = _split(controls)
+    frame = _frame(figure_fn, compute, cache, fixed)
     built = {}
     for name, (kind, kw) in specs.items():
         kw = dict(kw)
@@ -67,7 +103,7 @@ def build_explorer(figure_fn: Callable[..., plt.Figure], **controls):
     def redraw(_change=None):
         with out:
             out.clear_output(wait=True)
-            fig = figure_fn(**fixed, **{k: c.value for k, c in built.items()})
+            fig = frame(**{k: c.value for k, c in built.items()})
             display(fig)
             plt.close(fig)
 
@@ -77,62 +113,45 @@ def build_explorer(figure_fn: Callable[..., plt.Figure], **controls):
     return w.VBox([w.HBox(list(built.values())), out]), built
 
 
-def _split(controls):
-    def is_spec(v):
-        return isinstance(v, tuple) and len(v) == 2 and v[0] in ("int", "choice")
+def explore(
+    figure_fn: Callable[..., plt.Figure], compute=None, cache: bool = False, **controls
+) -> None:
+    """Display ``figure_fn`` with one control per keyword; one static frame when headless.
 
-    fixed = {k: v for k, v in controls.items() if not is_spec(v)}
-    specs = {k: v for k, v in controls.items() if is_spec(v)}
-    return fixed, specs
-
-
-def explore(figure_fn: Callable[..., plt.Figure], **controls) -> None:
-    """Display ``figure_fn`` with one control per keyword; one static frame when headless."""
+    With ``compute``, every frame draws ``figure_fn(compute(**values))``: the compute function
+    owns the work (training, packing, measuring), the figure only draws its result.
+    """
     from IPython.display import display
 
     if headless():
         fixed, specs = _split(controls)
-        fig = figure_fn(**fixed, **{k: _default(s) for k, s in specs.items()})
+        frame = _frame(figure_fn, compute, cache, fixed)
+        fig = frame(**{k: s[1]["value"] for k, s in specs.items()})
         display(fig)
         plt.close(fig)
         return
-    container, _ = build_explorer(figure_fn, **controls)
+    container, _ = build_explorer(figure_fn, compute, cache, **controls)
     display(container)
 
 
 def budget_split_explorer(config, token_budget: int, seq_lens=None, device=None) -> None:
     """Lesson 1's slider: one token budget, every (batch, seq) split of it, predicted and measured.
 
-    Each position of the slider is a shape ``(token_budget // seq_len) x seq_len``; the figure
-    shows the predicted components for eager and sdpa attention and the measured peak of a real
-    training step at that shape (measured on first view, then cached).
+    Each position of the slider is a shape ``(token_budget // seq_len) x seq_len``
+    (:func:`course_lib.splits.budget_split`); the figure shows the predicted components for eager
+    and sdpa attention and the measured peak of a real training step at that shape (measured on
+    first view, then cached).
     """
-    from dataclasses import replace
-
-    from .memory import compare_shapes
-    from .plots import plot_split
-
     if seq_lens is None:
-        seq_lens = [
-            t
-            for t in (2**k for k in range(4, 16))
-            if t <= min(token_budget, config.max_seq_len) and token_budget % t == 0
-        ]
-    if not seq_lens:
-        raise ValueError(
-            f"no seq_len divides token_budget={token_budget} within "
-            f"max_seq_len={config.max_seq_len}"
-        )
-    cache: dict[int, dict] = {}
-
-    def frame(seq_len: int):
-        if seq_len not in cache:
-            rows = compare_shapes(
-                replace(config), [(token_budget // seq_len, seq_len)], device=device
-            )
-            cache[seq_len] = {r.attn_impl: r for r in rows}
-        return plot_split(config, token_budget, seq_len, cache[seq_len])
-
+        seq_lens = split_seq_lens(token_budget, config.max_seq_len)
     options = [(f"{token_budget // t}×{t}", t) for t in seq_lens]
     start = seq_lens[len(seq_lens) // 2]
-    explore(frame, seq_len=choice(start, options, "batch × seq"))
+    explore(
+        plot_split,
+        compute=budget_split,
+        cache=True,
+        config=config,
+        token_budget=token_budget,
+        device=device,
+        seq_len=choice(start, options, "batch × seq"),
+    )

@@ -1,0 +1,206 @@
+"""Lesson 3's figures: gradient accumulation and the mean-of-means bug.
+
+The measurements come from :mod:`course_lib.accumulation` and :mod:`course_lib.windows`; these
+functions only draw them. Relative errors below :data:`ERROR_FLOOR` (exact zeros included) are
+drawn at the floor so a log axis can show them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter
+
+from ..windows import AccumulationWindow
+from .style import MODE_COLOURS, label_above, require
+
+ERROR_FLOOR = 1e-9
+
+
+def _floor(x: float) -> float:
+    return max(float(x), ERROR_FLOOR)
+
+
+def plot_gradient_error_vs_spread(points, real_points=None, title: str = "") -> Figure:
+    """Measured relative gradient error against the full batch, over the window's spread.
+
+    ``points``: ``(spread, mode, error)`` triples from controlled windows, where ``spread`` is
+    ``max n_i / min n_i`` (loss tokens of the micro-batches); ``real_points`` the same for windows
+    of untrimmed data, drawn as hollow markers. Errors below ``ERROR_FLOOR`` sit on the floor.
+    """
+    require(bool(points), "plot_gradient_error_vs_spread needs at least one measured point")
+    require(
+        all(len(p) == 3 for p in list(points) + list(real_points or [])),
+        "plot_gradient_error_vs_spread needs (spread, mode, error) triples",
+    )
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for mode in dict.fromkeys(m for _, m, _ in points):
+        colour = MODE_COLOURS.get(mode, "black")
+        sel = sorted((s, e) for s, m, e in points if m == mode)
+        xs = sorted({s for s, _ in sel})
+        means = [sum(e for s, e in sel if s == x) / sum(1 for s, _ in sel if s == x) for x in xs]
+        ax.plot([s for s, _ in sel], [_floor(e) for _, e in sel], "o", color=colour, alpha=0.7)
+        ax.plot(
+            xs,
+            [_floor(m) for m in means],
+            "-",
+            color=colour,
+            label=f"{mode}: windows with a set spread",
+        )
+    for mode in dict.fromkeys(m for _, m, _ in real_points or []):
+        sel = [(s, e) for s, m, e in real_points if m == mode]
+        ax.plot(
+            [s for s, _ in sel],
+            [_floor(e) for _, e in sel],
+            "D",
+            mfc="none",
+            color=MODE_COLOURS.get(mode, "black"),
+            label=f"{mode}: untrimmed data",
+        )
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.set_yscale("log")
+    ax.axhline(ERROR_FLOOR, color="gray", lw=0.8, ls=":")
+    ax.set_xlabel("spread: loss tokens of the fullest micro-batch / of the emptiest")
+    ax.set_ylabel("‖g_acc − g_full‖ / ‖g_full‖")
+    ax.set_title(title or "Accumulated gradient vs one full batch (measured)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_window_weights(ax, window: AccumulationWindow) -> None:
+    """Per micro-batch: ``n_i / N`` (the full batch's weight) beside ``1 / K`` (loss / accum)."""
+    n = window.loss_tokens
+    total, k = sum(n), len(n)
+    xs = list(range(k))
+    w = 0.4
+    ax.bar(
+        [x - w / 2 for x in xs],
+        [ni / total for ni in n],
+        w,
+        color=MODE_COLOURS["token_weighted"],
+        label="n_i / N  (full batch, token-weighted)",
+    )
+    ax.bar(
+        [x + w / 2 for x in xs],
+        [1 / k] * k,
+        w,
+        color=MODE_COLOURS["mean"],
+        label="1 / K  (loss / accum)",
+    )
+    for x, ni in zip(xs, n):
+        label_above(ax, f"{ni}", (x - w / 2, ni / total), fontsize=7)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(x + 1) for x in xs], fontsize=8)
+    ax.set_xlabel("micro-batch i (numbers: its loss tokens n_i)")
+    ax.set_ylabel("weight in the optimiser step")
+    ax.set_title(f"K={k} micro-batches of {window.micro_batch_size} rows, N={total} loss tokens")
+    ax.legend(fontsize=8)
+
+
+def _draw_window_errors(ax, window: AccumulationWindow) -> None:
+    errors = window.errors
+    names = list(errors)
+    ax.bar(
+        names,
+        [_floor(errors[m]) for m in names],
+        color=[MODE_COLOURS.get(m, "black") for m in names],
+    )
+    for x, m in enumerate(names):
+        label_above(ax, f"{errors[m]:.1e}", (x, _floor(errors[m])))
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_yscale("log")
+    ax.set_ylim(ERROR_FLOOR / 2, 10)
+    ax.set_ylabel("relative gradient error vs full batch")
+    ax.set_title(f"measured, spread {window.spread:.0f}×")
+
+
+def plot_accumulation_window(window: AccumulationWindow) -> Figure:
+    """One window, measured (:func:`course_lib.windows.accumulation_window`).
+
+    Left: per micro-batch, its share of the window's loss tokens ``n_i / N`` (what the full batch
+    gives it) beside ``1 / K`` (what ``loss / accum`` gives it). Right: the relative error of the
+    accumulated gradient against one full batch, in each mode measured.
+    """
+    require(bool(window.loss_tokens), "plot_accumulation_window needs at least one micro-batch")
+    require(
+        sum(window.loss_tokens) > 0,
+        "plot_accumulation_window needs a window with at least one loss token",
+    )
+    require(bool(window.errors), "plot_accumulation_window needs at least one mode's error")
+    k = len(window.loss_tokens)
+    fig, (ax, ax_err) = plt.subplots(
+        1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [max(3, min(k, 8)), 2]}
+    )
+    _draw_window_weights(ax, window)
+    _draw_window_errors(ax_err, window)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_heldout(ax, heldout: dict) -> None:
+    """Grouped bars: held-out loss per token, one group per data slice, one bar per mode."""
+    modes = list(heldout)
+    groups = list(dict.fromkeys(g for m in modes for g in heldout[m]))
+    w = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
+        xs = [g + (j - (len(modes) - 1) / 2) * w for g in range(len(groups))]
+        vals = [heldout[mode][g] for g in groups]
+        ax.bar(xs, vals, w, color=MODE_COLOURS.get(mode, "k"), label=mode)
+        for x, v in zip(xs, vals):
+            label_above(ax, f"{v:.3f}", (x, v), fontsize=7)
+    lo = min(min(h.values()) for h in heldout.values())
+    hi = max(max(h.values()) for h in heldout.values())
+    ax.set_ylim(lo - 0.15 * (hi - lo + 0.1), hi + 0.15 * (hi - lo + 0.1))
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel("held-out loss per token (nats)")
+    ax.set_title("after training, by completion length")
+    ax.legend(fontsize=8)
+
+
+def plot_accumulation_runs(
+    loss_by_mode: dict, distance: Sequence[float], heldout: dict | None = None
+) -> Figure:
+    """Two training runs from the same weights on the same windows, differing only in the mode.
+
+    ``loss_by_mode``: mode -> training loss per loss token at every step (nats). ``distance``:
+    ``||θ_mean − θ_token_weighted|| / ||θ_token_weighted − θ_0||`` per step. ``heldout``: mode ->
+    {group name: held-out loss per token}, drawn as grouped bars.
+    """
+    require(bool(loss_by_mode), "plot_accumulation_runs needs at least one run's losses")
+    require(
+        not heldout or all(heldout.values()),
+        "plot_accumulation_runs: every held-out mode needs at least one group",
+    )
+    panels = 3 if heldout else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8))
+    ax_loss, ax_dist = axes[0], axes[1]
+    for mode, losses in loss_by_mode.items():
+        ax_loss.plot(
+            range(1, len(losses) + 1),
+            losses,
+            "-",
+            color=MODE_COLOURS.get(mode, "k"),
+            label=mode,
+            alpha=0.8,
+        )
+    ax_loss.set_xlabel("optimiser step")
+    ax_loss.set_ylabel("training loss per loss token (nats)")
+    ax_loss.set_title("training loss (same init, same windows)")
+    ax_loss.legend(fontsize=8)
+    ax_loss.grid(alpha=0.3)
+    ax_dist.plot(range(1, len(distance) + 1), distance, "o-", color="tab:purple", ms=3)
+    ax_dist.set_xlabel("optimiser step")
+    ax_dist.set_ylabel("‖θ_mean − θ_tw‖ / ‖θ_tw − θ_0‖")
+    ax_dist.set_title("distance between the two runs")
+    ax_dist.set_ylim(0, max(distance) * 1.15 if distance else 1)
+    ax_dist.grid(alpha=0.3)
+    if heldout:
+        _draw_heldout(axes[2], heldout)
+    fig.tight_layout()
+    return fig

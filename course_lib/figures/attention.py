@@ -1,0 +1,134 @@
+"""Lesson 1's figures: tokens per step, and why attention memory is different.
+
+Inputs come from :mod:`course_lib.memory` (measured and predicted peaks) and
+:mod:`course_lib.splits` (splits of one token budget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from ..memory import ActivationBreakdown, ShapeComparison
+from ..splits import BudgetSplit, ValuesPerLayer
+from .style import (
+    COMPONENT_COLOURS,
+    IMPL_COLOURS,
+    draw_predicted_vs_measured,
+    mib,
+    require,
+)
+
+
+def plot_measured_vs_predicted(rows: Sequence[ShapeComparison], title: str = "") -> Figure:
+    """Peak memory over sequence length at a fixed token budget: measured points, predicted lines.
+
+    ``rows``: :func:`~course_lib.memory.compare_shapes`. The lower panel shows predicted /
+    measured for every point (1.0 = the model is exact).
+    """
+    require(bool(rows), "plot_measured_vs_predicted needs at least one measured row")
+    fig, (ax, ax_ratio) = plt.subplots(
+        2, 1, figsize=(7.5, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    draw_predicted_vs_measured(
+        ax, ax_ratio, rows, lambda r: r.attn_impl, lambda impl: IMPL_COLOURS.get(impl, "black")
+    )
+    labels = [f"{r.batch_size}×{r.seq_len}" for r in sorted(rows, key=lambda r: r.seq_len)]
+    ax.set_title(title or f"Same tokens per step, different shapes ({rows[0].method})")
+    ax.legend(fontsize=8)
+    ax_ratio.set_xlabel("seq_len (batch × seq shown on the ticks)")
+    ax_ratio.set_xticklabels(dict.fromkeys(labels), rotation=30, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_breakdown(
+    breakdowns: Sequence[ActivationBreakdown],
+    measured: Sequence[int] | None = None,
+    title: str = "",
+) -> Figure:
+    """Stacked bars of predicted components per shape; measured peaks (bytes, one per breakdown)
+    as black diamonds."""
+    require(bool(breakdowns), "plot_breakdown needs at least one breakdown")
+    require(
+        measured is None or len(measured) == len(breakdowns),
+        f"plot_breakdown got {len(measured or [])} measured peaks for {len(breakdowns)} "
+        "breakdowns: pass one per breakdown, or none",
+    )
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    xs = range(len(breakdowns))
+    bottom = [0.0] * len(breakdowns)
+    for name, colour in COMPONENT_COLOURS.items():
+        heights = [mib(b.components()[name]) for b in breakdowns]
+        if not any(heights):
+            continue
+        ax.bar(xs, heights, bottom=bottom, color=colour, label=name.replace("_", " "))
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    if measured is not None:
+        ax.plot(list(xs), [mib(m) for m in measured], "D", color="black", label="measured peak")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{b.attn_impl}\n{b.batch_size}×{b.seq_len}" for b in breakdowns])
+    ax.set_ylabel("MiB")
+    ax.set_title(title or "Where the bytes go (predicted)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def plot_linear_vs_quadratic(values: ValuesPerLayer) -> Figure:
+    """Per-layer values kept for backward at a fixed token budget, split into the two shapes
+    (:func:`~course_lib.splits.values_per_layer`): the linear parts stay put over ``seq_len``
+    while the eager scores grow with it."""
+    require(bool(values.seq_lens), "plot_linear_vs_quadratic needs at least one seq_len")
+    require(
+        len(values.linear) == len(values.scores) == len(values.seq_lens),
+        "plot_linear_vs_quadratic needs one linear and one score count per seq_len",
+    )
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(
+        values.seq_lens,
+        values.linear,
+        "s-",
+        color="tab:blue",
+        label="linear / MLP: ∝ batch × seq",
+    )
+    ax.plot(
+        values.seq_lens,
+        values.scores,
+        "o-",
+        color="tab:red",
+        label="attention scores: ∝ batch × heads × seq²",
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"seq_len (batch = {values.token_budget} // seq_len)")
+    ax.set_ylabel("values per layer")
+    ax.set_title(f"{values.token_budget:,} tokens per step, {values.n_heads} heads")
+    ax.legend()
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+def plot_split(split: BudgetSplit) -> Figure:
+    """One split of a token budget (:func:`~course_lib.splits.budget_split`): predicted
+    components and, when measured, the measured peaks, one bar per attention path."""
+    require(bool(split.breakdowns), "plot_split needs a split with at least one breakdown")
+    measured = None
+    if split.measured:
+        by_impl = {r.attn_impl: r.measured_bytes for r in split.measured}
+        require(
+            all(b.attn_impl in by_impl for b in split.breakdowns),
+            "plot_split needs a measured row for every predicted attention path",
+        )
+        measured = [by_impl[b.attn_impl] for b in split.breakdowns]
+    fig = plot_breakdown(
+        split.breakdowns,
+        measured,
+        title=f"{split.batch_size} × {split.seq_len} = {split.token_budget:,} tokens; "
+        f"{split.score_elements:,} score elements per layer",
+    )
+    fig.axes[0].set_xlabel(split.method)
+    return fig

@@ -1,0 +1,367 @@
+"""Every figure draws the result it is given (a Figure whose data is that result) and rejects an
+empty or inconsistent result with a ValueError that says what is missing."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import matplotlib.pyplot as plt
+import pytest
+from conftest import tiny_config
+from matplotlib.figure import Figure
+
+import course_lib.figures
+from course_lib.budget_curves import (
+    PlanCurve,
+    SmallDatasetTrap,
+    budget_fit,
+    plan_curve,
+    small_dataset_trap,
+)
+from course_lib.checkpointing import StepTimes
+from course_lib.figures import accumulation, attention, checkpointing, choosing, padding
+from course_lib.layouts import BatchLayouts, batch_layouts
+from course_lib.memory import ShapeComparison, activation_bytes
+from course_lib.splits import BudgetSplit, ValuesPerLayer, budget_split, values_per_layer
+from course_lib.token_log import StepTokens
+from course_lib.windows import AccumulationWindow
+
+MiB = 2**20
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def row(impl="eager", seq_len=64, measured=3 * MiB, predicted=3 * MiB, mode="none", batch=4):
+    return ShapeComparison(
+        attn_impl=impl,
+        checkpointing=mode,
+        checkpoint_every=1,
+        n_layers=2,
+        n_heads=4,
+        batch_size=batch,
+        seq_len=seq_len,
+        predicted_bytes=predicted,
+        measured_bytes=measured,
+        predicted_saved_bytes=predicted // 2,
+        saved_bytes=measured // 2,
+        peak_at="loss",
+        method="CPU: counted bytes",
+    )
+
+
+def step_times(plain=(0.010, 0.012, 0.011), checkpointed=(0.014, 0.015, 0.013)):
+    return StepTimes("blocks", 1, "sdpa", 4, 2, 128, "cpu", list(plain), list(checkpointed))
+
+
+def step_tokens(step, loss_tokens):
+    return StepTokens(step, 2, 8, 1024, 800, loss_tokens, 1, loss_tokens < 4000)
+
+
+def ydata(ax, label: str) -> list[float]:
+    """The y values of the one line labelled ``label`` on ``ax``."""
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == label]
+    return [float(y) for y in line.get_ydata()]
+
+
+# --- one case per figure: build it from a small result, then check it drew that result ---------
+
+
+def case_measured_vs_predicted():
+    rows = [row(seq_len=t, measured=t * MiB, predicted=t * MiB + MiB) for t in (32, 64)]
+    fig = attention.plot_measured_vs_predicted(rows)
+    assert ydata(fig.axes[0], "eager: measured") == [32.0, 64.0]
+    assert ydata(fig.axes[0], "eager: predicted") == [33.0, 65.0]
+    return fig
+
+
+def case_breakdown():
+    cfg = tiny_config(attn_impl="eager")
+    breakdowns = [activation_bytes(cfg, 4, 64), activation_bytes(cfg, 1, 256)]
+    fig = attention.plot_breakdown(breakdowns, [b.total for b in breakdowns])
+    measured = ydata(fig.axes[0], "measured peak")
+    assert measured == pytest.approx([b.total / MiB for b in breakdowns])
+    # The stacked bars reach each breakdown's predicted total.
+    tops = {}
+    for bar in fig.axes[0].patches:
+        x = round(bar.get_x() + bar.get_width() / 2)
+        tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
+    assert [tops[0], tops[1]] == pytest.approx([b.total / MiB for b in breakdowns])
+    return fig
+
+
+def case_linear_vs_quadratic():
+    values = values_per_layer(
+        n_heads=4, d_model=64, d_mlp=256, token_budget=1024, seq_lens=[32, 64]
+    )
+    fig = attention.plot_linear_vs_quadratic(values)
+    scores = [ln for ln in fig.axes[0].get_lines() if "scores" in ln.get_label()][0]
+    assert list(scores.get_ydata()) == values.scores
+    return fig
+
+
+def case_split():
+    split = budget_split(tiny_config(), 256, 64, measure=False)
+    split.measured = [row("eager", 64, measured=MiB), row("sdpa", 64, measured=2 * MiB)]
+    fig = attention.plot_split(split)
+    assert ydata(fig.axes[0], "measured peak") == [1.0, 2.0]
+    assert "4 × 64 = 256 tokens" in fig.axes[0].get_title()
+    return fig
+
+
+def case_padding_waste():
+    fig = padding.plot_padding_waste([1, 2, 4], {"random": [0.0, 0.25, 0.5]})
+    assert ydata(fig.axes[0], "random") == [0.0, 25.0, 50.0]
+    return fig
+
+
+def case_batch_layouts():
+    layouts = batch_layouts([5, 9, 30, 2, 17, 8, 12, 3], 4, 32, seed=1)
+    fig = padding.plot_batch_layouts(layouts)
+    assert len(fig.axes) == len(layouts.layouts) == 3
+    for ax, layout in zip(fig.axes, layouts.layouts):
+        assert f"{layout.waste:.1%} padding here" in ax.get_title()
+    return fig
+
+
+def case_throughput():
+    fig = padding.plot_throughput(["random", "packed"], [100, 100], [200, 110], [2.0, 1.0])
+    assert [b.get_height() for b in fig.axes[0].patches] == [50.0, 100.0]
+    return fig
+
+
+def case_loss_curves():
+    fig = padding.plot_loss_curves({"correct": [3.0, 2.5], "careless": [3.0, 2.4]})
+    assert ydata(fig.axes[0], "careless") == [3.0, 2.4]
+    return fig
+
+
+def case_gradient_error_vs_spread():
+    points = [(1.0, "mean", 1e-7), (4.0, "mean", 0.3), (4.0, "token_weighted", 0.0)]
+    fig = accumulation.plot_gradient_error_vs_spread(points, [(3.0, "mean", 0.2)])
+    assert ydata(fig.axes[0], "mean: windows with a set spread") == [1e-7, 0.3]
+    # An exact zero is drawn on the floor of the log axis, not dropped.
+    assert ydata(fig.axes[0], "token_weighted: windows with a set spread") == [
+        accumulation.ERROR_FLOOR
+    ]
+    return fig
+
+
+def case_accumulation_window():
+    window = AccumulationWindow(2, [4, 12], {"mean": 0.25, "token_weighted": 1e-8})
+    fig = accumulation.plot_accumulation_window(window)
+    heights = [b.get_height() for b in fig.axes[0].patches]
+    assert heights == pytest.approx([0.25, 0.75, 0.5, 0.5])  # n_i / N beside 1 / K
+    assert "spread 3×" in fig.axes[1].get_title()
+    return fig
+
+
+def case_accumulation_runs():
+    heldout = {"mean": {"short": 2.0, "long": 2.5}, "token_weighted": {"short": 2.1, "long": 2.4}}
+    fig = accumulation.plot_accumulation_runs(
+        {"mean": [3.0, 2.0], "token_weighted": [3.0, 2.1]}, [0.1, 0.2], heldout
+    )
+    assert len(fig.axes) == 3
+    assert ydata(fig.axes[0], "mean") == [3.0, 2.0]
+    return fig
+
+
+def case_checkpointing_peaks():
+    rows = [row(seq_len=t, measured=t * MiB, mode=m) for t in (64, 128) for m in ("none", "blocks")]
+    fig = checkpointing.plot_checkpointing_peaks(rows)
+    assert ydata(fig.axes[0], "plain: measured") == [64.0, 128.0]
+    assert ydata(fig.axes[0], "blocks: measured") == [64.0, 128.0]
+    return fig
+
+
+def case_step_times():
+    times = step_times()
+    fig = checkpointing.plot_step_times(times)
+    medians = [b.get_height() for b in fig.axes[0].patches]
+    assert medians == pytest.approx([11.0, 14.0])  # ms
+    return fig
+
+
+def case_budget_fit():
+    fit = budget_fit(tiny_config(n_layers=4), seq_len=512, n_layers=4, budget_mib=8)
+    fig = checkpointing.plot_budget_fit(fit)
+    assert fit.verdict in fig.axes[0].get_title()
+    plain = ydata(fig.axes[0], "plain (predicted)")
+    assert plain == pytest.approx([p / MiB for p in fit.peaks["none"]])
+    return fig
+
+
+def case_search_probes():
+    history = [(1, True), (2, True), (4, False), (3, True)]
+    needed = {1: MiB, 2: 2 * MiB, 3: 3 * MiB, 4: 5 * MiB}
+    fig = choosing.plot_search_probes(history, needed, 4 * MiB, predicted=needed)
+    assert ydata(fig.axes[0], "memory model (predicted)") == [1.0, 2.0, 3.0, 5.0]
+    assert ydata(fig.axes[1], "largest fit so far") == [1, 2, 2, 3]
+    return fig
+
+
+def case_step_tokens():
+    fig = choosing.plot_step_tokens([step_tokens(0, 900), step_tokens(1, 1100)], planned=4096)
+    loss_bars = [b.get_height() for b in fig.axes[0].patches[-2:]]
+    assert loss_bars == [900, 1100]
+    return fig
+
+
+def case_small_dataset_trap():
+    trap = small_dataset_trap(800, 30.0, [16, 64, 256])
+    fig = choosing.plot_small_dataset_trap(trap)
+    assert ydata(fig.axes[0], "full optimiser steps per epoch") == [50, 12, 3]
+    return fig
+
+
+def case_training_plan():
+    curve = plan_curve(tiny_config(), 8, 128, 800)
+    fig = choosing.plot_training_plan(curve)
+    assert f"chosen micro-batch {curve.plan.micro_batch_size}" in [
+        ln.get_label() for ln in fig.axes[0].get_lines()
+    ]
+    nothing = plan_curve(tiny_config(d_model=256, n_layers=4), 1, 512, 800)
+    text = choosing.plot_training_plan(nothing).axes[1].texts[0].get_text()
+    assert text.startswith("nothing fits")
+    return fig
+
+
+CASES = {
+    "plot_measured_vs_predicted": case_measured_vs_predicted,
+    "plot_breakdown": case_breakdown,
+    "plot_linear_vs_quadratic": case_linear_vs_quadratic,
+    "plot_split": case_split,
+    "plot_padding_waste": case_padding_waste,
+    "plot_batch_layouts": case_batch_layouts,
+    "plot_throughput": case_throughput,
+    "plot_loss_curves": case_loss_curves,
+    "plot_gradient_error_vs_spread": case_gradient_error_vs_spread,
+    "plot_accumulation_window": case_accumulation_window,
+    "plot_accumulation_runs": case_accumulation_runs,
+    "plot_checkpointing_peaks": case_checkpointing_peaks,
+    "plot_step_times": case_step_times,
+    "plot_budget_fit": case_budget_fit,
+    "plot_search_probes": case_search_probes,
+    "plot_step_tokens": case_step_tokens,
+    "plot_small_dataset_trap": case_small_dataset_trap,
+    "plot_training_plan": case_training_plan,
+}
+
+
+def public_figures() -> set[str]:
+    names = set()
+    for info in pkgutil.iter_modules(course_lib.figures.__path__):
+        module = importlib.import_module(f"course_lib.figures.{info.name}")
+        names |= {
+            name
+            for name, fn in inspect.getmembers(module, inspect.isfunction)
+            if name.startswith("plot_") and fn.__module__ == module.__name__
+        }
+    return names
+
+
+def test_every_figure_has_a_case():
+    assert public_figures() == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_figure_draws_its_result(name):
+    fig = CASES[name]()
+    assert isinstance(fig, Figure)
+    assert fig.axes
+
+
+# --- bad input: a ValueError that names the problem ----------------------------------------------
+
+
+def _fit_without_checkpointing():
+    fit = budget_fit(tiny_config(), seq_len=128, n_layers=2, budget_mib=8)
+    del fit.peaks["blocks"]
+    return fit
+
+
+BAD = {
+    "plot_measured_vs_predicted": (lambda: attention.plot_measured_vs_predicted([]), "at least"),
+    "plot_breakdown": (
+        lambda: attention.plot_breakdown([activation_bytes(tiny_config(), 1, 8)], [1, 2]),
+        "one per breakdown",
+    ),
+    "plot_linear_vs_quadratic": (
+        lambda: attention.plot_linear_vs_quadratic(ValuesPerLayer(8, 1, [], [], [])),
+        "at least one seq_len",
+    ),
+    "plot_split": (
+        lambda: attention.plot_split(BudgetSplit(64, 8, 8, 0, [])),
+        "at least one breakdown",
+    ),
+    "plot_padding_waste": (
+        lambda: padding.plot_padding_waste([1, 2], {"random": [0.1]}),
+        "1 values for 2 batch sizes",
+    ),
+    "plot_batch_layouts": (
+        lambda: padding.plot_batch_layouts(BatchLayouts(2, 3.5, 1, 8, [])),
+        "at least one scheme",
+    ),
+    "plot_throughput": (
+        lambda: padding.plot_throughput(["a", "b"], [1], [2], [1.0]),
+        "one real_tokens",
+    ),
+    "plot_loss_curves": (lambda: padding.plot_loss_curves({}), "at least one curve"),
+    "plot_gradient_error_vs_spread": (
+        lambda: accumulation.plot_gradient_error_vs_spread([]),
+        "at least one measured point",
+    ),
+    "plot_accumulation_window": (
+        lambda: accumulation.plot_accumulation_window(AccumulationWindow(2, [0, 0], {"mean": 1})),
+        "at least one loss token",
+    ),
+    "plot_accumulation_runs": (
+        lambda: accumulation.plot_accumulation_runs({}, []),
+        "at least one run",
+    ),
+    "plot_checkpointing_peaks": (
+        lambda: checkpointing.plot_checkpointing_peaks([]),
+        "at least one measured row",
+    ),
+    "plot_step_times": (
+        lambda: checkpointing.plot_step_times(step_times(plain=())),
+        "at least one timed repeat",
+    ),
+    "plot_budget_fit": (
+        lambda: checkpointing.plot_budget_fit(_fit_without_checkpointing()),
+        "peaks for the modes",
+    ),
+    "plot_search_probes": (
+        lambda: choosing.plot_search_probes([(1, True), (2, False)], {1: 10}, 100),
+        r"no measured bytes for probes \[2\]",
+    ),
+    "plot_step_tokens": (lambda: choosing.plot_step_tokens([]), "at least one logged step"),
+    "plot_small_dataset_trap": (
+        lambda: choosing.plot_small_dataset_trap(
+            SmallDatasetTrap(800, 30.0, 4000, 25, [16, 32], [50], [480.0])
+        ),
+        "one step count",
+    ),
+    "plot_training_plan": (
+        lambda: choosing.plot_training_plan(
+            PlanCurve(MiB, 8, None, "no plan", "none", [], [], 0, [])
+        ),
+        "at least one micro-batch",
+    ),
+}
+
+
+def test_every_figure_has_a_bad_input():
+    assert public_figures() == set(BAD)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_figure_rejects_bad_input(name):
+    make, match = BAD[name]
+    with pytest.raises(ValueError, match=match):
+        make()

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..budget_curves import BudgetFit
 from ..checkpointing import StepTimes
-from ..memory import CheckpointingRow
+from ..memory import CheckpointingRow, mode_label
 from .style import CHECKPOINT_COLOURS, draw_predicted_vs_measured, mib, require
 
 FIT_LABELS = {"none": "plain", "blocks": "checkpointed blocks"}
@@ -55,8 +55,13 @@ def plot_step_times(times: StepTimes, title: str = "") -> Figure:
     )
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     sides = [
-        ("plain", times.plain_seconds, times.plain_median, "tab:red"),
-        ("checkpointed", times.checkpointed_seconds, times.checkpointed_median, "tab:blue"),
+        ("plain", times.plain_seconds, times.plain_median, CHECKPOINT_COLOURS["plain"]),
+        (
+            "checkpointed",
+            times.checkpointed_seconds,
+            times.checkpointed_median,
+            _checkpoint_colour(times.checkpointing),
+        ),
     ]
     for x, (_, seconds, median, colour) in enumerate(sides):
         ax.bar(x, 1e3 * median, color=colour, alpha=0.4, width=0.6)
@@ -88,7 +93,7 @@ def plot_budget_fit(fit: BudgetFit) -> Figure:
     fig, ax = plt.subplots(figsize=(7.5, 4))
     budget = mib(fit.budget_bytes)
     for mode, label in FIT_LABELS.items():
-        colour = "tab:red" if mode == "none" else "tab:blue"
+        colour = _checkpoint_colour(mode_label(mode))
         here = mib(fit.at_seq_len[mode])
         peaks = [mib(p) for p in fit.peaks[mode]]
         ax.plot(fit.seq_lens, peaks, "-", color=colour, label=f"{label} (predicted)")

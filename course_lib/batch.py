@@ -42,3 +42,33 @@ def count_loss_tokens(labels: torch.Tensor) -> int:
             f"labels must hold integer token ids (-100 for ignored), got dtype {labels.dtype}"
         )
     return int((labels[..., 1:] != IGNORE_INDEX).sum())
+
+
+def check_model_inputs(input_ids, vocab_size: int, max_seq_len: int, **same_shape) -> None:
+    """Validate a batch at the model's door: a clear ``ValueError`` instead of a torch traceback.
+
+    ``input_ids`` must be a non-empty ``(B, T)`` integer tensor with ids in ``[0, vocab_size)``
+    and ``T <= max_seq_len``; every tensor in ``same_shape`` (labels, masks, position ids) that is
+    not ``None`` must be ``(B, T)`` too.
+    """
+    if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
+        raise ValueError(
+            "input_ids must be a 2-D tensor (batch_size, seq_len), got "
+            f"{type(input_ids).__name__} {getattr(input_ids, 'shape', '')}"
+        )
+    if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    B, T = input_ids.shape
+    if B == 0 or T == 0:
+        raise ValueError(f"input_ids is empty: shape {(B, T)}")
+    if T > max_seq_len:
+        raise ValueError(
+            f"seq_len={T} is longer than max_seq_len={max_seq_len}; build the model with "
+            "a larger max_seq_len or shorten the batch"
+        )
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"token ids must be in [0, {vocab_size}), got range [{lo}, {hi}]")
+    for name, t in same_shape.items():
+        if t is not None and tuple(t.shape) != (B, T):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {(B, T)} like input_ids")

@@ -65,6 +65,26 @@ def steps_per_epoch(dataset_size: int, effective_batch: int, drop_last: bool = F
     return dataset_size // effective_batch if drop_last else -(-dataset_size // effective_batch)
 
 
+def choose_shape(m_max, n_devices, seq_len, dataset_size, tmin, tmax, min_tokens, min_steps):
+    """Best ``(micro, accum, devices)`` with ``tmin <= m*a*d <= tmax``, ranked by: tokens per step
+    reach ``min_tokens``; at least ``min_steps`` full steps per epoch; more devices; a larger
+    micro-batch; fewer accumulation steps. ``a`` is the least meeting both lower targets."""
+    best, best_key = None, None
+    for d in range(min(n_devices, tmax), 0, -1):
+        for m in range(min(m_max, tmax // d), 0, -1):
+            md = m * d
+            a_lo, a_hi = max(1, -(-tmin // md)), tmax // md
+            if a_lo > a_hi:
+                continue
+            a = min(max(a_lo, -(-min_tokens // (md * seq_len))), a_hi)
+            key = (md * a * seq_len >= min_tokens, dataset_size // (md * a) >= min_steps, d, m, -a)
+            if best_key is None or key > best_key:
+                best, best_key = (m, a, d), key
+            if key[0] and key[1]:  # the first fully satisfying one in (d, m) order is the best
+                return best
+    return best
+
+
 class NoBatchFitsError(RuntimeError):
     """Even a batch of one does not fit."""
 

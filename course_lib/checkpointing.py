@@ -4,8 +4,9 @@ A checkpointed block keeps only its input for the backward pass and runs its for
 when the gradient reaches it. Two numbers describe the trade, and this module measures both:
 
 * **Memory.** :func:`~course_lib.memory.compare_checkpointing` measures the peak of one training
-  step with and without checkpointing beside :func:`~course_lib.memory.activation_bytes`' prediction;
-  :func:`max_batch_under_budget` and :func:`max_seq_len_under_budget` turn the prediction into
+  step with and without checkpointing beside the prediction of
+  :func:`~course_lib.memory.activation_bytes`; :func:`max_batch_under_budget` and
+  :func:`max_seq_len_under_budget` turn the prediction into
   "how much more fits".
 * **Time.** :func:`time_checkpointing` times forward + backward with and without checkpointing in
   one run, interleaved (:func:`course_lib.timing.interleave`) so that a busy machine slows both

@@ -39,7 +39,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ._checks import Checkpointing, checkpointing_mode, one_of, positive_int
-from .batch import IGNORE_INDEX
+from .batch import check_model_inputs
+from .loss import causal_lm_loss
 from .masks import (
     block_causal_mask,
     future_mask,
@@ -271,35 +272,16 @@ class TinyGPT(nn.Module):
         document) is accepted for the batch contract; the model does not need it.
         """
         cfg = self.config
-        if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
-            raise ValueError(
-                "input_ids must be a 2-D tensor (batch_size, seq_len), got "
-                f"{type(input_ids).__name__} {getattr(input_ids, 'shape', '')}"
-            )
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+        check_model_inputs(
+            input_ids,
+            cfg.vocab_size,
+            cfg.max_seq_len,
+            labels=labels,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            document_ids=document_ids,
+        )
         B, T = input_ids.shape
-        if B == 0 or T == 0:
-            raise ValueError(f"input_ids is empty: shape {(B, T)}")
-        if T > cfg.max_seq_len:
-            raise ValueError(
-                f"seq_len={T} is longer than max_seq_len={cfg.max_seq_len}; build the model with "
-                "a larger max_seq_len or shorten the batch"
-            )
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        if lo < 0 or hi >= cfg.vocab_size:
-            raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got range [{lo}, {hi}]")
-        for name, t in (
-            ("labels", labels),
-            ("attention_mask", attention_mask),
-            ("position_ids", position_ids),
-            ("document_ids", document_ids),
-        ):
-            if t is not None and tuple(t.shape) != (B, T):
-                raise ValueError(
-                    f"{name} has shape {tuple(t.shape)}, expected {(B, T)} like input_ids"
-                )
-
         segment_ids = None
         if cu_seq_lens is not None:
             segment_ids = segment_ids_from_cu_seq_lens(cu_seq_lens.cpu(), B, T).to(input_ids.device)
@@ -344,33 +326,3 @@ class TinyGPT(nn.Module):
         if labels is not None:
             loss, n_tokens = causal_lm_loss(logits, labels, num_items_in_batch)
         return CausalLMOutput(loss=loss, logits=logits, n_loss_tokens=n_tokens)
-
-
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None):
-    """Shifted cross-entropy: position ``t`` predicts ``labels[:, t + 1]``.
-
-    Returns ``(loss, n_loss_tokens)``. With ``num_items_in_batch`` the loss is the *sum* over this
-    batch's label tokens divided by that count (the whole accumulation window's tokens); otherwise
-    it is the mean over this batch's label tokens. A batch with no label token gives a loss of 0
-    with no gradient contribution rather than NaN when a count is given, and raises otherwise.
-    """
-    # Shift the labels, not the logits: slicing logits[:, :-1] would copy a (B, T, V) tensor.
-    B, T, V = logits.shape
-    pad = torch.full((B, 1), IGNORE_INDEX, dtype=torch.long, device=labels.device)
-    shift_labels = torch.cat([labels[:, 1:].long(), pad], dim=1).view(B * T)  # (B*T,)
-    n_tokens = int((shift_labels != IGNORE_INDEX).sum())
-    flat_logits = logits.view(B * T, V)  # (B*T, V)
-    if flat_logits.dtype in (torch.float16, torch.bfloat16):  # the loss in at least fp32
-        flat_logits = flat_logits.float()
-    total = F.cross_entropy(flat_logits, shift_labels, ignore_index=IGNORE_INDEX, reduction="sum")
-    if num_items_in_batch is not None:
-        denom = float(num_items_in_batch)
-        if denom <= 0:
-            raise ValueError(f"num_items_in_batch must be positive, got {num_items_in_batch}")
-        return total / denom, n_tokens
-    if n_tokens == 0:
-        raise ValueError(
-            "this batch has no label token (every shifted label is -100), so its mean loss is "
-            "undefined; check completion_only masking, or pass num_items_in_batch"
-        )
-    return total / n_tokens, n_tokens

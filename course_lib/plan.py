@@ -24,6 +24,7 @@ from .budget import (
     ADAMW_STATE_BYTES,
     NoBatchFitsError,
     SearchResult,
+    choose_shape,
     find_max_batch_size,
 )
 from .model import TinyGPTConfig
@@ -136,7 +137,7 @@ class Plan:
                 f"({100 * mem.total / self.memory_bytes:.0f}%): {fb(fixed)} weights+grads+AdamW, "
                 f"{fb(mem.activations)} activations",
             ),
-            ("checkpointing", str(c.checkpointing or "off")),
+            ("checkpointing", "off" if c.checkpointing == "none" else c.checkpointing),
         ]
 
     def to_table(self) -> str:
@@ -148,26 +149,6 @@ class Plan:
         )
 
     __str__ = to_table
-
-
-def _choose_shape(m_max, n_devices, seq_len, dataset_size, tmin, tmax, min_tokens, min_steps):
-    """Best ``(micro, accum, devices)`` with ``tmin <= m*a*d <= tmax``, ranked by: tokens per step
-    reach ``min_tokens``; at least ``min_steps`` full steps per epoch; more devices; a larger
-    micro-batch; fewer accumulation steps. ``a`` is the least meeting both lower targets."""
-    best, best_key = None, None
-    for d in range(min(n_devices, tmax), 0, -1):
-        for m in range(min(m_max, tmax // d), 0, -1):
-            md = m * d
-            a_lo, a_hi = max(1, -(-tmin // md)), tmax // md
-            if a_lo > a_hi:
-                continue
-            a = min(max(a_lo, -(-min_tokens // (md * seq_len))), a_hi)
-            key = (md * a * seq_len >= min_tokens, dataset_size // (md * a) >= min_steps, d, m, -a)
-            if best_key is None or key > best_key:
-                best, best_key = (m, a, d), key
-            if key[0] and key[1]:  # the first fully satisfying one in (d, m) order is the best
-                return best
-    return best
 
 
 def plan(
@@ -189,8 +170,9 @@ def plan(
        does not fit, retry with ``checkpointing="blocks"`` and warn; if that fails too, raise
        :class:`NoBatchFitsError`. The target range is clipped to ``dataset_size``.
     2. Accumulation ``A`` and devices ``D``: ``tmin <= B*A*D <= tmax`` with the least ``A`` that
-       also gives ``B*A*D*seq_len >= min_tokens_per_step`` (:func:`_choose_shape`). ``B`` drops
-       below the largest that fits only to meet the targets; a note says so.
+       also gives ``B*A*D*seq_len >= min_tokens_per_step``
+       (:func:`~course_lib.budget.choose_shape`). ``B`` drops below the largest that fits only
+       to meet the targets; a note says so.
     3. Warnings: tokens per step below target (raise accumulation, not the learning rate); fewer
        than ``min_steps_per_epoch`` full steps per epoch (this course's rule of thumb: 800
        examples at an effective batch of 64 give only 12); checkpointing switched on; devices
@@ -217,7 +199,7 @@ def plan(
         )
     config, result = _fit_micro_batch(config, memory_bytes, seq_len, hi, dtype, warnings)
     m_max = result.batch_size
-    m, a, d = _choose_shape(
+    m, a, d = choose_shape(
         m_max, n_devices, seq_len, dataset_size, lo, hi, min_tokens_per_step, min_steps_per_epoch
     )
     p = Plan(

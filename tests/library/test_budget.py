@@ -10,18 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib import budget, memory
+from course_lib._checks import checkpointing_mode
 from course_lib.budget import (
     NoBatchFitsError,
     effective_batch_size,
     find_max_batch_size,
     memory_probe,
-    plan,
     shrink_search,
     steps_per_epoch,
     tokens_per_step,
-    training_memory,
 )
+from course_lib.memory import meter
 from course_lib.model import TinyGPTConfig
+from course_lib.plan import plan, training_memory
 
 FAST = settings(max_examples=100, derandomize=True, deadline=None)
 GIB = 2**30
@@ -166,7 +167,7 @@ def test_memory_probe_out_of_memory_inside_the_step(monkeypatch):
     attempt must not survive into the next probe."""
     reference = memory_probe(TINY, 32)
     reference(1)
-    real_measure = memory.measure
+    real_measure = meter.measure
 
     def measure(fn, device=None):
         report = real_measure(fn, device=device)
@@ -174,7 +175,7 @@ def test_memory_probe_out_of_memory_inside_the_step(monkeypatch):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
         return report
 
-    monkeypatch.setattr(memory, "measure", measure)
+    monkeypatch.setattr(meter, "measure", measure)  # what measure_step calls
     probe = memory_probe(TINY, 32)  # no budget: only the (simulated) card decides
     result = find_max_batch_size(probe)
     assert result.batch_size == 1 and result.history == [(1, True), (2, False)]
@@ -193,8 +194,8 @@ def fake_activations(monkeypatch, bytes_per_row):
             self.total = total
 
     def act(config, batch_size, seq_len, dtype=torch.float32, checkpointing=None):
-        mode = config.checkpointing if checkpointing is None else checkpointing
-        return Breakdown(batch_size * bytes_per_row // (3 if mode else 1))
+        mode = checkpointing_mode(config.checkpointing if checkpointing is None else checkpointing)
+        return Breakdown(batch_size * bytes_per_row // (3 if mode != "none" else 1))
 
     monkeypatch.setattr(memory, "activation_bytes", act)
 
@@ -227,7 +228,7 @@ def test_plan_turns_on_checkpointing_when_one_row_does_not_fit(monkeypatch):
     config = TinyGPTConfig(max_seq_len=1024)
     fixed = training_memory(config, 1, 1024).total - 3 * 10**9
     p = plan(config, fixed + 2 * 10**9, 1024, 10_000)
-    assert p.config.checkpointing == "blocks" and config.checkpointing is False
+    assert p.config.checkpointing == "blocks" and config.checkpointing == "none"
     assert p.micro_batch_size == 2 and p.grad_accum_steps == 8
     assert any("checkpointing" in w for w in p.warnings)
     assert "checkpointing      blocks" in str(p)

@@ -16,11 +16,8 @@ transformers = pytest.importorskip(
 )
 
 from course_lib.data import make_instruction_dataset  # noqa: E402
-from course_lib.packing import (  # noqa: E402
-    check_isolation,
-    document_attention_mask,
-    hf_packed_call,
-)
+from course_lib.isolation import check_isolation, hf_packed_call  # noqa: E402
+from course_lib.masks import document_attention_mask  # noqa: E402
 
 CAPACITY = 96
 

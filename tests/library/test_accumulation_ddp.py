@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import micro_batch, tiny_model
 from torch.nn.parallel import DistributedDataParallel
 
 from course_lib.accumulation import (
@@ -18,7 +19,7 @@ from course_lib.accumulation import (
     accumulate_gradients,
     concatenate_micro_batches,
 )
-from course_lib.model import TinyGPT, TinyGPTConfig
+from course_lib.model import TinyGPT
 
 WORLD_SIZE = 2
 ROWS_PER_RANK = [  # per rank, per micro-batch: rows of (prompt_len, completion_len)
@@ -27,25 +28,7 @@ ROWS_PER_RANK = [  # per rank, per micro-batch: rows of (prompt_len, completion_
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only contend (3x slower on 2 busy cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def micro_batch(gen: torch.Generator, rows: list[tuple[int, int]]) -> dict:
-    """Right-padded batch; prompt and padding labels are -100."""
-    seq_len = max(p + c for p, c in rows)
-    input_ids = torch.randint(0, 260, (len(rows), seq_len), generator=gen)  # (B, T)
-    attention_mask = torch.zeros(len(rows), seq_len, dtype=torch.long)
-    labels = torch.full((len(rows), seq_len), -100)
-    for r, (p, c) in enumerate(rows):
-        attention_mask[r, : p + c] = 1
-        labels[r, p : p + c] = input_ids[r, p : p + c]
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def windows() -> list[list[dict]]:
@@ -54,8 +37,7 @@ def windows() -> list[list[dict]]:
 
 
 def model() -> TinyGPT:
-    torch.manual_seed(0)
-    return TinyGPT(TinyGPTConfig(d_model=64, n_heads=4, n_layers=2, max_seq_len=512))
+    return tiny_model()
 
 
 def flat_grad(module: torch.nn.Module) -> torch.Tensor:
@@ -116,7 +98,8 @@ def test_two_gloo_ranks_match_the_single_process_full_batch(tmp_path):
     assert stats0.loss_per_token == pytest.approx(float(full_loss.detach()), rel=1e-5)
     assert stats1.loss_per_token == pytest.approx(stats0.loss_per_token, rel=1e-12)
 
-    g_mean, _ = ranks[0]["mean"]  # the seed's loss / accum: each of 4 micro-batches weighs 1/4
+    # the plain `loss / accum` loop: each of the 4 micro-batches weighs 1/4
+    g_mean, _ = ranks[0]["mean"]
     assert float((g_mean - g_full).norm() / g_full.norm()) > 0.1
 
     step = ranks[0]["step"]

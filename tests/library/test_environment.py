@@ -1,11 +1,18 @@
 """environment.yml (conda) must list what pyproject.toml (pip) lists, with the same bounds."""
 
 import re
+import sys
 from pathlib import Path
 
-import tomllib
+from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[1]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (a dev extra there)
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+CONDA_PYTHON = "3.11"  # environment.yml pins python=3.11
 CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
 
 
@@ -19,6 +26,10 @@ def pyproject_requirements() -> dict[str, str]:
     specs = list(meta["dependencies"])
     for extra in ("dev", "hf"):
         specs += meta["optional-dependencies"][extra]
+    # A requirement whose marker excludes the conda environment's Python is not needed there.
+    env = {"python_version": CONDA_PYTHON, "python_full_version": CONDA_PYTHON + ".0"}
+    wanted = lambda s: Requirement(s).marker is None or Requirement(s).marker.evaluate(env)
+    specs = [s for s in specs if wanted(s)]
     return dict(_split(s) for s in specs)
 
 

@@ -1,7 +1,5 @@
 """Tokenizer, synthetic instruction data and length histograms (course_lib/data.py)."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,22 +11,22 @@ from course_lib.data import (
     EOS_ID,
     PAD_ID,
     SEP_ID,
+    SPECIAL_IDS,
     VOCAB_SIZE,
     decode,
     encode,
     example_lengths,
     length_histogram_from_csv,
     lengths_from_histogram,
+    load_length_histogram,
     make_instruction_dataset,
     sample_lengths,
 )
 
-WIKI = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikipedia_512_lengths.csv"
-
 
 def test_special_ids_sit_above_the_bytes():
     assert sorted([PAD_ID, BOS_ID, EOS_ID, SEP_ID]) == [256, 257, 258, 259]
-    assert VOCAB_SIZE == 260
+    assert max(SPECIAL_IDS) == VOCAB_SIZE - 1  # every id the data uses has an embedding row
 
 
 @settings(max_examples=50, deadline=None)
@@ -136,9 +134,15 @@ def test_histogram_csv_round_trip(tmp_path):
         length_histogram_from_csv(path)
 
 
-@pytest.mark.skipif(not WIKI.exists(), reason="shared Wikipedia histogram not present")
-def test_real_wikipedia_histogram_reads():
-    lengths, counts = length_histogram_from_csv(WIKI)
+def test_shipped_wikipedia_histogram_reads():
+    lengths, counts = load_length_histogram("wikipedia_512")
     assert lengths.max() == 512
     mean = (lengths * counts).sum() / counts.sum()
     assert 200 < mean < 300  # Krell et al. 2021: about half of 512 slots are padding
+
+
+def test_shipped_squad_histogram_reads_and_bad_names_are_named():
+    lengths, counts = load_length_histogram("squad_1_1_384")
+    assert lengths.max() <= 384 and counts.sum() > 10_000
+    with pytest.raises(ValueError, match="no length histogram named 'c4'"):
+        load_length_histogram("c4")

@@ -4,7 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.model import TinyGPT, TinyGPTConfig, block_causal_mask, causal_lm_loss
+from course_lib.loss import causal_lm_loss
+from course_lib.masks import block_causal_mask
+from course_lib.model import TinyGPT, TinyGPTConfig
 
 
 def make(attn_impl="eager", **kw):

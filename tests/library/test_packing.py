@@ -3,17 +3,18 @@ course_lib/isolation.py) on TinyGPT."""
 
 import numpy as np
 import pytest
+import strategies
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from course_lib.data import make_instruction_dataset, sample_lengths
+from course_lib.isolation import check_isolation
+from course_lib.masks import document_attention_mask
 from course_lib.model import TinyGPT, TinyGPTConfig
 from course_lib.packing import (
     PackingCollator,
-    check_isolation,
-    document_attention_mask,
     document_spans,
     lower_bound_rows,
     pack_lengths,
@@ -34,13 +35,8 @@ def reference_bfd_fills(lengths, capacity):
     return sorted(fills)
 
 
-lengths_and_capacity = st.integers(1, 64).flatmap(
-    lambda c: st.tuples(st.lists(st.integers(1, c), min_size=0, max_size=120), st.just(c))
-)
-
-
 @settings(max_examples=50, deadline=None)
-@given(lengths_and_capacity, st.sampled_from(["bfd", "greedy"]))
+@given(strategies.lengths_and_capacity(), st.sampled_from(["bfd", "greedy"]))
 def test_every_index_packed_once_and_no_row_overflows(case, strategy):
     lengths, capacity = case
     rows = pack_lengths(lengths, capacity, strategy)
@@ -107,15 +103,10 @@ def test_split_policy_must_be_explicit_and_keeps_every_token():
         assert [back[i]["input_ids"] for i in range(3)] == examples
 
 
-doc = st.lists(st.integers(0, 259), min_size=1, max_size=30).flatmap(
-    lambda ids: st.fixed_dictionaries(
-        {"input_ids": st.just(ids), "prompt_len": st.integers(0, len(ids))}
-    )
-)
-
-
 @settings(max_examples=50, deadline=None)
-@given(st.lists(doc, min_size=1, max_size=10), st.integers(30, 70), st.booleans())
+@given(
+    st.lists(strategies.examples(30), min_size=1, max_size=10), st.integers(30, 70), st.booleans()
+)
 def test_packed_batch_invariants(examples, capacity, completion_only):
     batch = PackingCollator(capacity, pad_token_id=0, completion_only=completion_only)(examples)
     ids, labels = batch["input_ids"], batch["labels"]
@@ -134,7 +125,8 @@ def test_packed_batch_invariants(examples, capacity, completion_only):
     change[:, 1:] = docs[:, 1:] != docs[:, :-1]
     assert torch.equal(change, starts)
     assert batch["cu_seq_lens"].dtype == torch.int32
-    assert batch["max_length_q"] == int(batch["cu_seq_lens"].diff().max())
+    assert batch["max_length"] == int(batch["cu_seq_lens"].diff().max())
+    assert "cu_seq_lens_q" not in batch  # Hugging Face's aliases only behind hf_flash_kwargs
     # no label crosses a boundary: position t-1 predicts labels[t] only inside one document
     has_label = labels != -100
     assert not has_label[:, 0].any()
@@ -248,3 +240,37 @@ def test_check_isolation_flags_nondeterminism(docs):
     noisy = lambda m, b: m(b["input_ids"], b["position_ids"]) + 1e-3 * torch.randn(1)
     report = check_isolation(model, docs, 128, call=noisy)
     assert not report.isolated and report.likely_cause.startswith("nondeterministic")
+
+
+@settings(max_examples=50, deadline=None)
+@given(strategies.exact_multiples(), st.sampled_from(["bfd", "greedy"]))
+def test_chunking_exact_multiples_of_capacity_fills_whole_rows(case, strategy):
+    # Every sequence is k * capacity tokens: chunking leaves no remainder to pack (this crashed
+    # best-fit decreasing with an IndexError before).
+    lengths, capacity = case
+    rows = pack_lengths(lengths, capacity, strategy, split="chunk")
+    assert len(rows) == sum(n // capacity for n in lengths) == lower_bound_rows(lengths, capacity)
+    assert all(len(row) == 1 for row in rows)
+    assert sorted(i for row in rows for i in row) == sorted(
+        i for i, n in enumerate(lengths) for _ in range(n // capacity)
+    )
+
+
+def test_collator_chunks_an_example_of_exactly_two_rows():
+    batch = PackingCollator(4, 0, split="chunk")([list(range(1, 9))])
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert unpack(batch)[0]["input_ids"] == list(range(1, 9))
+
+
+def test_hugging_face_flash_names_only_behind_the_flag():
+    examples = [[1, 2, 3], [4, 5]]
+    plain = PackingCollator(8, 0)(examples)
+    hf = PackingCollator(8, 0, hf_flash_kwargs=True)(examples)
+    assert set(hf) - set(plain) == {
+        "cu_seq_lens_q",
+        "cu_seq_lens_k",
+        "max_length_q",
+        "max_length_k",
+    }
+    assert torch.equal(hf["cu_seq_lens_q"], plain["cu_seq_lens"])
+    assert hf["max_length_k"] == plain["max_length"] == 3

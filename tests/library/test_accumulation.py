@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import micro_batch, tiny_model
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -18,40 +19,10 @@ from course_lib.accumulation import (
     dp_token_weighted_loss,
     gradient_error,
 )
-from course_lib.model import TinyGPT, TinyGPTConfig
+from course_lib.data import VOCAB_SIZE
+from course_lib.model import TinyGPT
 
-VOCAB = 260
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only contend (3x slower on 2 busy cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def micro_batch(gen: torch.Generator, rows: list[tuple[int, int]]) -> dict:
-    """Right-padded batch of rows ``(prompt_len, completion_len)``; prompt labels are -100, so
-    with prompt_len >= 1 a row holds exactly ``completion_len`` shifted loss tokens."""
-    seq_len = max(p + c for p, c in rows)
-    input_ids = torch.randint(0, VOCAB, (len(rows), seq_len), generator=gen)  # (B, T)
-    attention_mask = torch.zeros(len(rows), seq_len, dtype=torch.long)
-    labels = torch.full((len(rows), seq_len), -100)
-    for r, (p, c) in enumerate(rows):
-        attention_mask[r, : p + c] = 1
-        labels[r, p : p + c] = input_ids[r, p : p + c]
-        input_ids[r, p + c :] = 0  # pad id
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-
-def tiny_model(attn_impl: str = "eager", dtype=torch.float32) -> TinyGPT:
-    torch.manual_seed(0)
-    config = TinyGPTConfig(
-        vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, max_seq_len=512, attn_impl=attn_impl
-    )
-    return TinyGPT(config).to(dtype)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def skewed_window(seed: int = 0) -> list[dict]:
@@ -78,7 +49,7 @@ def _shared_model() -> TinyGPT:  # read-only use: no backward
 @given(st.integers(1, 4), st.integers(2, 12), st.integers(0, 2**31 - 1))
 def test_count_loss_tokens_matches_the_model(batch_size, seq_len, seed):
     gen = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, VOCAB, (batch_size, seq_len), generator=gen)
+    input_ids = torch.randint(0, VOCAB_SIZE, (batch_size, seq_len), generator=gen)
     keep = torch.rand(batch_size, seq_len, generator=gen) < 0.6
     keep[0, 1] = True  # at least one shifted label, or the model's mean is undefined
     labels = torch.where(keep, input_ids, torch.full_like(input_ids, -100))
@@ -105,11 +76,12 @@ def test_batch_token_counts():
 
 @pytest.mark.parametrize("attn_impl", ["eager", "sdpa"])
 def test_token_weighted_matches_full_batch_fp32(attn_impl):
-    assert gradient_error(tiny_model(attn_impl), skewed_window(), "token_weighted") <= 1e-6
+    model = tiny_model(attn_impl=attn_impl)
+    assert gradient_error(model, skewed_window(), "token_weighted") <= 1e-6
 
 
 def test_token_weighted_matches_full_batch_fp64():
-    model = tiny_model("eager", torch.float64)
+    model = tiny_model(torch.float64)
     assert gradient_error(model, skewed_window(), "token_weighted") <= 1e-12
 
 

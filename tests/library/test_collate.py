@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import strategies
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,15 +15,13 @@ from course_lib.collate import (
 )
 from course_lib.data import EOS_ID, example_lengths, make_instruction_dataset
 
-example = st.lists(st.integers(0, 259), min_size=1, max_size=40).flatmap(
-    lambda ids: st.fixed_dictionaries(
-        {"input_ids": st.just(ids), "prompt_len": st.integers(0, len(ids))}
-    )
-)
-
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(example, min_size=1, max_size=6), st.sampled_from([None, 1, 8]), st.booleans())
+@given(
+    st.lists(strategies.examples(), min_size=1, max_size=6),
+    st.sampled_from([None, 1, 8]),
+    st.booleans(),
+)
 def test_padding_round_trips_to_the_examples(examples, multiple, completion_only):
     batch = PaddingCollator(
         pad_token_id=0, pad_to_multiple_of=multiple, completion_only=completion_only

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "browser"
 LESSONS = sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))

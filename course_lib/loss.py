@@ -1,0 +1,38 @@
+"""The loss: next-token cross-entropy over the label tokens, as Hugging Face computes it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .batch import IGNORE_INDEX
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None):
+    """Shifted cross-entropy: position ``t`` predicts ``labels[:, t + 1]``.
+
+    Returns ``(loss, n_loss_tokens)``. With ``num_items_in_batch`` the loss is the *sum* over this
+    batch's label tokens divided by that count (the whole accumulation window's tokens); otherwise
+    it is the mean over this batch's label tokens. A batch with no label token gives a loss of 0
+    with no gradient contribution rather than NaN when a count is given, and raises otherwise.
+    """
+    # Shift the labels, not the logits: slicing logits[:, :-1] would copy a (B, T, V) tensor.
+    B, T, V = logits.shape
+    pad = torch.full((B, 1), IGNORE_INDEX, dtype=torch.long, device=labels.device)
+    shift_labels = torch.cat([labels[:, 1:].long(), pad], dim=1).view(B * T)  # (B*T,)
+    n_tokens = int((shift_labels != IGNORE_INDEX).sum())
+    flat_logits = logits.view(B * T, V)  # (B*T, V)
+    if flat_logits.dtype in (torch.float16, torch.bfloat16):  # the loss in at least fp32
+        flat_logits = flat_logits.float()
+    total = F.cross_entropy(flat_logits, shift_labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    if num_items_in_batch is not None:
+        denom = float(num_items_in_batch)
+        if denom <= 0:
+            raise ValueError(f"num_items_in_batch must be positive, got {num_items_in_batch}")
+        return total / denom, n_tokens
+    if n_tokens == 0:
+        raise ValueError(
+            "this batch has no label token (every shifted label is -100), so its mean loss is "
+            "undefined; check completion_only masking, or pass num_items_in_batch"
+        )
+    return total / n_tokens, n_tokens

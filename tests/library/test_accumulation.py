@@ -10,17 +10,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from course_lib.accumulation import (
-    LOW_TOKENS_PER_STEP,
-    TokensPerStepLogger,
     accumulate_gradients,
-    batch_token_counts,
     concatenate_micro_batches,
     count_loss_tokens,
-    dp_token_weighted_loss,
     gradient_error,
 )
 from course_lib.data import VOCAB_SIZE
+from course_lib.distributed import dp_token_weighted_loss
 from course_lib.model import TinyGPT
+from course_lib.token_log import LOW_TOKENS_PER_STEP, TokensPerStepLogger, batch_token_counts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,12 +14,9 @@ import torch.multiprocessing as mp
 from conftest import micro_batch, tiny_model
 from torch.nn.parallel import DistributedDataParallel
 
-from course_lib.accumulation import (
-    TokensPerStepLogger,
-    accumulate_gradients,
-    concatenate_micro_batches,
-)
+from course_lib.accumulation import accumulate_gradients, concatenate_micro_batches
 from course_lib.model import TinyGPT
+from course_lib.token_log import TokensPerStepLogger
 
 WORLD_SIZE = 2
 ROWS_PER_RANK = [  # per rank, per micro-batch: rows of (prompt_len, completion_len)

@@ -1,4 +1,4 @@
-"""Budget: the three numbers that multiply, the largest micro-batch that fits, and a plan.
+"""Budget: the three numbers that multiply, and the search for the largest micro-batch that fits.
 
 With ``B`` the per-device micro-batch, ``A`` the gradient accumulation steps, ``D`` the devices
 and ``T`` the sequence length, the optimiser sees per step::

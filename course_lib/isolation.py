@@ -1,4 +1,4 @@
-"""Document masks and the isolation check: prove that packed documents do not see each other.
+"""The isolation check: prove that packed documents do not see each other.
 
 A packed forward is correct exactly when every document's logits equal the logits of that
 document run alone: ``max |logits_packed - logits_alone| ≤ atol`` over every token of every

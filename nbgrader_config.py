@@ -30,11 +30,12 @@ c.Execute.timeout = 60
 # nbgrader 0.9 puts hidden tests back into the autograded notebook and, by default, shows them in
 # the HTML feedback (jupyter/nbgrader#917). There is no switch for it: the feedback converter's
 # preprocessor list is configurable, so the hidden region is removed again before rendering.
-# `course_lib.grading.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step: the
-# traceback of a failed hidden assert (which quotes the hidden line) is cut down to its last line.
+# `course_lib.grading.feedback.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step:
+# the traceback of a failed hidden assert (which quotes the hidden line) is cut down to its last
+# line.
 # The names are imported only when feedback is generated.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "course_lib.grading.HideHiddenTests",
+    "course_lib.grading.feedback.HideHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

@@ -9,7 +9,7 @@ Every lesson ``solutions/<lesson>/<lesson>.ipynb`` goes through ``nbgrader gener
 in a temporary course folder with its own gradebook (the repository never gets a
 ``gradebook.db``), and the result is written in the normal form of ``nbstripout`` so that
 ``git diff`` is empty when nothing changed. ``--root`` points at another course folder (the
-tests use ``tests/fixtures``).
+tests use ``tests/grading/fixtures``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from course_lib import nbgrader_course as nbc
+from course_lib.grading import course as wc
+from course_lib.grading import release as rel
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,9 +31,9 @@ def _diff_summary(problems: list[str], expected: dict, root: Path, max_lines: in
     out = []
     for problem in problems:
         out.append(f"  {problem}")
-        key = problem.split(":", 1)[0].removeprefix(f"{nbc.RELEASE_DIR}/")
+        key = problem.split(":", 1)[0].removeprefix(f"{wc.RELEASE_DIR}/")
         want = expected.get(key)
-        path = root / nbc.RELEASE_DIR / key
+        path = root / wc.RELEASE_DIR / key
         if isinstance(want, str) and path.is_file() and "differs" in problem:
             have = path.read_text(encoding="utf-8", errors="replace")
             diff = list(
@@ -53,17 +54,17 @@ def _diff_summary(problems: list[str], expected: dict, root: Path, max_lines: in
 
 def release(root: Path, check: bool) -> int:
     """Regenerate (or, with ``check``, only compare) ``notebooks/``; return the exit status."""
-    lessons = nbc.find_lessons(root)
+    lessons = wc.find_lessons(root)
     if not lessons:
         print(
-            f"no lessons found: expected {root / nbc.SOURCE_DIR}/<lesson>/<lesson>.ipynb",
+            f"no lessons found: expected {root / wc.SOURCE_DIR}/<lesson>/<lesson>.ipynb",
             file=sys.stderr,
         )
         return 1
     with tempfile.TemporaryDirectory(prefix="shapes-release-") as tmp:
-        _, expected = nbc.build_release(root, Path(tmp) / "course")
+        _, expected = rel.build_release(root, Path(tmp) / "course")
     if check:
-        problems = nbc.compare_release(expected, root)
+        problems = rel.compare_release(expected, root)
         if problems:
             print(
                 f"notebooks/ is out of date with solutions/ ({len(problems)} problem(s)); "
@@ -74,7 +75,7 @@ def release(root: Path, check: bool) -> int:
             return 1
         print(f"notebooks/ is up to date ({len(lessons)} lesson(s): {', '.join(lessons)})")
         return 0
-    changed = nbc.write_release(expected, root)
+    changed = rel.write_release(expected, root)
     for path in changed:
         print(f"wrote {path}")
     print(f"released {len(lessons)} lesson(s); {len(changed)} file(s) changed")
@@ -83,8 +84,8 @@ def release(root: Path, check: bool) -> int:
 
 def strip_solutions(root: Path, check: bool) -> int:
     """Normalise every ``solutions/*/*.ipynb`` in place (or, with ``check``, only report)."""
-    paths = sorted((root / nbc.SOURCE_DIR).glob("*/*.ipynb"))
-    changed = [p for p in paths if nbc.normalise_file(p, check=check)]
+    paths = sorted((root / wc.SOURCE_DIR).glob("*/*.ipynb"))
+    changed = [p for p in paths if rel.normalise_file(p, check=check)]
     for path in changed:
         verb = "not stripped" if check else "stripped"
         print(f"{verb}: {path.relative_to(root)}", file=sys.stderr if check else sys.stdout)

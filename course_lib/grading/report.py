@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from course_lib.submissions import LessonSpec, Submission
+from course_lib.grading.lesson import LessonSpec
+from course_lib.grading.submissions import Submission
 
 REPORT_FIELDS = [
     "student",

@@ -2,7 +2,7 @@
 
 One class of simulated students goes through one ``python -m course_lib.grading`` run (one
 ``nbgrader autograde`` process). Most submissions are built from the fast fixture lesson
-``tests/fixtures/solutions/99_fixture`` (no torch: about a second of kernel time each); the
+``tests/grading/fixtures/solutions/99_fixture`` (no torch: about a second of kernel time each); the
 real lessons in ``solutions/`` add two (a correct submission of the first lesson and a deleted
 test cell in the last; each costs a full run of that lesson's notebook). Each case asserts its
 status, its score and the reason in the report, and the submitted files must be byte-identical
@@ -27,18 +27,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import nbgrader_course as nbc
-from course_lib.grading import (
-    MARKER,
-    HideHiddenTests,
-    _nbgrader_failures,
-    grade,
-    prepare_workspace,
-)
-from course_lib.submissions import LessonSpec, collect
+from course_lib.grading import course as wc
+from course_lib.grading.autograde import _nbgrader_failures
+from course_lib.grading.feedback import HideHiddenTests
+from course_lib.grading.lesson import LessonSpec
+from course_lib.grading.run import grade
+from course_lib.grading.submissions import collect
+from course_lib.grading.workspace import MARKER, prepare_workspace
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURE_ROOT = REPO / "tests" / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"
 FIXTURE = "99_fixture"
 STUDENT_TIMEOUT = 10  # seconds per cell of student code: the infinite loop costs this much
 LESSON_TIMEOUT = 600  # seconds per cell of the lessons' own code (slow on a busy machine)
@@ -202,7 +200,7 @@ def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]
     return cases
 
 
-def build_class(root: Path, subs_dir: Path, work: nbc.WorkCourse) -> dict[tuple, dict]:
+def build_class(root: Path, subs_dir: Path, work: wc.WorkCourse) -> dict[tuple, dict]:
     """Write the class into ``subs_dir`` (both layouts); return (student, lesson) -> expectation."""
     expect: dict[tuple, dict] = {}
     cases = fixture_cases(work.release_notebook(FIXTURE), work.source_notebook(FIXTURE))
@@ -268,15 +266,15 @@ def graded_class(tmp_path_factory):
     """Build the course (real lessons + fixture), the class, and grade it once via the CLI."""
     tmp = tmp_path_factory.mktemp("grading")
     root = tmp / "course_root"
-    (root / nbc.SOURCE_DIR).mkdir(parents=True)
-    shutil.copy(REPO / nbc.CONFIG_FILE, root / nbc.CONFIG_FILE)
-    for lesson in nbc.find_lessons(REPO):
-        shutil.copytree(REPO / nbc.SOURCE_DIR / lesson, root / nbc.SOURCE_DIR / lesson)
-    shutil.copytree(FIXTURE_ROOT / nbc.SOURCE_DIR / FIXTURE, root / nbc.SOURCE_DIR / FIXTURE)
+    (root / wc.SOURCE_DIR).mkdir(parents=True)
+    shutil.copy(REPO / wc.CONFIG_FILE, root / wc.CONFIG_FILE)
+    for lesson in wc.find_lessons(REPO):
+        shutil.copytree(REPO / wc.SOURCE_DIR / lesson, root / wc.SOURCE_DIR / lesson)
+    shutil.copytree(FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE, root / wc.SOURCE_DIR / FIXTURE)
 
     # The student versions the class starts from (release only; no execution).
-    work = nbc.make_work_course(root, tmp / "release")
-    nbc.generate_assignments(work)
+    work = wc.make_work_course(root, tmp / "release")
+    wc.generate_assignments(work)
     subs_dir = tmp / "submissions"
     expect = build_class(root, subs_dir, work)
     before = _digest(subs_dir)
@@ -301,7 +299,7 @@ def graded_class(tmp_path_factory):
         capture_output=True,
         text=True,
         timeout=1800,
-        env=nbc.nbgrader_env(),
+        env=wc.nbgrader_env(),
         check=False,
     )
     elapsed = time.perf_counter() - start
@@ -425,10 +423,10 @@ def test_workspace_must_be_ours(tmp_path):
 def test_rerun_gives_the_same_report(tmp_path):
     """Grading the same two submissions twice into one workspace gives identical files."""
     root = tmp_path / "root"
-    shutil.copytree(FIXTURE_ROOT / nbc.SOURCE_DIR, root / nbc.SOURCE_DIR)
-    shutil.copy(REPO / nbc.CONFIG_FILE, root / nbc.CONFIG_FILE)
-    release = FIXTURE_ROOT / nbc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
-    source = FIXTURE_ROOT / nbc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
+    shutil.copytree(FIXTURE_ROOT / wc.SOURCE_DIR, root / wc.SOURCE_DIR)
+    shutil.copy(REPO / wc.CONFIG_FILE, root / wc.CONFIG_FILE)
+    release = FIXTURE_ROOT / wc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
+    source = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
     subs = tmp_path / "subs"
     _write(subs / f"ann_{FIXTURE}.ipynb", filled(release, source))
     _write(subs / f"bob_{FIXTURE}.ipynb", _drop(filled(release, source), "test_tokens"))

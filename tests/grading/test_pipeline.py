@@ -7,7 +7,7 @@ for every lesson, the blank student notebook as student ``blank`` and the instru
 student ``solution``, runs one ``nbgrader autograde`` over everything, and reads the scores from
 the gradebook (``nbgrader validate``'s exit status is 0 even on failure, so it proves nothing).
 
-``SHAPES_COURSE_ROOT=tests/fixtures`` runs the same tests on the one-lesson fixture course.
+``SHAPES_COURSE_ROOT=tests/grading/fixtures`` runs the same tests on the one-lesson fixture course.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import nbgrader_course as nbc
-from course_lib.submissions import LessonSpec
+from course_lib.grading import course as wc
+from course_lib.grading import release as rel
+from course_lib.grading.lesson import LessonSpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ROOT = (REPO / os.environ.get("SHAPES_COURSE_ROOT", ".")).resolve()
-LESSONS = nbc.find_lessons(ROOT)
+LESSONS = wc.find_lessons(ROOT)
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 # The round trip uses the grading command's limits: student code 60 s a cell, the lesson's own
 # cells 600 s (a measurement cell on a busy 2-core machine must not void the submission).
@@ -43,7 +44,7 @@ def _kind(cell: dict) -> str:
 
 
 def test_there_are_lessons():
-    assert LESSONS, f"no lessons: expected {ROOT / nbc.SOURCE_DIR}/<lesson>/<lesson>.ipynb"
+    assert LESSONS, f"no lessons: expected {ROOT / wc.SOURCE_DIR}/<lesson>/<lesson>.ipynb"
 
 
 # --- the release ------------------------------------------------------------------------------
@@ -55,37 +56,37 @@ def release(tmp_path_factory):
     if not LESSONS:
         pytest.fail("no lessons to release")
     tmp = tmp_path_factory.mktemp("pipeline")
-    work = nbc.make_work_course(
+    work = wc.make_work_course(
         ROOT,
         tmp / "course",
         extra_config=[
-            "from course_lib.grading import CellTimeouts",
+            "from course_lib.grading.autograde import CellTimeouts",
             f"c.Execute.timeout_func = CellTimeouts({str(tmp / 'course')!r}, "
             f"student={TIMEOUTS[0]}, lesson={TIMEOUTS[1]})",
             "c.Execute.iopub_timeout = 30",
         ],
     )
-    nbc.generate_assignments(work)
-    return work, nbc.release_files(work)
+    wc.generate_assignments(work)
+    return work, rel.release_files(work)
 
 
 def test_notebooks_match_a_fresh_release(release):
     """Regenerating notebooks/ from solutions/ gives no diff (else: run `make release`)."""
     _, files = release
-    problems = nbc.compare_release(files, ROOT)
+    problems = rel.compare_release(files, ROOT)
     assert not problems, "notebooks/ is out of date; run `make release`:\n" + "\n".join(problems)
 
 
 def test_drift_check_notices_an_edit(release, tmp_path):
     """The comparison itself fails when a student notebook is edited by hand."""
     _, files = release
-    shutil.copytree(ROOT / nbc.RELEASE_DIR, tmp_path / nbc.RELEASE_DIR)
-    assert nbc.compare_release(files, tmp_path) == nbc.compare_release(files, ROOT)
-    path = tmp_path / nbc.RELEASE_DIR / LESSONS[0] / f"{LESSONS[0]}.ipynb"
+    shutil.copytree(ROOT / wc.RELEASE_DIR, tmp_path / wc.RELEASE_DIR)
+    assert rel.compare_release(files, tmp_path) == rel.compare_release(files, ROOT)
+    path = tmp_path / wc.RELEASE_DIR / LESSONS[0] / f"{LESSONS[0]}.ipynb"
     nb = nbformat.read(str(path), as_version=4)
     nb.cells[0].source += "\nedited by hand"
     nbformat.write(nb, str(path))
-    assert any("differs" in p for p in nbc.compare_release(files, tmp_path))
+    assert any("differs" in p for p in rel.compare_release(files, tmp_path))
 
 
 def test_normal_form_is_stable(release):
@@ -94,15 +95,15 @@ def test_normal_form_is_stable(release):
     for key, text in files.items():
         if key.endswith(".ipynb"):
             nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
-            assert nbc.notebook_text(nbc.normalise(nb)) == text, key
+            assert rel.notebook_text(rel.normalise(nb)) == text, key
             assert text.endswith("}\n") and '\n "cells": [' in text, key
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_solution_notebook_is_stripped(lesson):
     """Instructor notebooks are kept without outputs (`scripts/release.py --strip-solutions`)."""
-    path = ROOT / nbc.SOURCE_DIR / lesson / f"{lesson}.ipynb"
-    assert not nbc.normalise_file(path, check=True), f"{path} has outputs or execution counts"
+    path = ROOT / wc.SOURCE_DIR / lesson / f"{lesson}.ipynb"
+    assert not rel.normalise_file(path, check=True), f"{path} has outputs or execution counts"
 
 
 # --- structure --------------------------------------------------------------------------------
@@ -111,8 +112,8 @@ def test_solution_notebook_is_stripped(lesson):
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_lesson_structure(lesson):
     """Answer cells, tests with points and hidden tests, a written answer, unique grade ids."""
-    nb = nbformat.read(str(ROOT / nbc.SOURCE_DIR / lesson / f"{lesson}.ipynb"), as_version=4)
-    cells = nbc.nbgrader_cells(nb)
+    nb = nbformat.read(str(ROOT / wc.SOURCE_DIR / lesson / f"{lesson}.ipynb"), as_version=4)
+    cells = wc.nbgrader_cells(nb)
     ids = [c["grade_id"] for c in cells]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     assert not repeated, f"repeated grade ids: {repeated}"
@@ -133,8 +134,8 @@ def test_lesson_structure(lesson):
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_student_version_gives_nothing_away(lesson):
     """No solutions, hidden tests or mark schemes in notebooks/; exercises raise NotImplemented."""
-    source = nbformat.read(str(ROOT / nbc.SOURCE_DIR / lesson / f"{lesson}.ipynb"), as_version=4)
-    student_path = ROOT / nbc.RELEASE_DIR / lesson / f"{lesson}.ipynb"
+    source = nbformat.read(str(ROOT / wc.SOURCE_DIR / lesson / f"{lesson}.ipynb"), as_version=4)
+    student_path = ROOT / wc.RELEASE_DIR / lesson / f"{lesson}.ipynb"
     assert student_path.is_file(), f"{student_path} missing: run `make release`"
     text = student_path.read_text(encoding="utf-8")
     for marker in (
@@ -149,14 +150,14 @@ def test_student_version_gives_nothing_away(lesson):
     visible = "\n".join(HIDDEN.sub("", c.source) for c in source.cells)
     student = nbformat.reads(text, as_version=4)
     student_src = "\n".join(c.source for c in student.cells)
-    for cell in nbc.nbgrader_cells(source):
+    for cell in wc.nbgrader_cells(source):
         for hidden in HIDDEN.findall(cell["source"]):
             for line in hidden.splitlines():
                 if line.strip() and not line.strip().startswith("#") and line not in visible:
                     assert line not in student_src, f"hidden test line leaked: {line!r}"
 
     answers = [
-        c for c in nbc.nbgrader_cells(student) if _kind(c) == "answer" and c["cell_type"] == "code"
+        c for c in wc.nbgrader_cells(student) if _kind(c) == "answer" and c["cell_type"] == "code"
     ]
     assert answers
     for cell in answers:

@@ -1,0 +1,14 @@
+"""What instructors run: the release, the work course, autograde, the report, the command line.
+
+One job per module; import names from the module that owns them:
+
+- ``course``: the work course, a throwaway nbgrader course folder, and running nbgrader in it;
+- ``release``: ``solutions/`` -> ``notebooks/`` and the notebook normal form
+  (``scripts/release.py``);
+- ``lesson``, ``submissions``, ``inspection``: what a lesson contains, finding submissions,
+  checking each one before and after grading;
+- ``autograde``: running the notebooks and reading the scores;
+- ``feedback``: feedback without hidden tests;
+- ``workspace``, ``report``, ``run``, ``cli``: the grading command (``python -m
+  course_lib.grading``).
+"""

@@ -1,0 +1,56 @@
+"""The grading workspace (``--out``): made fresh on every run, never over someone else's folder.
+
+A run refuses a non-empty folder without its marker file, and a workspace whose gradebook
+already holds manual grades or comments unless ``--force`` is given.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+MARKER = ".shapes-grading"
+
+#: What a run writes in the workspace, removed before the next run.
+OUTPUTS = ("course", "feedback", "report.csv", "report.md", "scores.csv")
+
+
+def _manual_grades(db: Path) -> int:
+    """Count manual scores and comments stored in an existing workspace gradebook."""
+    if not db.is_file():
+        return 0
+    with sqlite3.connect(db) as con:
+        try:
+            grades = con.execute("SELECT COUNT(*) FROM grade WHERE manual_score IS NOT NULL")
+            comments = con.execute(
+                "SELECT COUNT(*) FROM comment WHERE manual_comment IS NOT NULL "
+                "AND manual_comment != ''"
+            )
+            return grades.fetchone()[0] + comments.fetchone()[0]
+        except sqlite3.Error:
+            return 0
+
+
+def prepare_workspace(out: Path, force: bool) -> None:
+    """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades."""
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise SystemExit(
+            f"{out} exists and is not a grading workspace (no {MARKER}); "
+            "give an empty or new folder with --out"
+        )
+    manual = _manual_grades(out / "course" / "gradebook.db")
+    if manual and not force:
+        raise SystemExit(
+            f"{out / 'course' / 'gradebook.db'} holds {manual} manual grade(s) or "
+            "comment(s); a new run would replace them. Use another --out, or "
+            "--force to discard them."
+        )
+    for name in OUTPUTS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("made by python -m course_lib.grading\n", encoding="utf-8")

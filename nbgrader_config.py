@@ -20,6 +20,14 @@ c.CourseDirectory.course_id = "shapes"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 
+# --- the blank a student gets ---------------------------------------------------------------------
+# The solution region of an answer cell becomes this comment only. Each answer cell says itself
+# what is missing: a line `name = ...  # what kind of value` above the region and
+# `ensure_answered(name=name)` below it (course_lib.answers), or, in a function, a
+# `raise NotImplementedError("write ...")` after the region. Run All on a blank notebook then
+# fails only in answer cells and their tests, each with a message that names what to set.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE"}
+
 # --- execution ----------------------------------------------------------------------------------
 # The per-cell limit applies to every cell, the lesson's own `import torch` included; a few
 # seconds is not enough on a loaded 2-core machine, and a timeout in an instructor cell makes

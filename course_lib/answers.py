@@ -1,0 +1,157 @@
+"""Instant feedback on an answer without giving the answer away.
+
+A visible test in a lesson compares a *digest* of the student's value with the digest of the right
+one: the value is normalised to a stated precision (numbers to ``sig`` significant figures, text
+lower-cased with single spaces, choices sorted), then hashed with a salt that is the answer's
+name, slowly (PBKDF2), so the notebook holds no answer and trying candidates one by one is slow.
+The grade itself comes from the hidden tests, which compare values directly.
+
+In an answer cell, :func:`ensure_answered` turns a blank (``name = ...``) into a clear
+``NotImplementedError`` that names what to set::
+
+    predicted_ratio = ...  # a number: how many times more score memory
+    ensure_answered(predicted_ratio=predicted_ratio)
+
+and in the test cell below, :func:`check` says right or wrong::
+
+    check("predicted_ratio", predicted_ratio, "5c0d4f2e9a1b7c3d", sig=3)
+
+Instructors make a digest with ``python -m course_lib.answers NAME VALUE [--sig N]``.
+
+Hidden tests make sure graded work is the student's own with :func:`course_lib_calls`: it runs
+the student's function (or re-runs an answer cell's code) and lists every function of
+``course_lib`` it reached, however it was named or aliased.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import math
+import numbers
+import sys
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+ITERATIONS = 100_000  # about 30 ms per digest: instant for one check, slow for a brute force
+DIGEST_CHARS = 16
+
+
+def normalise(value, sig: int | None = None) -> str:
+    """The canonical text of an answer (see the module docstring).
+
+    ``sig=None`` keeps integers exact and floats to 12 significant figures; ``sig=N`` rounds every
+    number to ``N`` significant figures, so ``0.6349`` and ``0.635`` agree at ``sig=3``.
+    """
+    if value is None or value is Ellipsis:
+        raise ValueError("there is no answer yet: the value is still empty (...)")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral) and sig is None:
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.{sig or 12}g}"
+    if isinstance(value, str):
+        return " ".join(value.lower().split())
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(normalise(v, sig) for v in value)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(normalise(v, sig) for v in value) + "]"
+    if hasattr(value, "item") and callable(value.item):  # a numpy or torch scalar
+        return normalise(value.item(), sig)
+    raise TypeError(
+        f"an answer must be a number, a bool, a string, or a list/tuple/set of those; "
+        f"got {type(value).__name__}"
+    )
+
+
+def digest(name: str, value, sig: int | None = None) -> str:
+    """The salted, slow hash of ``value`` normalised to ``sig`` significant figures."""
+    text = normalise(value, sig).encode()
+    salt = f"shapes-course:{name}".encode()
+    return hashlib.pbkdf2_hmac("sha256", text, salt, ITERATIONS).hex()[:DIGEST_CHARS]
+
+
+def ensure_answered(**answers) -> None:
+    """Raise ``NotImplementedError`` naming every answer still left as ``...`` (or ``None``)."""
+    missing = [name for name, value in answers.items() if value is Ellipsis or value is None]
+    if missing:
+        names = ", ".join(missing)
+        raise NotImplementedError(
+            f"set {names}: replace the ... on the line `{missing[0]} = ...` with your answer"
+        )
+
+
+def check(name: str, value, expected: str, sig: int | None = None) -> None:
+    """Say whether ``value`` is right without revealing the right value.
+
+    Raises ``NotImplementedError`` if the answer is still blank, ``AssertionError`` (with a hint
+    at the precision compared) if it is wrong; prints one line if it is right.
+    """
+    ensure_answered(**{name: value})
+    try:
+        got = digest(name, value, sig)
+    except TypeError as exc:
+        raise AssertionError(f"{name}: {exc}") from None
+    precision = f" (compared to {sig} significant figures)" if sig else ""
+    if got != expected:
+        raise AssertionError(f"{name} is not right yet{precision}: look again at how you got it")
+    print(f"{name}: right{precision}")
+
+
+def course_lib_calls(
+    fn, *args, allowed: tuple[str, ...] = (), **kwargs
+) -> tuple[object, list[str]]:
+    """Run ``fn(*args, **kwargs)``; return its result and the ``course_lib`` functions it called.
+
+    Every Python function call is watched (``sys.setprofile``), so an alias (``f =
+    find_max_batch_size``) is caught like a direct call. Only entry points into the library are
+    listed (what the library calls inside itself is not). Names are ``module.function``; modules
+    in ``allowed`` (e.g. ``"course_lib.model"`` when the exercise trains TinyGPT) and this module
+    are not listed. An exception from ``fn`` propagates.
+    """
+    called: set[str] = set()
+    here = str(PACKAGE_DIR)
+    skip = {"course_lib.answers", *allowed}
+
+    def watch(frame, event, arg):
+        if event != "call" or not frame.f_code.co_filename.startswith(here):
+            return
+        caller = frame.f_back
+        if caller is None or not caller.f_code.co_filename.startswith(here):  # an entry point
+            module = frame.f_globals.get("__name__", "")
+            if module not in skip and not any(module.startswith(a + ".") for a in allowed):
+                called.add(f"{module}.{frame.f_code.co_name}")
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        sys.setprofile(previous)
+    return result, sorted(called)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m course_lib.answers", description="print the digest of an answer"
+    )
+    parser.add_argument("name", help="the answer's variable name (the salt)")
+    parser.add_argument("value", help="a Python literal: 16, 0.635, 'B', (2, 8), {'a', 'c'}")
+    parser.add_argument("--sig", type=int, default=None, help="significant figures compared")
+    args = parser.parse_args(argv)
+    try:
+        value = ast.literal_eval(args.value)
+    except (ValueError, SyntaxError):
+        value = args.value  # a bare word is a string answer
+    print(digest(args.name, value, args.sig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

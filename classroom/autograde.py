@@ -1,0 +1,100 @@
+"""Autograde one lesson into the class gradebook, student code in the course's sandbox.
+
+Run as the instructor in the course folder (``python classroom/run.py autograde LESSON`` does
+that), after ``nbgrader collect``:
+
+1. ``python -m course_lib.grading submitted --lessons LESSON --out grading`` grades every
+   collected submission in a private workspace, each notebook in its own bubblewrap sandbox
+   (no network, read-only system, limits), and writes its report (``grading/report.md``);
+2. the grades it recorded (``grading/course/gradebook.db``, with its corrections: a deleted or
+   cheated test scores 0) and the graded notebooks (``grading/course/autograded/``) are then
+   recorded in the class gradebook (``SHAPES_GRADEBOOK_URL``) and the course's ``autograded/``,
+   through nbgrader's own Gradebook API, exactly where ``nbgrader autograde`` would have put
+   them. Formgrader (manual grading), ``generate_feedback`` and ``export`` work from there;
+   manual scores already entered are kept.
+
+If the installed ``course_lib.grading`` has no sandbox (its ``--help`` does not mention one),
+this falls back to plain ``nbgrader autograde LESSON`` and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from nbgrader.api import Gradebook
+
+WORKSPACE = Path("grading")
+
+
+def sandboxed_grader_available() -> bool:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "course_lib.grading", "--help"], capture_output=True, text=True
+    ).stdout
+    return "sandbox" in help_text
+
+
+def record_in_class_gradebook(lesson: str, course: Path, class_db: str, course_id: str) -> int:
+    """Copy the workspace's grades of ``lesson`` into the class gradebook; submissions copied."""
+    work_db = f"sqlite:///{(WORKSPACE / 'course' / 'gradebook.db').resolve()}"
+    copied = 0
+    with Gradebook(work_db) as work, Gradebook(class_db, course_id=course_id) as gb:
+        for graded in work.assignment_submissions(lesson):
+            student = graded.student_id
+            gb.update_or_create_student(student)
+            gb.update_or_create_submission(lesson, student, timestamp=graded.timestamp)
+            for notebook in graded.notebooks:
+                for grade in notebook.grades:
+                    target = gb.find_grade(grade.name, notebook.name, lesson, student)
+                    target.auto_score = grade.auto_score
+                    target.needs_manual_grade = grade.needs_manual_grade and (
+                        target.manual_score is None
+                    )
+                for comment in notebook.comments:
+                    target = gb.find_comment(comment.name, notebook.name, lesson, student)
+                    target.auto_comment = comment.auto_comment
+                gb.find_submission_notebook(
+                    notebook.name, lesson, student
+                ).flagged = notebook.flagged
+            gb.db.commit()
+            source = WORKSPACE / "course" / "autograded" / student / lesson
+            dest = course / "autograded" / student / lesson
+            if dest.exists():
+                for path in dest.rglob("*"):  # nbgrader leaves graded notebooks read-only
+                    path.chmod(0o644 if path.is_file() else 0o755)
+                shutil.rmtree(dest)
+            shutil.copytree(source, dest)
+            copied += 1
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("lesson")
+    args = parser.parse_args(argv)
+    course = Path.cwd()
+    if not sandboxed_grader_available():
+        print("course_lib.grading has no sandbox here: grading with plain `nbgrader autograde`")
+        return subprocess.run(["nbgrader", "autograde", args.lesson]).returncode
+    graded = subprocess.run(
+        [sys.executable, "-m", "course_lib.grading", "submitted", "--root", str(course),
+         "--out", str(WORKSPACE), "--lessons", args.lesson],
+    )  # fmt: skip
+    if graded.returncode != 0:
+        return graded.returncode
+    copied = record_in_class_gradebook(
+        args.lesson, course, os.environ["SHAPES_GRADEBOOK_URL"], os.environ["SHAPES_COURSE_ID"]
+    )
+    print(
+        f"{copied} submission(s) of {args.lesson} graded in the sandbox and recorded in the class "
+        f"gradebook; the grader's report: {(WORKSPACE / 'report.md').resolve()}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The instructor's course folder and the per-role Jupyter configuration of the classroom.
+
+The course folder is made from this repository: its ``nbgrader_config.py`` and ``solutions/``
+copied into the instructor's home (``~/<course_id>/``), owned by the instructor. ``notebooks/``
+is deliberately not copied: the instructor generates each lesson (formgrader's *Generate* or
+``nbgrader generate_assignment``), which is also what records the lesson's cells in the class
+gradebook; a lesson released without that step could not be autograded.
+
+Each role gets a folder on ``JUPYTER_CONFIG_PATH`` (set per user by ``jupyterhub_config.py``):
+
+- ``etc/instructor``: ``nbgrader_config.py`` pointing nbgrader (CLI and formgrader) at the
+  course folder, the exchange and the PostgreSQL gradebook;
+- ``etc/student``: the exchange and the course id only, and the instructor-only extensions
+  (formgrader, create-assignment, course list) switched off, as nbgrader's guide advises.
+
+Every deployment-dependent value is read from the environment (``SHAPES_COURSE_ID``,
+``SHAPES_EXCHANGE_ROOT``, ``SHAPES_GRADEBOOK_URL``, ``SHAPES_COURSE_ROOT``), which the hub sets
+per user: that environment is the one place these settings come from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+from pathlib import Path
+
+INSTRUCTOR_NBGRADER = '''\
+"""Written by classroom/course_folder.py: nbgrader for the instructor of this classroom."""
+import os
+
+c = get_config()  # noqa: F821
+c.CourseDirectory.root = os.environ["SHAPES_COURSE_ROOT"]
+c.CourseDirectory.course_id = os.environ["SHAPES_COURSE_ID"]
+c.Exchange.root = os.environ["SHAPES_EXCHANGE_ROOT"]
+c.CourseDirectory.db_url = os.environ["SHAPES_GRADEBOOK_URL"]
+'''
+
+STUDENT_NBGRADER = '''\
+"""Written by classroom/course_folder.py: nbgrader for a student of this classroom."""
+import os
+
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = os.environ["SHAPES_COURSE_ID"]
+c.Exchange.root = os.environ["SHAPES_EXCHANGE_ROOT"]
+# The Validate button runs the lesson top to bottom: the same per-cell limit as the course's
+# nbgrader_config.py (`import torch` alone takes seconds on a busy machine).
+c.Execute.timeout = 60
+'''
+
+INSTRUCTOR_ONLY_LAB = [
+    "@jupyter/nbgrader:formgrader",
+    "@jupyter/nbgrader:create-assignment",
+    "@jupyter/nbgrader:course-list",
+]
+INSTRUCTOR_ONLY_SERVER = [
+    "nbgrader.server_extensions.formgrader",
+    "nbgrader.server_extensions.course_list",
+]
+QUIET_LAB = {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}
+# Lab settings defaults for everyone in the classroom (a user's own settings still win): no
+# "get notified about Jupyter news?" toast, no update check.
+LAB_OVERRIDES = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}
+}
+
+
+def write_role_configs(etc: Path) -> dict[str, Path]:
+    """Write ``etc/instructor`` and ``etc/student`` (world-readable, no secrets in them)."""
+    roles = {"instructor": etc / "instructor", "student": etc / "student"}
+    for role, folder in roles.items():
+        (folder / "labconfig").mkdir(parents=True, exist_ok=True)
+        (folder / "lab-settings").mkdir(exist_ok=True)
+        (folder / "lab-settings" / "overrides.json").write_text(json.dumps(LAB_OVERRIDES, indent=2))
+        server: dict = {"LabApp": {**QUIET_LAB, "app_settings_dir": str(folder / "lab-settings")}}
+        page: dict = {}
+        if role == "student":
+            server["ServerApp"] = {
+                "jpserver_extensions": dict.fromkeys(INSTRUCTOR_ONLY_SERVER, False)
+            }
+            page["disabledExtensions"] = dict.fromkeys(INSTRUCTOR_ONLY_LAB, True)
+        text = INSTRUCTOR_NBGRADER if role == "instructor" else STUDENT_NBGRADER
+        (folder / "nbgrader_config.py").write_text(text)
+        (folder / "jupyter_server_config.json").write_text(json.dumps(server, indent=2))
+        (folder / "labconfig" / "page_config.json").write_text(json.dumps(page, indent=2))
+    for path in [etc, *etc.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return roles
+
+
+def build(repo: Path, instructor: str, course_id: str) -> Path:
+    """Copy the course into ``~instructor/<course_id>`` unless it is there; the folder."""
+    account = pwd.getpwnam(instructor)
+    folder = Path(account.pw_dir) / course_id
+    if (folder / "nbgrader_config.py").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(repo / "nbgrader_config.py", folder / "nbgrader_config.py")
+    shutil.copytree(
+        repo / "solutions",
+        folder / "solutions",
+        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+        dirs_exist_ok=True,
+    )
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, account.pw_uid, account.pw_gid)
+    return folder

@@ -1,0 +1,71 @@
+"""JupyterHub for the Shapes classroom on one machine (started by ``classroom/run.py``).
+
+Everything deployment-specific comes from ``$SHAPES_CLASSROOM_STATE/classroom.json`` (ports,
+accounts, folders; written by run.py) and, for the gradebook password, from the root-only
+``secrets/`` folder beside it. Choices:
+
+- PAM login against local Unix accounts, and LocalProcessSpawner: each user's server runs as
+  that Unix user in their own home, so the nbgrader exchange's file ownership and permissions
+  mean what they mean on a real hub.
+- Everything listens on 127.0.0.1 (proxy, hub API, single-user servers on random free ports),
+  unless run.py was given another ``--ip`` for the public proxy.
+- Each server gets ``JUPYTER_CONFIG_PATH`` for its role and the course's settings in its
+  environment (``SHAPES_COURSE_ID``, ``SHAPES_EXCHANGE_ROOT``; the instructor also
+  ``SHAPES_COURSE_ROOT`` and ``SHAPES_GRADEBOOK_URL``). Students never see the gradebook URL.
+"""
+
+import json
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821
+
+state = Path(os.environ["SHAPES_CLASSROOM_STATE"])
+settings = json.loads((state / "classroom.json").read_text())
+gradebook_url = (state / "secrets" / "gradebook_url").read_text().strip()
+venv_bin = Path(settings["venv"]) / "bin"
+
+# --- the hub and its proxy ------------------------------------------------------------------
+c.JupyterHub.bind_url = f"http://{settings['ip']}:{settings['port']}"
+c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{settings['hub_api_port']}"
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings['proxy_api_port']}"
+c.ConfigurableHTTPProxy.command = [settings["proxy"]]
+c.ConfigurableHTTPProxy.pid_file = str(state / "hub" / "proxy.pid")
+c.JupyterHub.db_url = f"sqlite:///{state / 'hub' / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(state / "secrets" / "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = str(state / "hub" / "jupyterhub.pid")
+c.JupyterHub.cleanup_servers = True  # stopping the hub stops every single-user server
+c.JupyterHub.cleanup_proxy = True
+
+# --- who may log in -------------------------------------------------------------------------
+c.JupyterHub.authenticator_class = "pam"
+c.PAMAuthenticator.open_sessions = False  # no login sessions to open in a container
+c.Authenticator.allowed_users = {settings["instructor"], *settings["students"]}
+c.Authenticator.admin_users = set()  # the instructor grades; nobody administers the hub here
+
+# --- each user's server ----------------------------------------------------------------------
+c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [str(venv_bin / "jupyterhub-singleuser")]
+c.Spawner.ip = "127.0.0.1"
+c.Spawner.default_url = "/lab"
+c.Spawner.start_timeout = 120  # a cold start imports JupyterLab and nbgrader on a busy machine
+c.Spawner.http_timeout = 120
+
+
+def _environment(spawner) -> None:
+    """The role's configuration folder and the course's settings, set before each spawn."""
+    instructor = spawner.user.name == settings["instructor"]
+    role = "instructor" if instructor else "student"
+    env = {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "JUPYTER_CONFIG_PATH": settings["etc"][role],
+        "SHAPES_COURSE_ID": settings["course_id"],
+        "SHAPES_EXCHANGE_ROOT": settings["exchange"],
+    }
+    if instructor:
+        env["SHAPES_COURSE_ROOT"] = settings["course_root"]
+        env["SHAPES_GRADEBOOK_URL"] = gradebook_url
+    spawner.environment = env
+
+
+c.Spawner.pre_spawn_hook = _environment

@@ -1,0 +1,446 @@
+"""The Shapes classroom on one machine: JupyterHub, the nbgrader exchange, a PostgreSQL gradebook.
+
+    python classroom/run.py start [--students 3] [--port 8000]   # foreground; Ctrl-C stops all
+    python classroom/run.py stop                                  # from another terminal
+    python classroom/run.py instructor -- nbgrader collect LESSON # a command as the instructor
+    python classroom/run.py clean                                 # demo accounts and data gone
+
+``start`` (as root) creates the demo accounts (Unix users with a private home and a password),
+copies the course into the instructor's home, makes the exchange folder, starts PostgreSQL as
+the ``postgres`` user on 127.0.0.1 with the gradebook database, starts JupyterHub (which starts
+its proxy and, on login, each user's server), prints the URL and the accounts, and waits. On
+Ctrl-C or SIGTERM it stops the hub (which stops the servers and the proxy), every process still
+running as a classroom account, and PostgreSQL. Accounts, homes and the gradebook stay in the
+state folder (``--state``, default ``/srv/shapes-classroom``) for the next start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import accounts
+import course_folder
+import private_view
+from pgcluster import Cluster
+
+REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+DEFAULT_STATE = Path(os.environ.get("SHAPES_CLASSROOM_STATE", "/srv/shapes-classroom"))
+COURSE_ID = os.environ.get("SHAPES_COURSE_ID", "shapes")
+GRADEBOOK_DB, GRADEBOOK_ROLE = "shapes_gradebook", "shapes_grader"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_proxy() -> str:
+    """configurable-http-proxy: ``$SHAPES_PROXY``, ``classroom/node_modules`` or the PATH."""
+    for candidate in (
+        os.environ.get("SHAPES_PROXY"),
+        str(HERE / "node_modules" / ".bin" / "configurable-http-proxy"),
+        shutil.which("configurable-http-proxy"),
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    sys.exit(
+        "configurable-http-proxy not found: `npm ci --prefix classroom` (or npm install -g "
+        "configurable-http-proxy@5)"
+    )
+
+
+def write_private(path: Path, text: str) -> None:
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(text)
+
+
+class Classroom:
+    """The state folder and what runs from it."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state.resolve()
+        self.secrets = self.state / "secrets"  # root only: passwords, the gradebook URL
+        self.hub_dir = self.state / "hub"  # root only: the hub's database and logs
+        self.settings_file = self.state / "classroom.json"
+        self.accounts_file = self.secrets / "accounts.json"
+        self.pids_file = self.state / "pids.json"
+
+    # --- accounts ---------------------------------------------------------------------------
+    def load_accounts(self) -> dict:
+        return json.loads(self.accounts_file.read_text()) if self.accounts_file.exists() else {}
+
+    def ensure_accounts(self, instructor: str, students: list[str]) -> dict:
+        """Create the missing accounts (recorded as ours); existing ones are used as they are."""
+        known = self.load_accounts()
+        for name, role in [(instructor, "instructor"), *((s, "student") for s in students)]:
+            entry = known.get(name)
+            if entry is None or not accounts.exists(name):
+                if accounts.exists(name):
+                    entry = {"role": role, "created": False, "password": None}
+                else:
+                    password = accounts.new_password()
+                    accounts.create(name, self.state / "home" / name, password)
+                    entry = {"role": role, "created": True, "password": password}
+            entry["role"] = role
+            known[name] = entry
+        write_private(self.accounts_file, json.dumps(known, indent=2))
+        return {n: known[n] for n in [instructor, *students]}
+
+    # --- start ------------------------------------------------------------------------------
+    def prepare(self, args) -> dict:
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.state.chmod(0o755)  # users pass through to their homes, the exchange, etc/
+        for private in (self.secrets, self.hub_dir):
+            private.mkdir(exist_ok=True)
+            private.chmod(0o700)
+        (self.state / "home").mkdir(exist_ok=True)
+        (self.state / "home").chmod(0o755)
+        students = args.student or [
+            f"{args.prefix}-student{i}" for i in range(1, args.students + 1)
+        ]
+        instructor = args.instructor or f"{args.prefix}-instructor"
+        people = self.ensure_accounts(instructor, students)
+        exchange = self.state / "exchange"
+        exchange.mkdir(exist_ok=True)
+        exchange.chmod(0o1777)  # nbgrader's exchange: everyone writes, the sticky bit guards
+        etc = course_folder.write_role_configs(self.state / "etc")
+        course_root = course_folder.build(REPO, instructor, COURSE_ID)
+        settings = {
+            "ip": args.ip,
+            "port": args.port or free_port(),
+            "hub_api_port": free_port(),
+            "proxy_api_port": free_port(),
+            "proxy": find_proxy(),
+            "venv": str(Path(sys.prefix)),
+            "instructor": instructor,
+            "students": students,
+            "course_id": COURSE_ID,
+            "course_root": str(course_root),
+            "exchange": str(exchange),
+            "etc": {role: str(path) for role, path in etc.items()},
+        }
+        self.settings_file.write_text(json.dumps(settings, indent=2))
+        self.settings_file.chmod(0o644)
+        return {"settings": settings, "accounts": people}
+
+    def start_gradebook(self) -> tuple[Cluster, str]:
+        cluster = Cluster(self.state / "postgres")
+        cluster.init()
+        cluster.start(free_port())
+        password_file = self.secrets / "gradebook_password"
+        if not password_file.exists():
+            write_private(password_file, accounts.new_password())
+        url = cluster.ensure_database(GRADEBOOK_DB, GRADEBOOK_ROLE, password_file.read_text())
+        write_private(self.secrets / "gradebook_url", url)
+        return cluster, url
+
+    def start_hub(self) -> subprocess.Popen:
+        env = {
+            "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.hub_dir),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "SHAPES_CLASSROOM_STATE": str(self.state),
+        }
+        log = open(self.hub_dir / "jupyterhub.log", "ab")
+        hub = subprocess.Popen(
+            [
+                str(Path(sys.prefix) / "bin" / "jupyterhub"),
+                "-f",
+                str(HERE / "jupyterhub_config.py"),
+            ],
+            cwd=self.hub_dir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches run.py only, which stops things in order
+        )
+        log.close()
+        return hub
+
+    def wait_for_hub(self, hub: subprocess.Popen, url: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/hub/api/", timeout=3)
+                return
+            except OSError:
+                if hub.poll() is not None or time.monotonic() > deadline:
+                    tail = (self.hub_dir / "jupyterhub.log").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"JupyterHub did not start:\n{tail}") from None
+                time.sleep(0.5)
+
+    # --- stop -------------------------------------------------------------------------------
+    def stop_hub(self, hub_pid: int | None, grace: float = 45) -> None:
+        """SIGTERM the hub (it stops the servers and the proxy), then its process group."""
+        if hub_pid is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(hub_pid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(hub_pid, 0)
+                except ProcessLookupError:
+                    return
+                reap(hub_pid)
+                time.sleep(0.2)
+
+    def teardown(self, hub_pid: int | None, cluster: Cluster | None, people: list[str]) -> None:
+        self.stop_hub(hub_pid)
+        left = accounts.stop_processes(people)
+        if left:
+            print(f"stopped {len(left)} process(es) the hub left running as classroom users")
+        if cluster is not None:
+            cluster.stop()
+        for stale in (self.pids_file, self.secrets / "ready.json"):
+            stale.unlink(missing_ok=True)
+
+
+def reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        sys.exit("the classroom creates Unix accounts and runs servers as them: run it as root")
+
+
+def enter_private_view() -> list[str]:
+    """Run on in the classroom's mount namespace (see private_view.py); what it hides."""
+    try:
+        return private_view.enter(REPO, Path(sys.prefix))
+    except OSError as exc:
+        closed = private_view.closed_ancestor(Path(sys.base_prefix).resolve())
+        if closed is not None:
+            sys.exit(
+                f"the course's Python ({sys.base_prefix}) is inside {closed}, which other users "
+                f"cannot enter, and no private mount namespace could be made ({exc}). Build the "
+                "venv from a Python every user can run (make setup PYTHON=/usr/bin/python3)."
+            )
+        return [f"WARNING: no private mount namespace ({exc}): students can read {REPO}"]
+
+
+def cmd_start(args) -> int:
+    require_root()
+    room = Classroom(args.state)
+    if room.pids_file.exists():
+        sys.exit(f"a classroom seems to run from {room.state} ({room.pids_file}): stop it first")
+    if REPO in args.state.resolve().parents:
+        sys.exit("keep the state folder outside the repository (the classroom hides the checkout)")
+    made = room.prepare(args)
+    settings, people = made["settings"], made["accounts"]
+    view = enter_private_view()  # everything started from here on sees the course, not answers
+    names = list(people)
+    hub = cluster = None
+    stopping = False
+
+    def on_signal(signum, frame):
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    status = 0
+    try:
+        cluster, gradebook_url = room.start_gradebook()
+        pids = {"run": os.getpid(), "postgres": cluster.proc.pid}
+        write_private(room.pids_file, json.dumps(pids))
+        host = "127.0.0.1" if settings["ip"] in ("0.0.0.0", "") else settings["ip"]
+        url = f"http://{host}:{settings['port']}"
+        hub = room.start_hub()
+        write_private(room.pids_file, json.dumps({**pids, "hub": hub.pid}))
+        room.wait_for_hub(hub, url)
+        ready = {"url": url, "accounts": people, "gradebook_url": gradebook_url, **settings}
+        write_private(room.secrets / "ready.json", json.dumps(ready, indent=2))
+        print(banner(url, people, settings, cluster, room, view), flush=True)
+        while hub.poll() is None and cluster.proc.poll() is None:
+            time.sleep(0.5)
+        print("JupyterHub or PostgreSQL exited on its own; stopping the rest", file=sys.stderr)
+        status = 1
+    except KeyboardInterrupt:
+        print("\nstopping the classroom ...", flush=True)
+    except Exception as exc:  # report, then still stop everything below
+        print(f"classroom failed: {exc}", file=sys.stderr)
+        status = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip teardown
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        room.teardown(hub.pid if hub else None, cluster, names)
+        print("classroom stopped: no hub, proxy, user server or PostgreSQL left running")
+    return status
+
+
+def banner(
+    url: str, people: dict, settings: dict, cluster: Cluster, room: Classroom, view: list[str]
+) -> str:
+    lines = [f"\nShapes classroom: {url}", ""]
+    for name, entry in people.items():
+        password = entry["password"] or "(their own password)"
+        lines.append(f"  {entry['role']:<10}  {name:<28}  password: {password}")
+    lines += [
+        "",
+        f"  course folder   {settings['course_root']}  (instructor: Nbgrader > Formgrader)",
+        f"  exchange        {settings['exchange']}",
+        f"  gradebook       PostgreSQL on 127.0.0.1:{cluster.port}, database {GRADEBOOK_DB} "
+        f"(URL in {room.secrets / 'gradebook_url'})",
+        f"  logs            {room.hub_dir / 'jupyterhub.log'}, {cluster.log}",
+        f"  as instructor   python classroom/run.py instructor --state {room.state} -- CMD",
+        *(f"  file view       {note}" for note in view),
+        "",
+        "Ctrl-C here (or `make classroom-stop`) stops everything.",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_stop(args) -> int:
+    """Stop a classroom started from this state folder: ask run.py, else stop its parts."""
+    require_root()
+    room = Classroom(args.state)
+    if not room.pids_file.exists():
+        print(f"no classroom running from {room.state}")
+        return 0
+    pids = json.loads(room.pids_file.read_text())
+    run_pid = pids.get("run")
+    if run_pid and _is(run_pid, "run.py"):
+        os.kill(run_pid, signal.SIGTERM)
+        deadline = time.monotonic() + 90
+        while _is(run_pid, "run.py") and time.monotonic() < deadline:
+            time.sleep(0.3)
+    if room.pids_file.exists():  # run.py was killed hard, or did not finish: do its teardown
+        hub = pids.get("hub") if pids.get("hub") and _is(pids["hub"], "jupyterhub") else None
+        room.teardown(hub, None, list(room.load_accounts()))
+        postgres = pids.get("postgres")
+        if postgres and _is(postgres, "postgres"):
+            os.kill(postgres, signal.SIGINT)  # fast shutdown
+            deadline = time.monotonic() + 30
+            while _is(postgres, "postgres") and time.monotonic() < deadline:
+                time.sleep(0.3)
+    print(f"classroom from {room.state} stopped")
+    return 0
+
+
+def _is(pid: int, name: str) -> bool:
+    try:
+        return name in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def cmd_clean(args) -> int:
+    """Stop, then remove the accounts this classroom created (with homes) and its state."""
+    cmd_stop(args)
+    room = Classroom(args.state)
+    if not room.state.exists():
+        return 0
+    if not room.settings_file.exists() and any(room.state.iterdir()):
+        sys.exit(f"{room.state} is not a classroom state folder (no classroom.json): kept")
+    for name, entry in room.load_accounts().items():
+        if entry.get("created") and accounts.exists(name):
+            accounts.remove(name)
+            print(f"removed account {name}")
+    shutil.rmtree(room.state)
+    print(f"removed {room.state}")
+    return 0
+
+
+def cmd_instructor(args) -> int:
+    """Run a command as the instructor, in the course folder, with the classroom's settings."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return as_instructor(Classroom(args.state), command)
+
+
+def cmd_autograde(args) -> int:
+    """``classroom/autograde.py LESSON`` as the instructor: sandboxed, into the class gradebook."""
+    command = [str(Path(sys.prefix) / "bin" / "python"), str(HERE / "autograde.py"), args.lesson]
+    return as_instructor(Classroom(args.state), command)
+
+
+def as_instructor(room: Classroom, command: list[str]) -> int:
+    require_root()
+    if not room.pids_file.exists():
+        sys.exit(f"no classroom running from {room.state}: the gradebook is down")
+    settings = json.loads(room.settings_file.read_text())
+    account = pwd.getpwnam(settings["instructor"])
+    env = {
+        "HOME": account.pw_dir,
+        "USER": account.pw_name,
+        "LOGNAME": account.pw_name,
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "PATH": f"{settings['venv']}/bin:/usr/local/bin:/usr/bin:/bin",
+        "JUPYTER_CONFIG_PATH": settings["etc"]["instructor"],
+        "SHAPES_COURSE_ID": settings["course_id"],
+        "SHAPES_EXCHANGE_ROOT": settings["exchange"],
+        "SHAPES_COURSE_ROOT": settings["course_root"],
+        "SHAPES_GRADEBOOK_URL": (room.secrets / "gradebook_url").read_text().strip(),
+    }
+    enter_private_view()  # the instructor's tools see what the hub's users see
+    return subprocess.run(
+        command,
+        cwd=settings["course_root"],
+        env=env,
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[],
+    ).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python classroom/run.py", description=__doc__.split("\n")[0]
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--state", type=Path, default=DEFAULT_STATE, help="state folder (%(default)s)"
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    start = sub.add_parser(
+        "start", parents=[common], help="bring the classroom up (Ctrl-C stops it)"
+    )
+    start.add_argument("--students", type=int, default=3, help="demo students (%(default)s)")
+    start.add_argument("--prefix", default="shapes", help="demo account names: PREFIX-student1 ...")
+    start.add_argument(
+        "--instructor", help="an existing Unix account to teach (default: a demo one)"
+    )
+    start.add_argument("--student", action="append", help="an existing Unix account (repeat)")
+    start.add_argument("--port", type=int, default=8000, help="public port; 0 picks a free one")
+    start.add_argument("--ip", default="127.0.0.1", help="public address (%(default)s)")
+    sub.add_parser("stop", parents=[common], help="stop a running classroom")
+    sub.add_parser("clean", parents=[common], help="stop; remove demo accounts and all data")
+    instr = sub.add_parser("instructor", parents=[common], help="a command as the instructor")
+    instr.add_argument("command", nargs=argparse.REMAINDER)
+    grade = sub.add_parser("autograde", parents=[common], help="sandboxed autograde of a lesson")
+    grade.add_argument("lesson")
+    args = parser.parse_args(argv)
+    action = {
+        "start": cmd_start,
+        "stop": cmd_stop,
+        "clean": cmd_clean,
+        "instructor": cmd_instructor,
+        "autograde": cmd_autograde,
+    }
+    return action[args.action](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -68,6 +68,15 @@ def record_in_class_gradebook(lesson: str, course: Path, class_db: str, course_i
                     path.chmod(0o644 if path.is_file() else 0o755)
                 shutil.rmtree(dest)
             shutil.copytree(source, dest)
+            # nbgrader autograde copies every other file of the submission too; release_feedback
+            # needs submission_secret.txt, which the grader's workspace leaves out.
+            for extra in (course / "submitted" / student / lesson).iterdir():
+                if (
+                    extra.is_file()
+                    and extra.suffix != ".ipynb"
+                    and not (dest / extra.name).exists()
+                ):
+                    shutil.copyfile(extra, dest / extra.name)
             copied += 1
     return copied
 

@@ -1,0 +1,108 @@
+"""A paper autograd, part one: a training step recorded as sizes, nodes and lifetimes.
+
+:mod:`~course_lib.memory.hf_models` writes a model's forward pass on a :class:`Tape` as the
+autograd nodes PyTorch creates (one per differentiable op, in creation order), each with the
+tensors it saves and a short *backward program*: the buffers its backward allocates, in order.
+:func:`~course_lib.memory.hf_replay.replay` applies PyTorch's rules to the record.
+
+Backward program instructions, sizes in bytes:
+
+``("new", key, n)``    allocate buffer ``key``        ``("del", key)``       free it early
+``("param", pid, n)``  a parameter's gradient          ``("grad", i, key)``   ``key`` is the
+gradient of input ``i``; ``"g"`` (``"g1"``, ...) is the incoming gradient of output 0 (1, ...),
+passed on without a copy. ``("release", j)``: the node is done with its saved tensor ``j``;
+in a checkpointed block, where the node's unpacked copy is its only holder, it dies there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LOSS = "logits_and_loss"  # the component whose tensors the breakdown reports on their own
+
+
+@dataclass
+class Node:
+    """One autograd node: what it saves and what its backward allocates (module docstring)."""
+
+    name: str  # where it is, e.g. "layers.3.mlp.down_proj"
+    component: str  # the breakdown bucket its saved tensors count towards
+    inputs: tuple[int, ...]  # tensor ids it sends gradients to (-1: none)
+    outputs: tuple[int, ...]  # tensor ids it created (their gradients arrive as g, g1, ...)
+    saves: tuple[int, ...]
+    program: tuple[tuple, ...]
+    region: int | None = None  # the checkpointed block it belongs to, if any
+
+
+@dataclass
+class Tape:
+    """The forward pass as recorded: tensor sizes and events in creation order.
+
+    Events: ``("new", t)`` a tensor is allocated; ``("drop", t)`` its Python reference is gone;
+    ``("node", Node)`` an autograd node is created; ``("keep", t)`` a checkpointed block holds its
+    input ``t`` until its backward is over, or (outside a block) ``t`` outlives the step. Each
+    event carries the checkpointed block it belongs to (``None``: none).
+    """
+
+    nbytes: list[int] = field(default_factory=list)
+    needs_grad: list[bool] = field(default_factory=list)
+    component: list[str] = field(default_factory=list)
+    made_by: list[str] = field(default_factory=list)  # the op that allocated each tensor
+    base: dict[int, int] = field(default_factory=dict)  # a view -> the tensor it looks into
+    events: list[tuple] = field(default_factory=list)
+    region: int | None = None  # the checkpointed block being recorded
+    n_regions: int = 0
+    loss: int = -1  # the loss scalar: where the backward pass starts
+
+    def tensor(self, nbytes: int, grad: bool = True, component: str = "", name: str = "") -> int:
+        """A new tensor of ``nbytes`` made by op ``name`` (an event); returns its id."""
+        self.nbytes.append(int(nbytes))
+        self.needs_grad.append(grad)
+        self.component.append(component)
+        self.made_by.append(name)
+        self.events.append(("new", len(self.nbytes) - 1, self.region))
+        return len(self.nbytes) - 1
+
+    def grad(self, t: int) -> bool:
+        """Does tensor ``t`` need a gradient (``-1``, no tensor: no)?"""
+        return t >= 0 and self.needs_grad[t]
+
+    def view(self, t: int, of: int) -> int:
+        """Mark ``t`` (made with 0 bytes) a view of ``of``: saving it keeps ``of`` alive."""
+        self.base[t] = self.base.get(of, of)
+        return t
+
+    def op(self, name, component, inputs, out_bytes, saves=(), program=(), trainable=False):
+        """Allocate one op's outputs and record its autograd node, if it gets one.
+
+        PyTorch makes a node only when an input needs a gradient or a trainable parameter is
+        used, and then the outputs need gradients too. ``saves`` may name ``"out"`` (output 0)
+        and ``"out1"`` (the last output). Returns the output ids.
+        """
+        needs = trainable or any(self.grad(t) for t in inputs)
+        outs = [self.tensor(n, needs, component, name) for n in out_bytes]
+        if needs:
+            named = {"out": outs[0], "out1": outs[-1]}
+            kept = (named.get(t, t) if isinstance(t, str) else t for t in saves)
+            kept = tuple(self.base.get(t, t) for t in kept)
+            ins = tuple(t if self.grad(t) else -1 for t in inputs)
+            node = Node(name, component, ins, tuple(outs), kept, tuple(program), self.region)
+            self.events.append(("node", node, self.region))
+        return outs
+
+    def keep(self, t: int) -> None:
+        """``t`` outlives the step (the loss the caller holds, a leaf's AccumulateGrad node)."""
+        self.events.append(("keep", t, None))
+
+    def drop(self, *tensors: int) -> None:
+        """The Python references to ``tensors`` are gone (what a node saved lives on)."""
+        self.events.extend(("drop", t, self.region) for t in tensors)
+
+    def begin_checkpoint(self, *keeps: int) -> None:
+        """Start a checkpointed block that holds ``keeps`` (its inputs) until its backward ends."""
+        self.region = self.n_regions
+        self.n_regions += 1
+        self.events.extend(("keep", t, self.region) for t in keeps)
+
+    def end_checkpoint(self) -> None:
+        self.region = None

@@ -27,6 +27,7 @@ from .budget import (
     choose_shape,
     find_max_batch_size,
 )
+from .finetune import plan_finetune  # noqa: F401  (the plan for a real fine-tune, also here)
 from .model import TinyGPTConfig
 
 

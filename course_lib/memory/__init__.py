@@ -3,6 +3,7 @@
 The names below are the package's public API; each lives in the module named beside it.
 """
 
+from .hf import HFStepBreakdown, predict_hf_step  # noqa: F401  (Hugging Face models)
 from .meter import (
     LiveBytesTracker,
     MemoryReport,

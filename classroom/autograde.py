@@ -24,9 +24,11 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 from nbgrader.api import Gradebook
+from sqlalchemy.exc import SAWarning
 
 WORKSPACE = Path("grading")
 
@@ -42,7 +44,13 @@ def record_in_class_gradebook(lesson: str, course: Path, class_db: str, course_i
     """Copy the workspace's grades of ``lesson`` into the class gradebook; submissions copied."""
     work_db = f"sqlite:///{(WORKSPACE / 'course' / 'gradebook.db').resolve()}"
     copied = 0
-    with Gradebook(work_db) as work, Gradebook(class_db, course_id=course_id) as gb:
+    with (
+        Gradebook(work_db) as work,
+        Gradebook(class_db, course_id=course_id) as gb,
+        warnings.catch_warnings(),
+    ):
+        # nbgrader's own autograde makes SQLAlchemy warn here too (autoflush of a new submission)
+        warnings.simplefilter("ignore", SAWarning)
         for graded in work.assignment_submissions(lesson):
             student = graded.student_id
             gb.update_or_create_student(student)

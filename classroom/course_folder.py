@@ -106,3 +106,10 @@ def build(repo: Path, instructor: str, course_id: str) -> Path:
     for path in [folder, *folder.rglob("*")]:
         os.chown(path, account.pw_uid, account.pw_gid)
     return folder
+
+
+if __name__ == "__main__":  # for an image: python classroom/course_folder.py /etc/shapes
+    import sys
+
+    for role, path in write_role_configs(Path(sys.argv[1])).items():
+        print(f"{role}: JUPYTER_CONFIG_PATH={path}")

@@ -42,17 +42,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from hub_pages import LESSON, formgrader_button, in_list, lab, login, open_assignments
+from lesson_checks import answered, lesson_facts, scores
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "classroom" / "run.py"
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "classroom"
-LESSON = "05_choosing_the_numbers"  # the quickest lesson to execute (about 9 s on 2 cores)
 MANUAL_POINTS = 1.5
-WRITTEN_ANSWER = (
-    "A bigger effective batch gives cleaner gradients but fewer optimiser updates per epoch; "
-    "on a small dataset the run ends before the model has had enough steps to learn."
-)
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -209,139 +206,7 @@ class Steps:
         (ARTIFACTS / "steps.txt").write_text("\n".join(lines) + "\n")
 
 
-# --- browser helpers -------------------------------------------------------------------------
-def login(browser, url: str, user: str, password: str):
-    """A browser context of its own, logged in through the hub's form; the hub starts the
-    user's server meanwhile (its progress page) and :func:`lab` waits for it."""
-    page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-    page.set_default_timeout(60_000)
-    page.goto(f"{url}/hub/login")
-    page.fill("#username_input", user)
-    page.fill("#password_input", password)
-    page.click("#login_submit")
-    page.wait_for_url(lambda u: "/hub/login" not in u)
-    return page
-
-
-def lab(page, user: str):
-    """Wait for the user's JupyterLab, started by the hub after :func:`login`."""
-    page.wait_for_url(f"**/user/{user}/lab**", timeout=180_000)  # the spawn
-    page.wait_for_selector(".jp-LabShell", timeout=120_000)
-    return page
-
-
-def dismiss_dialogs(page) -> None:
-    """Close Lab's dialogs (a slow machine can time out a stylesheet and say so in one)."""
-    while page.locator(".jp-Dialog").count():
-        page.keyboard.press("Escape")
-        time.sleep(0.3)
-
-
-def open_assignments(page) -> None:
-    """Nbgrader → Assignment List (retried: menus can be mid-layout on a busy machine)."""
-    for attempt in range(4):
-        dismiss_dialogs(page)
-        try:
-            page.get_by_role("menuitem", name="Nbgrader", exact=True).click(timeout=15_000)
-            page.get_by_role("menuitem", name="Assignment List").click(timeout=15_000)
-            page.locator("#released_assignments_list").wait_for(timeout=30_000)
-            return
-        except Exception:
-            page.keyboard.press("Escape")
-            if attempt == 3:
-                raise
-
-
-def in_list(page, list_id: str):
-    return page.locator(f"#{list_id} .list_item", has_text=LESSON).first
-
-
-def formgrader_button(page, column: str, timeout: float = 300) -> str:
-    """Click the lesson's button in formgrader's Manage Assignments; the dialog's text."""
-    row = page.locator("tr", has_text=LESSON).first
-    row.locator(f"td.{column} a").click()
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = " ".join(page.locator(".modal-dialog:visible").all_inner_texts())
-        if "Success" in text or "Error" in text or "rror" in text:
-            break
-        time.sleep(0.3)
-    assert "Success" in text, f"formgrader {column}: {text[-2000:]}"
-    page.locator(".modal-dialog:visible").get_by_role("button", name="OK").click()
-    page.locator(".modal-dialog:visible").wait_for(state="hidden")
-    return text
-
-
-# --- the lesson as the instructor wrote it ----------------------------------------------------
-def lesson_facts(solution: Path, release: Path) -> dict:
-    """Points, the manually graded cell and the hidden-test lines of the instructor's version
-    (those that the student version does not show anyway)."""
-    nb = nbformat.read(str(solution), as_version=4)
-    visible = "\n".join(c.source for c in nbformat.read(str(release), as_version=4).cells)
-    auto_max, manual, hidden = 0.0, None, []
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade") and not meta.get("solution"):
-            auto_max += meta["points"]
-        elif meta.get("grade") and meta.get("solution"):
-            manual = (meta["grade_id"], meta["points"])
-        inside = False
-        for line in cell.source.split("\n"):
-            if "BEGIN HIDDEN TESTS" in line:
-                inside = True
-            elif "END HIDDEN TESTS" in line:
-                inside = False
-            elif inside and len(line.strip()) > 12 and line.strip() not in visible:
-                hidden.append(line.strip())
-    assert manual is not None, f"{solution} has no manually graded answer"
-    return {"auto_max": auto_max, "manual": manual, "hidden": hidden}
-
-
-def answered(release: Path, solution: Path) -> nbformat.NotebookNode:
-    """The fetched student notebook with every answer cell answered: code as the solution's,
-    the written answer in a student's own words."""
-    nb = nbformat.read(str(release), as_version=4)
-    source = nbformat.read(str(solution), as_version=4)
-    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("solution"):
-            continue
-        if cell.cell_type == "code":
-            lines = by_id[meta["grade_id"]].source.split("\n")
-            markers = ("### BEGIN SOLUTION", "### END SOLUTION")
-            cell.source = "\n".join(x for x in lines if not x.strip().startswith(markers))
-        else:
-            cell.source = WRITTEN_ANSWER
-    return nb
-
-
-def scores(gradebook_url: str) -> dict[str, dict]:
-    """Per student: total, autograded and manual points of LESSON, read with SQL."""
-    import psycopg
-
-    query = """
-        SELECT s.id,
-               SUM(COALESCE(g.manual_score, g.auto_score, 0) + COALESCE(g.extra_credit, 0)),
-               SUM(CASE WHEN gc.cell_type = 'code' THEN COALESCE(g.auto_score, 0) ELSE 0 END),
-               SUM(COALESCE(g.manual_score, 0)),
-               SUM(gc.max_score)
-        FROM grade g
-        JOIN grade_cells gc ON gc.id = g.cell_id
-        JOIN submitted_notebook sn ON sn.id = g.notebook_id
-        JOIN submitted_assignment sa ON sa.id = sn.assignment_id
-        JOIN assignment a ON a.id = sa.assignment_id
-        JOIN student s ON s.id = sa.student_id
-        WHERE a.name = %s
-        GROUP BY s.id
-    """
-    url = gradebook_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(url, connect_timeout=10) as conn:
-        rows = conn.execute(query, (LESSON,)).fetchall()
-    return {sid: {"score": t, "auto": a, "manual": m, "max": mx} for sid, t, a, m, mx in rows}
-
-
+# --- processes -------------------------------------------------------------------------------
 def running_as(uids: set[int]) -> list[int]:
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):

@@ -1,0 +1,82 @@
+"""What the classroom test checks against: the lesson's points and hidden tests, a solved
+submission, and the scores as PostgreSQL holds them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from hub_pages import LESSON
+
+WRITTEN_ANSWER = (
+    "A bigger effective batch gives cleaner gradients but fewer optimiser updates per epoch; "
+    "on a small dataset the run ends before the model has had enough steps to learn."
+)
+
+
+def lesson_facts(solution: Path, release: Path) -> dict:
+    """Points, the manually graded cell and the hidden-test lines of the instructor's version
+    (those that the student version does not show anyway)."""
+    nb = nbformat.read(str(solution), as_version=4)
+    visible = "\n".join(c.source for c in nbformat.read(str(release), as_version=4).cells)
+    auto_max, manual, hidden = 0.0, None, []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            auto_max += meta["points"]
+        elif meta.get("grade") and meta.get("solution"):
+            manual = (meta["grade_id"], meta["points"])
+        inside = False
+        for line in cell.source.split("\n"):
+            if "BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and len(line.strip()) > 12 and line.strip() not in visible:
+                hidden.append(line.strip())
+    assert manual is not None, f"{solution} has no manually graded answer"
+    return {"auto_max": auto_max, "manual": manual, "hidden": hidden}
+
+
+def answered(release: Path, solution: Path) -> nbformat.NotebookNode:
+    """The fetched student notebook with every answer cell answered: code as the solution's,
+    the written answer in a student's own words."""
+    nb = nbformat.read(str(release), as_version=4)
+    source = nbformat.read(str(solution), as_version=4)
+    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("solution"):
+            continue
+        if cell.cell_type == "code":
+            lines = by_id[meta["grade_id"]].source.split("\n")
+            markers = ("### BEGIN SOLUTION", "### END SOLUTION")
+            cell.source = "\n".join(x for x in lines if not x.strip().startswith(markers))
+        else:
+            cell.source = WRITTEN_ANSWER
+    return nb
+
+
+def scores(gradebook_url: str) -> dict[str, dict]:
+    """Per student: total, autograded and manual points of LESSON, read with SQL."""
+    import psycopg
+
+    query = """
+        SELECT s.id,
+               SUM(COALESCE(g.manual_score, g.auto_score, 0) + COALESCE(g.extra_credit, 0)),
+               SUM(CASE WHEN gc.cell_type = 'code' THEN COALESCE(g.auto_score, 0) ELSE 0 END),
+               SUM(COALESCE(g.manual_score, 0)),
+               SUM(gc.max_score)
+        FROM grade g
+        JOIN grade_cells gc ON gc.id = g.cell_id
+        JOIN submitted_notebook sn ON sn.id = g.notebook_id
+        JOIN submitted_assignment sa ON sa.id = sn.assignment_id
+        JOIN assignment a ON a.id = sa.assignment_id
+        JOIN student s ON s.id = sa.student_id
+        WHERE a.name = %s
+        GROUP BY s.id
+    """
+    url = gradebook_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        rows = conn.execute(query, (LESSON,)).fetchall()
+    return {sid: {"score": t, "auto": a, "manual": m, "max": mx} for sid, t, a, m, mx in rows}

@@ -1,21 +1,46 @@
-"""Run nbgrader's autograde over the work course and read the scores from its gradebook.
+"""Autograde every submission, each notebook in its own sandbox, several at a time.
 
-One ``nbgrader autograde`` run grades everything; a submission that nbgrader failed on gets a
-plain reason parsed from its log, and submissions left without a result because nbgrader
-aborted the whole run are graded one by one.
+Per submission: the grader records it and prepares its notebook with nbgrader's own steps
+(``gradebook.sanitize``), reads the student's code for cheats (``cheats.scan``), and hands a
+job to a worker (``jobs.py``) that runs the notebook in a sandboxed kernel (``execute.py``,
+``sandbox.py``). As each job ends, the grader records its grades (``gradebook.record``); one
+notebook that crashes, hangs or misbehaves costs only its own grade. A sandbox that does not
+hold stops the whole run.
 """
 
 from __future__ import annotations
 
-import re
+import logging
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
-from course_lib.grading.course import WorkCourse
+from course_lib.grading import gradebook
+from course_lib.grading.cheats import scan
+from course_lib.grading.course import WorkCourse, ignored
+from course_lib.grading.inspection import review_autograded
+from course_lib.grading.jobs import JobSpec, Outcome, run_jobs
 from course_lib.grading.lesson import LessonSpec
+from course_lib.grading.sandbox import Limits
 from course_lib.grading.submissions import Submission
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run the students' notebooks."""
+
+    cell_timeout: int = 60  # seconds per cell of student code
+    lesson_timeout: int = 600  # seconds per cell of the lesson's own code
+    notebook_timeout: int = 1800  # seconds for the whole notebook, kernel start included
+    jobs: int = 1  # notebooks run at once
+    sandbox: bool = True
+    limits: Limits = field(default_factory=Limits)
 
 
 class CellTimeouts:
@@ -59,122 +84,145 @@ class CellTimeouts:
         return self.student if self.is_students(cell) else self.lesson
 
 
-# --- nbgrader's run and its log -----------------------------------------------------------
+# --- one submission -------------------------------------------------------------------------
 
 
-_EXCEPTION_LINE = re.compile(
-    r"^\s*(?:[\w.]+\.)?(?P<name>\w+(?:Error|Exception|Interrupt|Exit))"
-    r":\s*(?P<message>.*)$"
-)
+def _flag_findings(sub: Submission, nb: NotebookNode, spec: LessonSpec, sandboxed: bool) -> None:
+    """Report what ``cheats.scan`` finds; tests a cheat could have passed score 0."""
+    for found in scan(nb, spec):
+        gid = nb.cells[found.cell].metadata.get("nbgrader", {}).get("grade_id")
+        where = f"cell {found.cell + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
+        if found.cheat:
+            sub.zeroed.update(found.zeroes)
+            zeroed = ", ".join(found.zeroes) + " score 0" if found.zeroes else "no test after it"
+            sub.flag(f"cheat: {where} {found.what}; {zeroed}")
+        else:
+            kept = "; the sandbox confined it" if sandboxed else ""
+            sub.flag(f"{where} {found.what}{kept}")
 
 
-def _plain_reason(block: list[str]) -> str:
-    """Turn the traceback nbgrader logged for one submission into one plain sentence."""
-    for i in range(len(block) - 1, -1, -1):
-        match = _EXCEPTION_LINE.match(block[i])
-        if not match:
-            continue
-        name, message = match["name"], match["message"].strip()
-        if name == "CellTimeoutError":
-            return (
-                "a cell ran past its time limit and the kernel did not recover, so nbgrader "
-                "gave up on the whole notebook (if it is one of the lesson's cells, raise "
-                "--lesson-timeout)"
-            )
-        if name == "DeadKernelError":
-            return "the kernel died while running it (the code crashed or exhausted memory)"
-        return f"{name}: {message}" if message else name
-    return block[-1].strip() if block else "see course/nbgrader.log"
+def _stage(work: WorkCourse, sub: Submission, stage: Path) -> None:
+    """The student's folder as their kernel may see it: the lesson's files, then theirs."""
+    for base in (work.release / sub.lesson, gradebook.submitted_folder(work, sub)):
+        for path in sorted(base.rglob("*")):
+            rel = path.relative_to(base)
+            if path.is_file() and not ignored(rel):
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, stage / rel)
 
 
-def _nbgrader_failures(log: str) -> dict[tuple[str, str], str]:
-    """Map (student, lesson) to a plain reason for every submission nbgrader failed on."""
-    failures: dict[tuple[str, str], str] = {}
-    pattern = re.compile(
-        r"There was an error processing assignment: .*[/\\]submitted[/\\]"
-        r"(?P<student>[^/\\]+)[/\\](?P<lesson>[^/\\\s]+)"
+def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[str], bwrap):
+    """Record ``sub``, write its job folder; return the job's spec (``None``: not gradable)."""
+    submitted = gradebook.submitted_folder(work, sub) / f"{sub.lesson}.ipynb"
+    _flag_findings(sub, nbformat.read(str(submitted), as_version=4), spec, options.sandbox)
+    try:
+        nb = gradebook.sanitize(work, sub, config)
+    except Exception as err:  # nbgrader's own checks (metadata, gradebook) refused it
+        sub.flag(f"could not grade it: {type(err).__name__}: {err}", gradable=False)
+        return None
+    for folder in ("stage", "runtime"):
+        (job / folder).mkdir(parents=True)
+    nbformat.write(nb, str(job / "in.ipynb"))
+    _stage(work, sub, job / "stage")
+    limits = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
+    return JobSpec(
+        lesson=sub.lesson,
+        sandbox=options.sandbox,
+        bwrap=bwrap,
+        limits=options.limits.as_dict(),
+        cell_timeouts=[limits(cell) for cell in nb.cells],
+        notebook_timeout=options.notebook_timeout,
+        hidden=[str(job / "in.ipynb"), *hidden],
     )
-    lines = log.splitlines()
-    for i, line in enumerate(lines):
-        match = pattern.search(line)
-        if not match:
-            continue
-        block = []
-        for follow in lines[i + 1 :]:
-            if follow.startswith("[") and "App |" in follow and "Traceback" not in follow:
-                break
-            if follow.strip():
-                block.append(follow)
-        failures[(match["student"], match["lesson"])] = _plain_reason(block)
-    for match in re.finditer(
-        r"error processing assignment '(?P<lesson>[^']+)' for student "
-        r"'(?P<student>[^']+)'",
-        log,
-    ):
-        failures.setdefault((match["student"], match["lesson"]), "see course/nbgrader.log")
-    return failures
 
 
-def autograded_path(work: WorkCourse, sub: Submission) -> Path:
-    """Where nbgrader writes the graded copy of ``sub``."""
-    return work.autograded / sub.student / sub.lesson / f"{sub.lesson}.ipynb"
+def _plain(outcome: Outcome) -> str:
+    if outcome.status == "timeout":
+        return f"the notebook ran past its time limit ({outcome.reason}) and was stopped"
+    if outcome.status == "dead":
+        return "the kernel died while running it (the code crashed, exited or ran out of memory)"
+    return outcome.reason or outcome.status
 
 
-def autograde(work: WorkCourse, subs: list[Submission]) -> dict[tuple[str, str], str]:
-    """Autograde everything in one nbgrader run; return (student, lesson) -> failure reason.
+def _record(work, sub, spec, config, job: Path, outcome: Outcome, options: Options) -> None:
+    """Turn one finished job into grades and report lines."""
+    if outcome.status == "sandbox failed":
+        raise SystemExit(
+            f"the sandbox does not hold ({outcome.reason}); grading stopped. Check bubblewrap "
+            "and the grader's account, or pass --no-sandbox knowingly"
+        )
+    if outcome.leftovers:  # how many depends on timing: the report says only that there were
+        sub.flag("left processes running after its kernel ended; they were killed")
+    if outcome.status != "ok":
+        sub.flag(f"could not grade it: {_plain(outcome)}", gradable=False)
+        return
+    executed = nbformat.read(str(job / "out.ipynb"), as_version=4)
+    graded = gradebook.record(work, sub, executed, config)
+    sub.graded = True
+    timeouts = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
+    review_autograded(sub, spec, graded, timeouts)
+    if outcome.hidden_errors:
+        cells = ", ".join(str(i + 1) for i in outcome.hidden_errors)
+        sub.flag(
+            f"cell(s) {cells} failed but hid the error from the output (exception "
+            "swallowing?); they count as failed"
+        )
+    if outcome.output_cut:
+        cells = ", ".join(str(i + 1) for i in outcome.output_cut)
+        mib = options.limits.output_bytes / 2**20
+        sub.flag(f"printed more than {mib:g} MiB; the output of cell(s) {cells} was cut")
 
-    Some errors (a database error, metadata of a foreign schema version) make nbgrader abort
-    the whole run instead of only the submission at fault. Submissions left without a result
-    and without a reported failure are then graded one by one, so one bad notebook cannot
-    cost the rest of the class its grades.
+
+@contextmanager
+def _nbgrader_log(work: WorkCourse):
+    """Send what nbgrader's preprocessors log (checksum warnings...) to ``nbgrader.log``."""
+    handler = logging.FileHandler(work.log, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("[%(name)s | %(levelname)s] %(message)s"))
+    logger = logging.getLogger("traitlets")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def autograde(
+    work: WorkCourse,
+    subs: list[Submission],
+    specs: dict[str, LessonSpec],
+    options: Options,
+    hidden: list[Path],
+    bwrap: str | None,
+) -> None:
+    """Grade every submission in ``subs`` (staged in ``submitted/``); mark each graded or why not.
+
+    ``hidden`` are folders the sandbox check makes sure the kernels cannot see; ``bwrap`` is
+    ``sandbox.check_available()``'s answer (``None`` with ``--no-sandbox``).
     """
-    proc = work.run("autograde", "*", "--force")
-    failures = _nbgrader_failures(proc.stdout)
-    for sub in subs:
-        key = (sub.student, sub.lesson)
-        if key in failures or autograded_path(work, sub).is_file():
-            continue
-        retry = work.run("autograde", sub.lesson, "--student", sub.student, "--force")
-        found = _nbgrader_failures(retry.stdout)
-        if key in found:
-            failures[key] = found[key]
-        elif not autograded_path(work, sub).is_file():
-            lines = [ln for ln in retry.stdout.splitlines() if "ERROR" in ln or "Error" in ln]
-            failures[key] = lines[-1].strip() if lines else "see course/nbgrader.log"
-    return failures
+    config = gradebook.load_config(work)
+    hidden_paths = [str(path) for path in hidden]
+    with (
+        tempfile.TemporaryDirectory(prefix="shapes-grading-", ignore_cleanup_errors=True) as tmp,
+        _nbgrader_log(work),
+    ):
+        os.chmod(tmp, 0o700)
 
+        def jobs():
+            for number, sub in enumerate(subs):
+                job = Path(tmp) / str(number)
+                args = (work, sub, specs[sub.lesson], config, job, options, hidden_paths, bwrap)
+                if (spec := _prepare(*args)) is not None:
+                    yield (sub, job), job, spec
 
-# --- scores -----------------------------------------------------------------------------------
-
-
-def read_scores(work: WorkCourse, subs: list[Submission], specs: dict[str, LessonSpec]) -> None:
-    """Fill the scores of graded submissions from the gradebook; deleted cells count 0."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with Gradebook(work.db_url) as gb:
-        for sub in subs:
-            if not sub.graded:
-                continue
-            spec = specs[sub.lesson]
+        def done(key, outcome: Outcome) -> None:
+            sub, job = key
             try:
-                notebook = gb.find_submission_notebook(sub.lesson, sub.lesson, sub.student)
-            except MissingEntry:
+                _record(work, sub, specs[sub.lesson], config, job, outcome, options)
+            except Exception as err:  # only a damaged workspace gets here (--no-sandbox)
                 sub.graded = False
-                sub.flag("nbgrader wrote a graded notebook but no grades; see course/nbgrader.log")
-                continue
-            for grade in notebook.grades:
-                if grade.name in sub.deleted:
-                    # nbgrader leaves a deleted cell ungraded ("needs manual grade"): score it 0.
-                    grade.auto_score = 0.0
-                    grade.needs_manual_grade = False
-            gb.db.commit()
-            for grade in notebook.grades:
-                got = grade.score or 0.0
-                if grade.name in spec.tests:
-                    sub.auto_score += got
-                    if got < grade.max_score:
-                        sub.failed_tests.append(f"{grade.name} ({got:g}/{grade.max_score:g})")
-                elif grade.needs_manual_grade:
-                    sub.manual_pending += grade.max_score
-            sub.score = notebook.score
-            sub.max_score = notebook.max_score
+                sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
+            shutil.rmtree(job, ignore_errors=True)
+
+        run_jobs(jobs(), options.jobs, done)
+    gradebook.read_scores(work, subs, specs)

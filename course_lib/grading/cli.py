@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
+from course_lib.grading.autograde import Options
 from course_lib.grading.course import SOURCE_DIR
 from course_lib.grading.run import grade
+from course_lib.grading.sandbox import MAX_SLOTS, Limits
+
+NO_SANDBOX_WARNING = (
+    "WARNING: --no-sandbox: student code runs as {user}, unsandboxed: it can read, change and "
+    "delete anything this account can (the work course, the gradebook, the solutions, other "
+    "students' files) and use the network. Use it only for submissions you trust."
+)
 
 
 def _default_root() -> Path:
@@ -17,74 +27,110 @@ def _default_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--timeout", type=int, default=60, help="seconds a cell of student code may run (60)")
+    add(
+        "--lesson-timeout",
+        type=int,
+        default=600,
+        help="seconds one of the lesson's own cells may run (600)",
+    )
+    add(
+        "--notebook-timeout",
+        type=int,
+        default=1800,
+        help="seconds a whole notebook may run, kernel start included (1800)",
+    )
+    add(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="notebooks graded at once, each in its own sandbox (default: the number of cores)",
+    )
+    add("--memory", type=float, default=4, help="GiB of memory per sandboxed process (4)")
+    add("--max-processes", type=int, default=256, help="processes/threads per sandbox (256)")
+    add("--max-output", type=float, default=16, help="MiB of output kept per notebook (16)")
+    add(
+        "--no-sandbox",
+        action="store_true",
+        help="run student code unsandboxed, as yourself (unsafe; said in the output and report)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's options (``--help`` needs nothing beyond the base install)."""
     parser = argparse.ArgumentParser(
         prog="python -m course_lib.grading",
-        description="Autograde student submissions with nbgrader in a private workspace, "
-        "generate feedback without hidden tests, and write a report of scores and "
-        "problems. Submitted files are only read, never changed.",
+        description="Autograde student submissions with nbgrader in a private workspace, each "
+        "notebook in its own bubblewrap sandbox; generate feedback without hidden tests or "
+        "solutions, and write a report of scores and problems. Submitted files are only read.",
     )
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "submissions",
         type=Path,
         help="folder of submissions: <student>/<lesson>/<lesson>.ipynb "
         "(nbgrader's submitted/ layout) and/or <student>_<lesson>.ipynb",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("grading"),
-        help="workspace for the nbgrader course, feedback and reports "
-        "(default: ./grading; rebuilt on every run)",
-    )
-    parser.add_argument(
+    add("--out", type=Path, default=Path("grading"), help="workspace (default ./grading)")
+    add(
         "--root",
         type=Path,
         default=None,
         help="course root holding solutions/ and nbgrader_config.py "
         "(default: the working folder, else this checkout)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=int,
-        default=60,
-        help="seconds a cell of student code may run before it is stopped (default 60)",
-    )
-    parser.add_argument(
-        "--lesson-timeout",
-        type=int,
-        default=600,
-        help="seconds one of the lesson's own cells may run (default 600); if "
-        "it overruns, nbgrader may give up on the whole notebook",
-    )
-    parser.add_argument(
+    add(
         "--lessons",
         nargs="+",
         default=None,
-        help="the lessons that were due: only these are graded, and a student "
-        "without one of them is reported as missing (default: every "
-        "lesson that somebody submitted)",
+        help="the lessons that were due: only these are graded, and a student without one "
+        "is reported as missing (default: every lesson somebody submitted)",
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="replace a workspace even if its gradebook holds manual grades",
-    )
+    add("--force", action="store_true", help="replace a workspace holding manual grades")
+    _add_run_options(parser)
     return parser
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """The run's options from parsed arguments; one line and exit 2 on a bad value."""
+    if not 1 <= args.jobs <= MAX_SLOTS:
+        raise SystemExit(f"--jobs {args.jobs}: give 1 to {MAX_SLOTS}")
+    cores = os.cpu_count() or 1
+    limits = Limits(
+        memory_bytes=int(args.memory * 2**30),
+        processes=args.max_processes,
+        output_bytes=int(args.max_output * 2**20),
+        threads=max(1, cores // args.jobs),
+    )
+    return Options(
+        cell_timeout=args.timeout,
+        lesson_timeout=args.lesson_timeout,
+        notebook_timeout=args.notebook_timeout,
+        jobs=args.jobs,
+        sandbox=not args.no_sandbox,
+        limits=limits,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; exits 0 when the run finished (problems are in the report)."""
     args = build_parser().parse_args(argv)
+    options = options_from(args)
+    warning = NO_SANDBOX_WARNING.format(user=os.environ.get("USER") or f"uid {os.getuid()}")
+    if not options.sandbox:
+        print(warning, file=sys.stderr)
+    root = args.root or _default_root()
+    timings: dict[str, float] = {}
     rows = grade(
         args.submissions,
         args.out,
-        args.root or _default_root(),
-        cell_timeout=args.timeout,
-        lesson_timeout=args.lesson_timeout,
+        root,
+        options=options,
         lessons=args.lessons,
         force=args.force,
+        timings=timings,
     )
     out = args.out.resolve()
     flagged = [r for r in rows if r["status"] != "ok"]
@@ -94,4 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in flagged:
         print(f"  {r['student']} / {r['lesson']}: {r['status']}: {r['reasons']}")
+    sandbox = "no sandbox" if not options.sandbox else f"{options.jobs} sandbox(es) at a time"
+    steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items())
+    print(f"took {steps} ({sandbox})")
+    if not options.sandbox:
+        print(warning, file=sys.stderr)
     return 0

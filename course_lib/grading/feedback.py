@@ -28,6 +28,8 @@ class HideHiddenTests(ClearHiddenTests):
     def preprocess_cell(
         self, cell: NotebookNode, resources: ResourcesDict, cell_index: int
     ) -> tuple[NotebookNode, ResourcesDict]:
+        if not cell.metadata.get("nbgrader", {}).get("grade"):
+            return cell, resources  # the student's own code, even if it quotes the delimiter
         had_hidden = self.begin_test_delimeter in cell.source
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
         if had_hidden and cell.cell_type == "code":

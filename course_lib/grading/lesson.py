@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -21,11 +21,17 @@ class LessonSpec:
     locked: list[str]  # other read-only cells (instructions, imports)
     source_text: dict[str, str]  # grade id -> source in the instructor version
     release_text: dict[str, str]  # grade id -> source in the student version
+    # the lesson's own code: every code cell that is not an answer, in the instructor version
+    lesson_code: list[str] = field(default_factory=list)
+    # sources of every non-answer cell of both versions (a cell with another source is the
+    # student's: added or changed)
+    lesson_sources: frozenset[str] = frozenset()
 
     @classmethod
     def from_notebooks(cls, lesson: str, source: Path, release: Path) -> LessonSpec:
-        src = nbgrader_cells(nbformat.read(str(source), as_version=4))
-        rel = nbgrader_cells(nbformat.read(str(release), as_version=4))
+        source_nb = nbformat.read(str(source), as_version=4)
+        release_nb = nbformat.read(str(release), as_version=4)
+        src, rel = nbgrader_cells(source_nb), nbgrader_cells(release_nb)
         tests, answers, written, locked = {}, [], {}, []
         for cell in src:
             gid = cell["grade_id"]
@@ -45,6 +51,8 @@ class LessonSpec:
             locked,
             {c["grade_id"]: c["source"] for c in src},
             {c["grade_id"]: c["source"] for c in rel},
+            [c.source for c in source_nb.cells if c.cell_type == "code" and not _is_answer(c)],
+            frozenset(c.source for c in [*source_nb.cells, *release_nb.cells] if not _is_answer(c)),
         )
 
     @property
@@ -64,3 +72,7 @@ class LessonSpec:
         if grade_id in self.answers:
             return "answer cell"
         return "read-only cell"
+
+
+def _is_answer(cell: nbformat.NotebookNode) -> bool:
+    return bool(cell.metadata.get("nbgrader", {}).get("solution"))

@@ -25,6 +25,7 @@ REPORT_FIELDS = [
     "failed_tests",
     "reasons",
     "file",
+    "sandbox",
 ]
 
 
@@ -51,27 +52,16 @@ def _row(sub: Submission, spec: LessonSpec | None) -> dict:
     }
 
 
-def write_reports(
-    out: Path, subs: list[Submission], specs: dict[str, LessonSpec], unknown: list[str]
-) -> list[dict]:
-    """Write ``report.csv``, ``scores.csv`` and ``report.md``; return the report rows."""
-    rows = [_row(sub, specs.get(sub.lesson)) for sub in subs]
-    rows += [
-        {
-            **dict.fromkeys(REPORT_FIELDS, ""),
-            "student": "?",
-            "lesson": "?",
-            "status": "unrecognised",
-            "reasons": "file name matches no student/lesson pattern; not graded",
-            "file": path,
-        }
-        for path in unknown
-    ]
-    with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, REPORT_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+#: The first lines of report.md when student code ran without a sandbox.
+UNSANDBOXED = (
+    "**WARNING: graded with --no-sandbox.** Student code ran as the grader, with access to "
+    "everything the grader's account can read, write and reach (the work course, the gradebook, "
+    "the solutions, other students' files, the network). Re-grade with the sandbox if any "
+    "submission may be hostile."
+)
 
+
+def _write_scores(out: Path, subs: list[Submission], specs: dict[str, LessonSpec]) -> None:
     lessons = sorted({sub.lesson for sub in subs})
     students = sorted({sub.student for sub in subs})
     table = {(s.student, s.lesson): s for s in subs}
@@ -86,13 +76,14 @@ def write_reports(
                 [student, *(f"{x:g}" for x in scores), f"{sum(scores):g}", f"{sum(maxima):g}"]
             )
 
+
+def _write_markdown(out: Path, rows: list[dict], sandboxed: bool) -> None:
     counts = {
         status: sum(r["status"] == status for r in rows)
         for status in ("ok", "flagged", "not graded", "missing", "unrecognised")
     }
-    lines = [
-        "# Grading report",
-        "",
+    lines = ["# Grading report", ""] + ([UNSANDBOXED, ""] if not sandboxed else [])
+    lines += [
         ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ".",
         "",
         "Scores are autograded points plus any manual points entered so far; written "
@@ -108,4 +99,39 @@ def write_reports(
             f"{r['max_score']} | {reasons} |"
         )
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_reports(
+    out: Path,
+    subs: list[Submission],
+    specs: dict[str, LessonSpec],
+    unknown: list[str],
+    *,
+    sandboxed: bool = True,
+) -> list[dict]:
+    """Write ``report.csv``, ``scores.csv`` and ``report.md``; return the report rows.
+
+    ``sandboxed=False`` (``--no-sandbox``) puts a warning at the top of ``report.md`` and
+    ``none`` in every row's ``sandbox`` column.
+    """
+    rows = [_row(sub, specs.get(sub.lesson)) for sub in subs]
+    rows += [
+        {
+            **dict.fromkeys(REPORT_FIELDS, ""),
+            "student": "?",
+            "lesson": "?",
+            "status": "unrecognised",
+            "reasons": "file name matches no student/lesson pattern; not graded",
+            "file": path,
+        }
+        for path in unknown
+    ]
+    for row in rows:
+        row["sandbox"] = "bubblewrap" if sandboxed else "none (--no-sandbox)"
+    with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, REPORT_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    _write_scores(out, subs, specs)
+    _write_markdown(out, rows, sandboxed)
     return rows

@@ -1,38 +1,44 @@
-"""Grade a folder of student submissions with nbgrader, robustly, and write a report.
+"""Grade a folder of student submissions, each in its own sandbox, and write a report.
 
-    python -m course_lib.grading SUBMISSIONS_DIR [--out grading] [--timeout 60]
+    python -m course_lib.grading SUBMISSIONS_DIR [--out grading] [--jobs N] [--timeout 60]
 
 Steps, all inside a private workspace (``--out``, default ``grading/``):
 
 1. find the submissions (nbgrader's ``<student>/<lesson>/<lesson>.ipynb`` layout or a flat
-   ``<student>_<lesson>.ipynb`` download) and check each against its lesson (``submissions``);
+   ``<student>_<lesson>.ipynb`` download) and check each against its lesson (``inspection``);
 2. build a fresh nbgrader course in ``<out>/course`` from ``solutions/`` (its own gradebook) and
    copy every readable submission into its ``submitted/`` folder; the originals are only read;
-3. one ``nbgrader autograde`` run for everything; a deleted test cell is scored 0 explicitly;
-4. ``nbgrader generate_feedback`` with hidden tests removed (``HideHiddenTests``), copied to
-   ``<out>/feedback/<student>/<lesson>.html``;
+3. autograde: every notebook runs in its own kernel in a sandbox (``autograde``, ``sandbox``),
+   ``--jobs`` at a time; cheats score 0 the tests they could pass (``cheats``); a deleted test
+   cell is scored 0 explicitly;
+4. ``nbgrader generate_feedback`` with hidden tests removed (``HideHiddenTests``); a feedback
+   file holding any instructor line the student did not write is withheld (``leaks``), the
+   others are copied to ``<out>/feedback/<student>/<lesson>.html``;
 5. ``<out>/report.csv`` and ``<out>/report.md`` (per student and lesson: status, score, maximum,
    reasons in plain words) and ``<out>/scores.csv`` (one row per student).
 
 Every run rebuilds the workspace from the submissions, so the same submissions give the same
-files. Written answers are left for manual grading (``needs manual grading`` in the report);
-the workspace course is a complete nbgrader course, so ``formgrader`` can be opened there. A
-run refuses to replace a workspace whose gradebook already holds manual grades unless
-``--force`` is given.
+files, whatever ``--jobs``. Written answers are left for manual grading (``needs manual
+grading`` in the report); the workspace course is a complete nbgrader course, so
+``formgrader`` can be opened there. A run refuses to replace a workspace whose gradebook
+already holds manual grades unless ``--force`` is given.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import nbformat
 
 from course_lib.grading import course as wc
-from course_lib.grading.autograde import CellTimeouts, autograde, autograded_path, read_scores
-from course_lib.grading.inspection import inspect, repaired_copy, review_autograded
+from course_lib.grading.autograde import Options, autograde
+from course_lib.grading.inspection import inspect, repaired_copy
+from course_lib.grading.leaks import instructor_lines, leaked, own_lines
 from course_lib.grading.lesson import LessonSpec
 from course_lib.grading.report import write_reports
+from course_lib.grading.sandbox import check_available
 from course_lib.grading.submissions import Submission, add_missing, collect
 from course_lib.grading.workspace import prepare_workspace
 
@@ -98,16 +104,31 @@ def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonS
 
 
 def _keep_feedback(work: wc.WorkCourse, subs: list[Submission], out: Path) -> None:
-    """Generate feedback for the whole course and copy each graded student's file out."""
+    """Generate feedback, scan each file for instructor material, copy the clean ones out."""
     work.run("generate_feedback", "*", "--force")
+    secrets = {
+        lesson: instructor_lines(work.source_notebook(lesson), work.release_notebook(lesson))
+        for lesson in work.lessons
+    }
     for sub in subs:
         html = work.feedback / sub.student / sub.lesson / f"{sub.lesson}.html"
-        if sub.graded and html.is_file():
-            dest = out / "feedback" / sub.student / f"{sub.lesson}.html"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(html, dest)
-        elif sub.graded:
+        if not sub.graded:
+            continue
+        if not html.is_file():
             sub.info.append("no feedback file was generated (see course/nbgrader.log)")
+            continue
+        submitted = work.submitted / sub.student / sub.lesson / f"{sub.lesson}.ipynb"
+        found = leaked(html, secrets[sub.lesson], own_lines(submitted))
+        if found:
+            html.unlink()  # not even formgrader's release_feedback may send it
+            sub.flag(
+                f"feedback withheld: it contains instructor material ({len(found)} line(s) of "
+                f"hidden tests or solutions, e.g. {found[0][:60]!r})"
+            )
+            continue
+        dest = out / "feedback" / sub.student / f"{sub.lesson}.html"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(html, dest)
 
 
 def grade(
@@ -115,36 +136,37 @@ def grade(
     out: Path,
     course_root: Path,
     *,
-    cell_timeout: int = 60,
-    lesson_timeout: int = 600,
+    options: Options | None = None,
     lessons: list[str] | None = None,
     force: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> list[dict]:
-    """Grade every submission under ``submissions_dir``; return the report rows (see module)."""
+    """Grade every submission under ``submissions_dir``; return the report rows (see module).
+
+    ``timings``, if given, receives the seconds each step took (``course``, ``autograde``,
+    ``feedback``): for the benchmark and the command's last line, never for the report.
+    """
+    options = options or Options()
+    timings = {} if timings is None else timings
+    clock = time.perf_counter()
     submissions_dir, out = Path(submissions_dir).resolve(), Path(out).resolve()
     course_root = Path(course_root).resolve()
     _check_paths(submissions_dir, out)
+    bwrap = check_available() if options.sandbox else None  # no silent fallback: stop here
     all_lessons = wc.find_lessons(course_root)
     if not all_lessons:
         raise SystemExit(f"no lessons in {course_root / wc.SOURCE_DIR}")
     prepare_workspace(out, force)
     subs, unknown, wanted = _select(submissions_dir, all_lessons, lessons)
-    timeouts = int(cell_timeout), int(lesson_timeout)
+    timeouts = options.cell_timeout, options.lesson_timeout
     work, specs = _build_course(course_root, out / "course", wanted, timeouts)
     _stage(work, subs, specs)
-
+    timings["course"], clock = time.perf_counter() - clock, time.perf_counter()
     gradable = [s for s in subs if s.gradable and s.original is not None]
     if gradable:
-        failures = autograde(work, gradable)
-        for sub in gradable:
-            graded = autograded_path(work, sub)
-            if graded.is_file() and (sub.student, sub.lesson) not in failures:
-                sub.graded = True
-                timeout_of = CellTimeouts(work.root, *timeouts)
-                review_autograded(sub, specs[sub.lesson], graded, timeout_of)
-            else:
-                reason = failures.get((sub.student, sub.lesson), "see course/nbgrader.log")
-                sub.flag(f"nbgrader could not grade it: {reason}", gradable=False)
-        read_scores(work, subs, specs)
+        hidden = [out, submissions_dir, course_root / wc.SOURCE_DIR]
+        autograde(work, gradable, specs, options, hidden, bwrap)
+        timings["autograde"], clock = time.perf_counter() - clock, time.perf_counter()
         _keep_feedback(work, subs, out)
-    return write_reports(out, subs, specs, unknown)
+        timings["feedback"] = time.perf_counter() - clock
+    return write_reports(out, subs, specs, unknown, sandboxed=options.sandbox)

@@ -1,19 +1,17 @@
-"""Grading a class of broken submissions with a real nbgrader run (``course_lib.grading``).
+"""Grading a class of broken submissions with a real grading run (``course_lib.grading``).
 
-One class of simulated students goes through one ``python -m course_lib.grading`` run (one
-``nbgrader autograde`` process). Most submissions are built from the fast fixture lesson
-``tests/grading/fixtures/solutions/99_fixture`` (no torch: about a second of kernel time each); the
-real lessons in ``solutions/`` add two (a correct submission of the first lesson and a deleted
-test cell in the last; each costs a full run of that lesson's notebook). Each case asserts its
-status, its score and the reason in the report, and the submitted files must be byte-identical
-afterwards.
+One class of simulated students goes through one ``python -m course_lib.grading`` run. Most
+submissions are built from the fast fixture lesson ``tests/grading/fixtures/solutions/99_fixture``
+(no torch: about a second of kernel time each); the real lessons in ``solutions/`` add two (a
+correct submission of the first lesson and a deleted test cell in the last; each costs a full run
+of that lesson's notebook). Each case asserts its status, its score and the reason in the
+report, and the submitted files must be byte-identical afterwards.
 """
 
 from __future__ import annotations
 
 import copy
 import csv
-import hashlib
 import html
 import json
 import re
@@ -26,9 +24,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from class_builders import FIXTURE, FIXTURE_ROOT, digest, drop, filled, find, set_source, write
 
 from course_lib.grading import course as wc
-from course_lib.grading.autograde import _nbgrader_failures
+from course_lib.grading.autograde import Options
 from course_lib.grading.feedback import HideHiddenTests
 from course_lib.grading.lesson import LessonSpec
 from course_lib.grading.run import grade
@@ -36,59 +35,14 @@ from course_lib.grading.submissions import collect
 from course_lib.grading.workspace import MARKER, prepare_workspace
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"
-FIXTURE = "99_fixture"
 STUDENT_TIMEOUT = 10  # seconds per cell of student code: the infinite loop costs this much
 LESSON_TIMEOUT = 600  # seconds per cell of the lessons' own code (slow on a busy machine)
+# These submissions are broken, not hostile: without bubblewrap they are graded unsandboxed
+# (tests/grading/test_hostile_class.py is the one that needs the sandbox, and skips without it).
+SANDBOX = shutil.which("bwrap") is not None
 
 
-# --- building submissions --------------------------------------------------------------------
-
-
-def _solution_code(source: str) -> str:
-    """The student's correct answer: the instructor cell without the solution delimiters."""
-    return "\n".join(
-        line
-        for line in source.split("\n")
-        if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line
-    )
-
-
-def _find(nb, grade_id):
-    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-
-
-def filled(release: Path, source: Path) -> nbformat.NotebookNode:
-    """The student version with every answer cell answered as the solution does."""
-    nb = nbformat.read(str(release), as_version=4)
-    src = nbformat.read(str(source), as_version=4)
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            if cell.cell_type == "code":
-                cell.source = _solution_code(_find(src, meta["grade_id"]).source)
-            else:
-                cell.source = "Attention scores grow with seq², linear activations with seq."
-    return nb
-
-
-def _write(path: Path, nb_or_text) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(nb_or_text, (str, bytes)):
-        data = nb_or_text.encode() if isinstance(nb_or_text, str) else nb_or_text
-        path.write_bytes(data)
-    else:
-        path.write_text(nbformat.writes(nb_or_text) + "\n", encoding="utf-8")
-
-
-def _drop(nb, grade_id):
-    nb.cells.remove(_find(nb, grade_id))
-    return nb
-
-
-def _set(nb, grade_id, source):
-    _find(nb, grade_id).source = source
-    return nb
+# --- the class ------------------------------------------------------------------------------
 
 
 def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]:
@@ -108,14 +62,14 @@ def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]
     )
     cases["blank1"] = (copy.deepcopy(blank), {"status": "flagged", "auto": 0, "reason": "blank"})
     cases["blank2"] = (copy.deepcopy(blank), {"status": "flagged", "auto": 0, "reason": "blank"})
-    part = _set(copy.deepcopy(blank), "answer_tokens", _find(good, "answer_tokens").source)
+    part = set_source(copy.deepcopy(blank), "answer_tokens", find(good, "answer_tokens").source)
     cases["partial"] = (part, {"status": "ok", "auto": 2, "reason": "not attempted"})
-    wrong = _set(
+    wrong = set_source(
         copy.deepcopy(good),
         "answer_tokens",
         "def tokens_per_batch(batch_size, seq_len):\n    return batch_size + seq_len",
     )
-    wrong = _set(wrong, "answer_ratio", "attention_ratio = 4")
+    wrong = set_source(wrong, "answer_ratio", "attention_ratio = 4")
     cases["wrong"] = (wrong, {"status": "ok", "auto": 0})
     bad_import = copy.deepcopy(good)
     bad_import.cells.insert(1, nbformat.v4.new_code_cell("import torhc  # a typo"))
@@ -129,22 +83,24 @@ def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]
         },
     )
     cases["import_in_answer"] = (
-        _set(copy.deepcopy(good), "answer_ratio", "import no_such_module\nattention_ratio = 8.0"),
+        set_source(
+            copy.deepcopy(good), "answer_ratio", "import no_such_module\nattention_ratio = 8.0"
+        ),
         {"status": "flagged", "auto": 2, "reason": r"'answer_ratio'\) raised ModuleNotFound"},
     )
     cases["infinite_loop"] = (
-        _set(copy.deepcopy(good), "answer_ratio", "while True:\n    pass"),
+        set_source(copy.deepcopy(good), "answer_ratio", "while True:\n    pass"),
         {"status": "flagged", "auto": 2, "reason": r"still running after \d+ s"},
     )
-    edited = _set(copy.deepcopy(blank), "test_tokens", "assert True  # nothing to see here")
+    edited = set_source(copy.deepcopy(blank), "test_tokens", "assert True  # nothing to see here")
     cases["edited_test"] = (
         edited,
         {"status": "flagged", "auto": 0, "reason": "'test_tokens' was edited; nbgrader restored"},
     )
-    edited_ok = _set(copy.deepcopy(good), "test_ratio", "pass")
+    edited_ok = set_source(copy.deepcopy(good), "test_ratio", "pass")
     cases["edited_test_ok"] = (edited_ok, {"status": "flagged", "auto": 3, "reason": "edited"})
     cases["deleted_test"] = (
-        _drop(copy.deepcopy(good), "test_ratio"),
+        drop(copy.deepcopy(good), "test_ratio"),
         {
             "status": "flagged",
             "auto": 2,
@@ -152,12 +108,12 @@ def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]
         },
     )
     cases["deleted_written"] = (
-        _drop(copy.deepcopy(good), "written_reflect"),
+        drop(copy.deepcopy(good), "written_reflect"),
         {"status": "flagged", "auto": 3, "reason": "written answer 'written_reflect' was deleted"},
     )
     dup = copy.deepcopy(good)
     for n, gid in enumerate(("answer_tokens", "test_tokens")):
-        pasted = copy.deepcopy(_find(dup, gid))
+        pasted = copy.deepcopy(find(dup, gid))
         pasted.id = f"pasted-{n}"  # JupyterLab gives a pasted cell a new id, not a new grade id
         dup.cells.append(pasted)
     cases["copied_cells"] = (
@@ -172,16 +128,20 @@ def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]
         huge,
         {"status": "flagged", "auto": 3, "reason": "huge saved output"},
     )
-    loud = _set(
+    loud = set_source(
         copy.deepcopy(good),
         "answer_ratio",
         "for i in range(5000):\n    print(i)\nattention_ratio = 8.0",
     )
     cases["loud_output"] = (loud, {"status": "flagged", "auto": 3, "reason": "truncated"})
-    crash = _set(copy.deepcopy(good), "answer_ratio", "import os\nos._exit(1)")
+    crash = set_source(copy.deepcopy(good), "answer_ratio", "import os\nos._exit(1)")
     cases["kernel_crash"] = (
         crash,
-        {"status": "not graded", "auto": 0, "reason": "nbgrader could not grade it"},
+        {
+            "status": "not graded",
+            "auto": 0,
+            "reason": r"exits the kernel \(os\._exit\).*could not grade it: the kernel died",
+        },
     )
     text = nbformat.writes(good)
     cases["truncated_json"] = (
@@ -209,19 +169,19 @@ def build_class(root: Path, subs_dir: Path, work: wc.WorkCourse) -> dict[tuple, 
             path = subs_dir / f"{student}_{FIXTURE}.ipynb"  # LMS download
         else:
             path = subs_dir / student / FIXTURE / f"{FIXTURE}.ipynb"  # nbgrader layout
-        _write(path, content)
+        write(path, content)
         expect[(student, FIXTURE)] = exp
 
     # a folder with a wrongly named notebook, a student id with a space, a double submission,
     # a file that fits no pattern
-    _write(subs_dir / "renamed" / FIXTURE / "Untitled.ipynb", cases["correct00"][0])
+    write(subs_dir / "renamed" / FIXTURE / "Untitled.ipynb", cases["correct00"][0])
     expect[("renamed", FIXTURE)] = {"status": "missing", "auto": 0, "reason": "Untitled.ipynb"}
-    _write(subs_dir / f"Jane Doe_{FIXTURE}.ipynb", cases["correct00"][0])
+    write(subs_dir / f"Jane Doe_{FIXTURE}.ipynb", cases["correct00"][0])
     expect[("Jane_Doe", FIXTURE)] = {"status": "ok", "auto": 3, "reason": "used as 'Jane_Doe'"}
-    _write(subs_dir / "twice" / FIXTURE / f"{FIXTURE}.ipynb", cases["correct00"][0])
-    _write(subs_dir / f"twice_{FIXTURE}.ipynb", cases["blank1"][0])
+    write(subs_dir / "twice" / FIXTURE / f"{FIXTURE}.ipynb", cases["correct00"][0])
+    write(subs_dir / f"twice_{FIXTURE}.ipynb", cases["blank1"][0])
     expect[("twice", FIXTURE)] = {"status": "flagged", "auto": 3, "reason": "second submission"}
-    _write(subs_dir / "notes.txt", "please grade kindly\n")
+    write(subs_dir / "notes.txt", "please grade kindly\n")
 
     real = [lesson for lesson in work.lessons if lesson != FIXTURE]
     if real:
@@ -230,7 +190,7 @@ def build_class(root: Path, subs_dir: Path, work: wc.WorkCourse) -> dict[tuple, 
         spec = LessonSpec.from_notebooks(
             first, work.source_notebook(first), work.release_notebook(first)
         )
-        _write(subs_dir / "correct00" / first / f"{first}.ipynb", good)
+        write(subs_dir / "correct00" / first / f"{first}.ipynb", good)
         expect[("correct00", first)] = {"status": "ok", "auto": spec.auto_max}
 
         good = filled(work.release_notebook(last), work.source_notebook(last))
@@ -238,24 +198,13 @@ def build_class(root: Path, subs_dir: Path, work: wc.WorkCourse) -> dict[tuple, 
             last, work.source_notebook(last), work.release_notebook(last)
         )
         first_test = next(iter(spec.tests))
-        _write(subs_dir / f"deleter_{last}.ipynb", _drop(good, first_test))
+        write(subs_dir / f"deleter_{last}.ipynb", drop(good, first_test))
         expect[("deleter", last)] = {
             "status": "flagged",
             "auto": spec.auto_max - spec.tests[first_test],
             "reason": f"test cell '{first_test}' was deleted",
         }
     return expect
-
-
-def _digest(folder: Path) -> dict[str, tuple[str, int]]:
-    return {
-        str(p.relative_to(folder)): (
-            hashlib.sha256(p.read_bytes()).hexdigest(),
-            p.stat().st_mtime_ns,
-        )
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -277,7 +226,7 @@ def graded_class(tmp_path_factory):
     wc.generate_assignments(work)
     subs_dir = tmp / "submissions"
     expect = build_class(root, subs_dir, work)
-    before = _digest(subs_dir)
+    before = digest(subs_dir)
 
     out = tmp / "out"
     start = time.perf_counter()
@@ -295,6 +244,7 @@ def graded_class(tmp_path_factory):
             str(STUDENT_TIMEOUT),
             "--lesson-timeout",
             str(LESSON_TIMEOUT),
+            *([] if SANDBOX else ["--no-sandbox"]),
         ],
         capture_output=True,
         text=True,
@@ -362,7 +312,7 @@ def test_correct_submissions_get_full_autograded_marks(graded_class):
 
 def test_nothing_is_lost(graded_class):
     """Originals unchanged; every file appears in the report; nothing written beside them."""
-    assert _digest(graded_class["subs"]) == graded_class["before"]
+    assert digest(graded_class["subs"]) == graded_class["before"]
     files = {r["file"] for r in graded_class["rows"]}
     for path in graded_class["subs"].rglob("*"):
         if path.is_file() and path.name != "Untitled.ipynb":
@@ -428,29 +378,29 @@ def test_rerun_gives_the_same_report(tmp_path):
     release = FIXTURE_ROOT / wc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
     source = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
     subs = tmp_path / "subs"
-    _write(subs / f"ann_{FIXTURE}.ipynb", filled(release, source))
-    _write(subs / f"bob_{FIXTURE}.ipynb", _drop(filled(release, source), "test_tokens"))
-    before = _digest(subs)
+    write(subs / f"ann_{FIXTURE}.ipynb", filled(release, source))
+    write(subs / f"bob_{FIXTURE}.ipynb", drop(filled(release, source), "test_tokens"))
+    before = digest(subs)
     out = tmp_path / "out"
     reports = []
     for _ in range(2):
-        grade(subs, out, root, cell_timeout=STUDENT_TIMEOUT)
+        grade(subs, out, root, options=Options(cell_timeout=STUDENT_TIMEOUT, sandbox=SANDBOX))
         reports.append([(out / name).read_bytes() for name in ("report.csv", "scores.csv")])
     assert reports[0] == reports[1]
     assert b"test cell 'test_tokens' was deleted" in reports[0][0]
-    assert _digest(subs) == before
+    assert digest(subs) == before
 
 
 # --- fast checks without nbgrader runs ----------------------------------------------------
 
 
 def test_collect_understands_both_layouts(tmp_path):
-    _write(tmp_path / "ann" / "01_a" / "01_a.ipynb", "{}")
-    _write(tmp_path / "bob_01_a.ipynb", "{}")
-    _write(tmp_path / "bob_x_02_b_c.ipynb", "{}")  # student ids may contain underscores
-    _write(tmp_path / "cy" / "02_b_c.ipynb", "{}")
-    _write(tmp_path / "dee" / "01_a" / "copy.ipynb", "{}")
-    _write(tmp_path / "zzz.ipynb", "{}")
+    write(tmp_path / "ann" / "01_a" / "01_a.ipynb", "{}")
+    write(tmp_path / "bob_01_a.ipynb", "{}")
+    write(tmp_path / "bob_x_02_b_c.ipynb", "{}")  # student ids may contain underscores
+    write(tmp_path / "cy" / "02_b_c.ipynb", "{}")
+    write(tmp_path / "dee" / "01_a" / "copy.ipynb", "{}")
+    write(tmp_path / "zzz.ipynb", "{}")
     subs, unknown = collect(tmp_path, ["01_a", "02_b_c"])
     got = {(s.student, s.lesson): s.original is not None for s in subs}
     assert got == {
@@ -488,15 +438,3 @@ def test_hidden_tests_preprocessor_hides_region_and_traceback():
     out, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
     assert "f(2)" not in out.source and "f(1)" in out.source
     assert "f(2)" not in json.dumps(out.outputs)
-
-
-def test_failure_log_parsing():
-    log = (
-        "[AutogradeApp | ERROR] There was an error processing assignment: "
-        "/x/submitted/amy/01_a\n[AutogradeApp | ERROR] Traceback (most recent call last):\n"
-        '    File "y.py", line 1\n    DeadKernelError: Kernel died\n\n'
-        "[AutogradeApp | INFO] next\n"
-    )
-    assert _nbgrader_failures(log) == {
-        ("amy", "01_a"): "the kernel died while running it (the code crashed or exhausted memory)"
-    }

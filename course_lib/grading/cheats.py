@@ -1,0 +1,199 @@
+"""Read the student's code before it runs, for cheats and for reaching outside its folder.
+
+A test cell scores full points when it raises nothing, so code that stops a test from raising
+passes it. These are **cheats**; each one scores 0 the tests it could have passed:
+
+- swallowing exceptions: ``set_custom_exc``, ``sys.excepthook``, replacing ``showtraceback``;
+- leaving the kernel: ``sys.exit``, ``os._exit``, ``exit()``, ``os.kill``, ``raise SystemExit``;
+- tampering with the kernel or the namespace: assigning to ``get_ipython()`` attributes,
+  ``events.register``, ``sys.modules[...] =``, ``globals()[...] =``, ``builtins``, ``exec``;
+- redefining a name the tests use that the answer is not meant to define (``isclose = ...``,
+  ``import numpy as math``, ``math.isclose = ...``);
+- monkeypatching ``course_lib`` (``memory.predict = ...``, ``mock.patch("course_lib...")``).
+
+Leaving the kernel, tampering and monkeypatching score 0 every test after the cell; a
+redefinition scores 0 the later tests that use the name. Code that reaches for files,
+processes or the network is **suspicious**: flagged, not penalised (the sandbox stops it).
+Only the student's code is read: answer cells and cells the student added or changed (the
+lesson's own cells are restored before grading). A static reading can be fooled; the sandbox,
+the hidden-error check (``execute.py``) and the feedback scan (``leaks.py``) do not rely on it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+import nbformat
+
+from course_lib.grading.lesson import LessonSpec
+from course_lib.grading.names import Bindings, cell_tree, dotted, free_names
+
+#: Cheat categories: (dotted-name pattern, what it does).
+CHEAT_CALLS = [
+    (
+        r"(^|\.)(set_custom_exc|excepthook|showtraceback|_showtraceback|showsyntaxerror)$",
+        "swallows exceptions",
+    ),
+    (r"(^|\.)(CustomTB|InteractiveTB)$", "swallows exceptions"),
+    (
+        r"^(sys\.exit|os\._exit|os\.abort|os\.kill|os\.killpg|exit|quit|signal\.\w+)$",
+        "exits the kernel",
+    ),
+    (
+        r"(^|\.)events\.(register|unregister)$|^get_ipython\(\)\.(kernel|run_cell)",
+        "tampers with the kernel",
+    ),
+    (
+        r"^(ipykernel|IPython)(\.|$)|^sys\.(displayhook|settrace|setprofile|modules)$",
+        "tampers with the kernel",
+    ),
+    (
+        r"^(builtins|__builtins__)(\.|$)|^(exec|eval|compile|__import__|globals|vars)$",
+        "tampers with the namespace",
+    ),
+    (r"^importlib\.(reload|import_module)$", "tampers with the namespace"),
+]
+#: Suspicious calls: (pattern, what it does). The sandbox confines them; they are reported.
+SUSPICIOUS_CALLS = [
+    (
+        r"^(shutil\.(rmtree|move)|os\.(remove|unlink|rmdir|removedirs|rename|replace))$|"
+        r"\.(unlink|rmdir|rmtree)$",
+        "deletes files",
+    ),
+    (
+        r"^(os\.(walk|listdir|scandir|chdir)|glob\.i?glob)$|\.(iterdir|rglob|glob)$",
+        "looks through folders",
+    ),
+    (
+        r"^(os\.(fork|forkpty|system|popen|posix_spawnp?|spawn\w*|exec\w*)|pty\.\w+)$|"
+        r"^(subprocess|multiprocessing)(\.|$)|^get_ipython\(\)\.(system|getoutput)$",
+        "starts processes",
+    ),
+    (r"^(socket|urllib|http|requests|ftplib|smtplib|ssl)(\.|$)", "uses the network"),
+    (r"^(ctypes|cffi)(\.|$)", "loads native code"),
+    (r"\.(write_text|write_bytes)$|^shutil\.copy\w*$", "writes files"),
+]
+SHELL_MAGICS = {"system", "sx", "bash", "sh", "script", "perl", "ruby"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing found in one cell of the student's code."""
+
+    cell: int  # index in the submitted notebook
+    cheat: bool  # a cheat (tests scored 0) or only suspicious (flagged)
+    what: str  # plain words, with the code that did it
+    zeroes: tuple[str, ...] = ()  # test grade ids scored 0 because of it
+
+
+def student_cells(nb: nbformat.NotebookNode, spec: LessonSpec) -> list[tuple[int, str]]:
+    """(index, source) of every code cell holding the student's code."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or meta.get("grade") or meta.get("locked"):
+            continue
+        if meta.get("solution") or cell.source not in spec.lesson_sources:
+            found.append((index, cell.source))
+    return found
+
+
+def _match(name: str, table) -> str | None:
+    return next((what for pattern, what in table if re.search(pattern, name)), None)
+
+
+def _calls(tree: ast.AST, names: Bindings) -> list[tuple[str, str, bool]]:
+    """(what, code, cheat) for what the tables name in ``tree``: one per kind, its first code.
+
+    ``ast.walk`` meets a call before its parts, so the code named is the most specific one
+    (``socket.create_connection`` rather than ``socket``).
+    """
+    seen: dict[str, tuple[str, bool]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if dotted(exc, names) in ("SystemExit", "KeyboardInterrupt"):
+                seen.setdefault("exits the kernel", (f"raise {dotted(exc, names)}", True))
+        if not isinstance(node, (ast.Attribute, ast.Name, ast.Call)):
+            continue
+        name = dotted(node.func if isinstance(node, ast.Call) else node, names)
+        if not name:
+            continue
+        if isinstance(node, ast.Call) and name.endswith(("run_line_magic", "run_cell_magic")):
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Constant) and first.value in SHELL_MAGICS:
+                seen.setdefault("starts processes", (f"%{first.value}", False))
+        if what := _match(name, CHEAT_CALLS):
+            seen.setdefault(what, (name, True))
+        elif what := _match(name, SUSPICIOUS_CALLS):
+            seen.setdefault(what, (name, False))
+        elif name == "open" and isinstance(node, ast.Call) and _writes(node):
+            seen.setdefault("writes files", ("open(..., 'w')", False))
+    return [(what, code, cheat) for what, (code, cheat) in seen.items()]
+
+
+def _writes(call: ast.Call) -> bool:
+    modes = [a for a in call.args[1:2]] + [k.value for k in call.keywords if k.arg == "mode"]
+    return any(isinstance(m, ast.Constant) and set(str(m.value)) & set("wax+") for m in modes)
+
+
+def _patches_course_lib(tree: ast.AST, names: Bindings) -> list[str]:
+    """Assignments, deletions, setattr and mock.patch aimed at course_lib."""
+    hits = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and names.module_of(target.value).startswith(
+                "course_lib"
+            ):
+                hits.append(f"{dotted(target, names)} = ...")
+        if isinstance(node, ast.Call):
+            name = dotted(node.func, names)
+            first = node.args[0] if node.args else None
+            if name in ("setattr", "delattr") and first is not None:
+                if names.module_of(first).startswith("course_lib"):
+                    hits.append(f"{name}({dotted(first, names)}, ...)")
+            if name.endswith(("patch", "patch.object")) and first is not None:
+                text = first.value if isinstance(first, ast.Constant) else dotted(first, names)
+                if str(text).startswith("course_lib") or names.module_of(first).startswith(
+                    "course_lib"
+                ):
+                    hits.append(f"{name}({text!r})")
+    return hits
+
+
+def scan(nb: nbformat.NotebookNode, spec: LessonSpec) -> list[Finding]:
+    """Every cheat and suspicious call in the student's code of ``nb``, in cell order."""
+    tests = _test_positions(nb, spec)
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    allowed = Bindings.answer_names(spec)
+    findings: list[Finding] = []
+    for index, source in student_cells(nb, spec):
+        tree = cell_tree(source)
+        if tree is None:
+            continue  # a syntax error: the cell runs nothing
+        names = lesson.with_cell(tree)
+        later = tuple(gid for gid, at in tests if at > index)
+        for what, code, cheat in _calls(tree, names):
+            findings.append(Finding(index, cheat, f"{what} ({code})", later if cheat else ()))
+        for code in _patches_course_lib(tree, names):
+            findings.append(Finding(index, True, f"monkeypatches course_lib ({code})", later))
+        for name, code in lesson.redefinitions(tree, allowed, spec):
+            uses = tuple(gid for gid in later if name in free_names(spec.source_text[gid]))
+            if uses:
+                findings.append(
+                    Finding(index, True, f"redefines {name!r}, which the tests use ({code})", uses)
+                )
+    return findings
+
+
+def _test_positions(nb: nbformat.NotebookNode, spec: LessonSpec) -> list[tuple[str, int]]:
+    return [
+        (cell.metadata["nbgrader"]["grade_id"], index)
+        for index, cell in enumerate(nb.cells)
+        if cell.metadata.get("nbgrader", {}).get("grade_id") in spec.tests
+    ]

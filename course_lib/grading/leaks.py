@@ -1,0 +1,88 @@
+"""Nothing a student may not see reaches feedback: scan each feedback file before keeping it.
+
+The instructor's material in a lesson is every line of a hidden-test region, of a solution
+region (and of a written answer's model answer, which is a solution cell as a whole) and of a
+mark scheme, less the lines the student version shows anyway. A feedback file that contains one
+of these lines which the student's own cells do not contain is withheld. This holds whatever
+the kernel did (a hook that printed the next cell, a file read outside the sandbox) and also
+under ``--no-sandbox``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import nbformat
+
+#: Lines shorter than this (spaces left out) are too common to tell anything (``pass``, ``)``).
+MIN_CHARS = 10
+
+_REGIONS = [
+    re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S),
+    re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S),
+    re.compile(r"=== BEGIN MARK SCHEME ===\n(.*?)=== END MARK SCHEME ===", re.S),
+]
+_DELIMITERS = re.compile(r"(BEGIN|END) (HIDDEN TESTS|SOLUTION|MARK SCHEME)")
+_INVISIBLE = re.compile(r"<(style|script)\b.*?</\1>", re.S | re.I)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _norm(line: str) -> str:
+    return " ".join(line.split())
+
+
+def _lines(text: str) -> set[str]:
+    return {_norm(line) for line in text.splitlines() if _norm(line)}
+
+
+def _secret_text(cell: nbformat.NotebookNode) -> list[str]:
+    meta = cell.metadata.get("nbgrader", {})
+    texts = [m for region in _REGIONS for m in region.findall(cell.source)]
+    if meta.get("solution") and not _REGIONS[1].search(cell.source):
+        texts.append(cell.source)  # a whole-cell solution: a written answer's model answer
+    return texts
+
+
+def instructor_lines(source: Path, release: Path) -> frozenset[str]:
+    """The lines of ``source`` (instructor version) a student of ``release`` never sees."""
+    source_nb = nbformat.read(str(source), as_version=4)
+    public = set()
+    for cell in nbformat.read(str(release), as_version=4).cells:
+        public |= _lines(cell.source)
+    secret = set()
+    for cell in source_nb.cells:
+        for text in _secret_text(cell):
+            secret |= _lines(text)
+        visible = cell.source
+        for region in _REGIONS:
+            visible = region.sub("", visible)
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            public |= _lines(visible)
+    keep = {
+        line
+        for line in secret - public
+        if len(line.replace(" ", "")) >= MIN_CHARS and not _DELIMITERS.search(line)
+    }
+    return frozenset(keep)
+
+
+def visible_text(page: str) -> str:
+    """The text a reader of an HTML page sees: no tags, styles or scripts; entities decoded."""
+    return html.unescape(_TAG.sub("", _INVISIBLE.sub("", page)))
+
+
+def own_lines(notebook: Path) -> frozenset[str]:
+    """Every line of every cell the student submitted (what they already had)."""
+    nb = nbformat.read(str(notebook), as_version=4)
+    lines: set[str] = set()
+    for cell in nb.cells:
+        lines |= _lines(cell.source)
+    return frozenset(lines)
+
+
+def leaked(page: Path, secret: frozenset[str], own: frozenset[str]) -> list[str]:
+    """The instructor lines in the HTML file ``page`` that the student's cells do not hold."""
+    text = _norm(visible_text(page.read_text(encoding="utf-8", errors="replace")))
+    return sorted(line for line in secret - own if line in text)

@@ -1,0 +1,73 @@
+"""Building simulated students' submissions from a lesson's student and instructor versions.
+
+Shared by the grading tests (``test_grading.py``, ``test_hostile_class.py``) and
+``benchmarks/grading.py``; imported as a sibling module, like ``tests/strategies.py``.
+"""
+
+from __future__ import annotations
+
+from hashlib import sha256
+from pathlib import Path
+
+import nbformat
+
+FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"
+FIXTURE = "99_fixture"  # the fast fixture lesson: no torch, about a second of kernel time
+
+
+def _solution_code(source: str) -> str:
+    """The student's correct answer: the instructor cell without the solution delimiters."""
+    return "\n".join(
+        line
+        for line in source.split("\n")
+        if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line
+    )
+
+
+def find(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def filled(release: Path, source: Path) -> nbformat.NotebookNode:
+    """The student version with every answer cell answered as the solution does."""
+    nb = nbformat.read(str(release), as_version=4)
+    src = nbformat.read(str(source), as_version=4)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            if cell.cell_type == "code":
+                cell.source = _solution_code(find(src, meta["grade_id"]).source)
+            else:
+                cell.source = "Attention scores grow with seq², linear activations with seq."
+    return nb
+
+
+def write(path: Path, nb_or_text) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb_or_text, (str, bytes)):
+        data = nb_or_text.encode() if isinstance(nb_or_text, str) else nb_or_text
+        path.write_bytes(data)
+    else:
+        path.write_text(nbformat.writes(nb_or_text) + "\n", encoding="utf-8")
+
+
+def drop(nb, grade_id):
+    nb.cells.remove(find(nb, grade_id))
+    return nb
+
+
+def set_source(nb, grade_id, source):
+    find(nb, grade_id).source = source
+    return nb
+
+
+def digest(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every file under ``folder``: its SHA-256 and modification time (to prove nothing changed)."""
+    return {
+        str(p.relative_to(folder)): (
+            sha256(p.read_bytes()).hexdigest(),
+            p.stat().st_mtime_ns,
+        )
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

@@ -112,4 +112,16 @@ ITEMS: dict[str, Item] = {
         ),
         constants=["q3_accum", "q3_changes"],
     ),
+    "q5": Item(
+        wrong=[
+            "q5_rows_plain, q5_rows_ckpt = 3, 50",
+            "q5_rows_plain, q5_rows_ckpt = 4, 51",  # rounded up: the last row does not fit
+        ],
+        library=(
+            "_big = plan_finetune('Mistral-7B-v0.3', '80GiB', 2048, dtype='bfloat16', "
+            "finetune='lora', lora_rank=16, attn_impl='sdpa')\n"
+            "q5_rows_plain, q5_rows_ckpt = _big.max_micro_batch['none'], _big.max_micro_batch['blocks']\n"
+        ),
+        constants=["q5_rows_plain", "q5_rows_ckpt"],
+    ),
 }

@@ -68,7 +68,11 @@ def architecture(config) -> Arch:
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     family = "gpt2" if model_type == "gpt2" else "llama"
-    act = c.get("activation_function" if family == "gpt2" else "hidden_act")
+    act = (
+        c.get("activation_function", "gelu_new")
+        if family == "gpt2"
+        else c.get("hidden_act", "silu")
+    )
     if act not in _ACTIVATIONS[family]:
         raise ValueError(
             f"{model_type} with activation {act!r} is not modelled (only {_ACTIVATIONS[family]})"
@@ -145,7 +149,9 @@ class HFStepBreakdown:
     ``logits_and_loss`` (the loss's fp32 log-probabilities and labels), ``gradients`` (the
     parameters' or adapters' gradients made so far) and ``transient`` (gradients flowing back and
     the backward's temporaries) add up to ``total``; ``peak_at`` names the op that reached it.
-    ``saved`` is what the forward pass kept for backward, by component.
+    ``saved`` is what the forward pass kept for backward, by what each tensor is: the output
+    of a norm counts under ``norms`` whichever projection keeps it; ``attention_scores`` is
+    eager attention's ``seq_len**2`` part; ``checkpointed inputs`` what checkpointed layers keep.
     """
 
     model_type: str

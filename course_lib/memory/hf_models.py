@@ -76,7 +76,10 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     model_locals += [mask] if mask >= 0 else []
     for i in range(arch.num_hidden_layers):
         if spec.checkpointing:
-            tape.begin_checkpoint(x, *extra, *([mask] if mask >= 0 else []))
+            # GPT-2 passes the mask positionally (saved with the input), Llama as a keyword
+            masks = (mask,) if mask >= 0 else ()
+            args, captured = ((x, *masks), extra) if gpt2 else ((x,), (*extra, *masks))
+            tape.begin_checkpoint(args, captured)
         layer = _gpt2_layer if gpt2 else _llama_layer
         out = layer(ops, arch, spec, f"layers.{i}", x, extra, mask, full, lora)
         if spec.checkpointing:
@@ -120,7 +123,7 @@ def _llama_positions(ops: Ops, arch: Arch, spec: StepSpec) -> tuple[int, int, in
     and the ``position_ids`` they come from (int64; a checkpointed layer keeps them too)."""
     t, row = ops.tape, spec.seq_len * arch.head_dim * spec.b
     rope = [t.tensor(row, False, "attention", "rotary_emb") for _ in "cs"]
-    return (*rope, t.tensor(spec.seq_len * INT64, False, "", "position_ids"))
+    return (*rope, t.tensor(spec.seq_len * INT64, False, "embeddings", "position_ids"))
 
 
 def _causal_mask(ops: Ops, spec: StepSpec) -> int:
@@ -218,7 +221,7 @@ def _gpt2_positions(ops: Ops, arch: Arch, x: int, full: bool) -> tuple[int, tupl
     (``max_position_embeddings x hidden``), and the sum's backward reduces the gradient over the
     batch for it. Returns the sum, ``(position_ids,)`` and the position embeddings."""
     t, T, C, b = ops.tape, ops.T, arch.hidden_size, ops.b
-    pos = t.tensor(T * INT64, False, "", "position_ids")
+    pos = t.tensor(T * INT64, False, "embeddings", "position_ids")
     table = [("param", "wpe", arch.max_position_embeddings * C * b)]
     (pe,) = t.op("wpe", "embeddings", [], [T * C * b], (pos,), table, full)
     prog = [("grad", 0, "g"), ("new", "d1", T * C * b), ("grad", 1, "d1")]

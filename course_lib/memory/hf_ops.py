@@ -43,13 +43,13 @@ class Ops:
     def matmul(self, where, comp, x, n_in, n_out, pid, trainable, bias=False, b=None) -> int:
         """``x @ W.T`` on ``(N, n_in)``: ``MmBackward0`` saves ``x`` only when ``W`` trains and
         makes the weight's gradient before the input's. With a bias, ``AddmmBackward0`` makes
-        the input's, the weight's, then the bias's."""
+        the input's, the weight's, then the bias's (and is done with ``x`` before the last)."""
         b = self.b if b is None else b
         t, N = self.tape, self.N
         dx = [("new", "dx", N * n_in * b), ("grad", 0, "dx")] if t.grad(x) else []
-        dw = [("param", pid, n_in * n_out * b), ("release", 0)] if trainable else []
-        if bias:
-            program = dx + dw + ([("param", pid + ".bias", n_out * b)] if trainable else [])
+        dw = [("param", pid, n_in * n_out * b)] if trainable else []
+        if bias and trainable:  # done with x after the weight's gradient (mm reads its sizes)
+            program = dx + dw + [("release", 0), ("param", pid + ".bias", n_out * b)]
         else:
             program = dw + dx
         saves = (x,) if trainable else ()

@@ -116,7 +116,7 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
         if region is not None:
             regions.setdefault(region, []).append((kind, item))
     first_of_region = {reg: next(it for k, it in ev if k == "node") for reg, ev in regions.items()}
-    keeps = {reg: [it for k, it in ev if k == "keep"] for reg, ev in regions.items()}
+    keeps = {reg: [it for k, it in ev if k in ("keep", "capture")] for reg, ev in regions.items()}
     for node in reversed(nodes):
         events = regions.pop(node.region, None) if node.saves else None
         if events is not None:
@@ -141,23 +141,21 @@ def _forward(r: _Ledger, tape: Tape) -> tuple[list[Node], dict[str, int]]:
             counted.add(t)
             saved[component] = saved.get(component, 0) + tape.nbytes[t]
 
-    regions_seen: set[int] = set()
     for kind, item, region in tape.events:
         if kind == "new":
             r.hold(item)
         elif kind == "drop":
             dropped.add(item)
             r.release(item)
-        elif kind == "keep":
+        elif kind in ("keep", "capture"):
             r.hold(item)
-            if region is not None and region not in regions_seen:  # the block's input
-                regions_seen.add(region)
+            if kind == "keep" and region is not None:  # saved for the block's recomputation
                 count("checkpointed inputs", item)
         else:
             nodes.append(item)
             if region is None:  # a checkpointed block's saves hold nothing until recomputed
                 for t in item.saves:
-                    count(item.component, t)
+                    count(tape.component[t], t)  # by what the tensor is, not who keeps it
                     r.hold(t)
     for t in range(len(tape.nbytes)):  # the forward returns: Python lets go of the rest
         if t not in dropped:
@@ -167,7 +165,7 @@ def _forward(r: _Ledger, tape: Tape) -> tuple[list[Node], dict[str, int]]:
 
 def _recompute(r: _Ledger, events: list[tuple]) -> None:
     """Run a checkpointed block's forward again, up to the last tensor it saves."""
-    events = [(kind, item) for kind, item in events if kind != "keep"]
+    events = [(kind, item) for kind, item in events if kind not in ("keep", "capture")]
     last = max(i for i, (kind, item) in enumerate(events) if kind == "node" and item.saves)
     stop = events[last][1]
     unborn = {t for t in stop.outputs if t not in stop.saves}

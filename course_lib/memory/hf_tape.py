@@ -39,9 +39,9 @@ class Tape:
     """The forward pass as recorded: tensor sizes and events in creation order.
 
     Events: ``("new", t)`` a tensor is allocated; ``("drop", t)`` its Python reference is gone;
-    ``("node", Node)`` an autograd node is created; ``("keep", t)`` a checkpointed block holds its
-    input ``t`` until its backward is over, or (outside a block) ``t`` outlives the step. Each
-    event carries the checkpointed block it belongs to (``None``: none).
+    ``("node", Node)`` an autograd node is created; ``("keep", t)`` a checkpointed block saves its
+    input ``t`` until its backward is over (``"capture"``: holds it the same way, unsaved), or
+    (outside a block) ``t`` outlives the step. Each event carries its block (``None``: none).
     """
 
     nbytes: list[int] = field(default_factory=list)
@@ -98,11 +98,13 @@ class Tape:
         """The Python references to ``tensors`` are gone (what a node saved lives on)."""
         self.events.extend(("drop", t, self.region) for t in tensors)
 
-    def begin_checkpoint(self, *keeps: int) -> None:
-        """Start a checkpointed block that holds ``keeps`` (its inputs) until its backward ends."""
+    def begin_checkpoint(self, args: tuple[int, ...], captured: tuple[int, ...] = ()) -> None:
+        """Start a checkpointed block. Its positional ``args`` (saved for the recomputation)
+        and the tensors its function ``captured`` live until its backward ends."""
         self.region = self.n_regions
         self.n_regions += 1
-        self.events.extend(("keep", t, self.region) for t in keeps)
+        self.events.extend(("keep", t, self.region) for t in args)
+        self.events.extend(("capture", t, self.region) for t in captured)
 
     def end_checkpoint(self) -> None:
         self.region = None

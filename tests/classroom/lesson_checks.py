@@ -15,17 +15,17 @@ WRITTEN_ANSWER = (
 
 
 def lesson_facts(solution: Path, release: Path) -> dict:
-    """Points, the manually graded cell and the hidden-test lines of the instructor's version
-    (those that the student version does not show anyway)."""
+    """Autograded points, the manually graded cells ``[(grade_id, points)]`` and the hidden-test
+    lines of the instructor's version (those that the student version does not show anyway)."""
     nb = nbformat.read(str(solution), as_version=4)
     visible = "\n".join(c.source for c in nbformat.read(str(release), as_version=4).cells)
-    auto_max, manual, hidden = 0.0, None, []
+    auto_max, manual, hidden = 0.0, [], []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and not meta.get("solution"):
             auto_max += meta["points"]
         elif meta.get("grade") and meta.get("solution"):
-            manual = (meta["grade_id"], meta["points"])
+            manual.append((meta["grade_id"], meta["points"]))
         inside = False
         for line in cell.source.split("\n"):
             if "BEGIN HIDDEN TESTS" in line:
@@ -34,7 +34,7 @@ def lesson_facts(solution: Path, release: Path) -> dict:
                 inside = False
             elif inside and len(line.strip()) > 12 and line.strip() not in visible:
                 hidden.append(line.strip())
-    assert manual is not None, f"{solution} has no manually graded answer"
+    assert manual, f"{solution} has no manually graded answer"
     return {"auto_max": auto_max, "manual": manual, "hidden": hidden}
 
 

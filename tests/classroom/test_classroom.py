@@ -10,7 +10,7 @@ PostgreSQL. Then, in headless Chromium (Debian's, through Playwright):
    own words), the other the blank notebook;
 3. the instructor collects in formgrader, autogrades (``run.py autograde``: the course's
    sandboxed grader, recorded in the class gradebook), enters a manual score for the written
-   answer in formgrader, and generates and releases feedback there;
+   answer (one of them) in formgrader, and generates and releases feedback there;
 4. each student fetches feedback, opens it, and sees their own score and no hidden test;
 5. the scores are read back from PostgreSQL with SQL: the solution scores every autograded
    point plus the manual points, the blank 0;
@@ -252,8 +252,9 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         formgrader_button(teacher, "release")
         steps.shot(teacher, "instructor-released")
     facts = lesson_facts(solution, course / "notebooks" / LESSON / f"{LESSON}.ipynb")
-    manual_id, manual_max = facts["manual"]
-    total_max = facts["auto_max"] + manual_max
+    manual_id, manual_max = facts["manual"][0]  # the written answer graded in formgrader
+    assert manual_max >= MANUAL_POINTS, facts["manual"]
+    total_max = facts["auto_max"] + sum(points for _, points in facts["manual"])
     assert facts["hidden"], "the lesson has no hidden test to look for"
 
     for name, page in students.items():

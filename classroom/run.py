@@ -56,6 +56,7 @@ def enter_private_view() -> list[str]:
 
 
 def cmd_start(args) -> int:
+    parent = os.getppid()
     require_root()
     room = Classroom(args.state)
     if room.pids_file.exists():
@@ -91,6 +92,8 @@ def cmd_start(args) -> int:
         write_private(room.secrets / "ready.json", json.dumps(ready, indent=2))
         print(banner(url, people, settings, cluster, room, view), flush=True)
         while hub.poll() is None and cluster.proc.poll() is None:
+            if args.exit_with_parent and os.getppid() != parent:
+                raise KeyboardInterrupt  # whoever started us is gone (a killed test run)
             time.sleep(0.5)
         print("JupyterHub or PostgreSQL exited on its own; stopping the rest", file=sys.stderr)
         status = 1
@@ -241,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--student", action="append", help="an existing Unix account (repeat)")
     start.add_argument("--port", type=int, default=8000, help="public port; 0 picks a free one")
     start.add_argument("--ip", default="127.0.0.1", help="public address (%(default)s)")
+    start.add_argument(
+        "--exit-with-parent", action="store_true", help="stop everything if the caller dies"
+    )
     sub.add_parser("stop", parents=[common], help="stop a running classroom")
     sub.add_parser("clean", parents=[common], help="stop; remove demo accounts and all data")
     instr = sub.add_parser("instructor", parents=[common], help="a command as the instructor")

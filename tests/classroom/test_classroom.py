@@ -97,7 +97,7 @@ class Room:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, str(RUN), "start", "--state", str(state), "--students", "2",
-             "--prefix", prefix, "--port", "0"],
+             "--prefix", prefix, "--port", "0", "--exit-with-parent"],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a terminal's Ctrl-C is simulated below, on purpose

@@ -1,8 +1,10 @@
 """Command line: ``python -m course_lib plan ...`` prints a training plan as a table.
 
-Subcommands live in ``COMMANDS``; another one (``grade``, say) is one more entry there. Bad
-values end in a one-line ``error: ...`` and exit status 2, never a traceback; a model that does
-not fit at all ends in a one-line error and exit status 1.
+``plan`` plans the course's TinyGPT (``--d-model --n-layers --n-heads``) or a real Hugging Face
+model (``--model NAME|config.json``: :func:`course_lib.finetune.plan_finetune`). Subcommands live
+in ``COMMANDS``; another one (``grade``, say) is one more entry there. Bad values end in a
+one-line ``error: ...`` and exit status 2, never a traceback; a model that does not fit at all
+exits with status 1 (TinyGPT: a one-line error; ``--model``: the table, with the warning).
 """
 
 from __future__ import annotations
@@ -11,14 +13,25 @@ import argparse
 import sys
 
 PLAN_EXAMPLE = """\
-example:
+examples:
   python -m course_lib plan --d-model 768 --n-layers 12 --n-heads 12 --vocab-size 32000 \\
       --seq-len 2048 --memory-gb 24 --dataset-size 800
+  python -m course_lib plan --model Llama-3.1-8B --gpu-memory 24GiB --seq-len 4096 \\
+      --dtype bf16 --finetune lora --lora-rank 16 --attention sdpa --target-tokens 32000
 
-The memory model is full fine-tuning with AdamW, per device: weights + gradients + two fp32
-moments per parameter + the activation peak of one forward/backward at micro-batch x seq-len
-full rows (course_lib.memory.activation_bytes). Tokens per step count full rows.
+TinyGPT: full fine-tuning with AdamW, per device: weights + gradients + two fp32 moments per
+parameter + the activation peak of one forward/backward at micro-batch x seq-len full rows
+(course_lib.memory.activation_bytes). Tokens per step count full rows.
+
+--model: a shipped config (Llama-3.1-8B, Llama-3.2-1B, Qwen2.5-7B, Qwen2.5-0.5B,
+Mistral-7B-v0.3, gpt2) or your config.json; the step's peak is course_lib.memory.predict_hf_step
+with every gradient already there (accumulation), AdamW moments in fp32.
 """
+TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size", "dataset_size", "devices",
+                "target_min", "target_max", "min_tokens")  # fmt: skip
+HF_ONLY = ("finetune", "lora_rank", "target_tokens")
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,108 +42,106 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    model = p.add_argument_group("model (TinyGPT shape)")
-    model.add_argument("--d-model", type=int, required=True, help="width of the residual stream")
-    model.add_argument("--n-layers", type=int, required=True, help="number of transformer blocks")
+    model = p.add_argument_group("model: a TinyGPT shape, or --model")
+    model.add_argument("--d-model", type=int, help="width of the residual stream")
+    model.add_argument("--n-layers", type=int, help="number of transformer blocks")
+    model.add_argument("--n-heads", type=int, help="attention heads (must divide --d-model)")
     model.add_argument(
-        "--n-heads", type=int, required=True, help="attention heads (must divide --d-model)"
+        "--vocab-size", type=int, help="vocabulary size (default: 260, the byte-level tokenizer)"
     )
     model.add_argument(
-        "--vocab-size",
-        type=int,
-        default=260,
-        help="vocabulary size (default: 260, the course's byte-level tokenizer)",
+        "--model",
+        help="a Hugging Face model instead: a shipped name (Llama-3.1-8B, ...) or a config.json",
     )
-    model.add_argument(
-        "--attn-impl",
-        choices=("eager", "sdpa"),
-        default="eager",
-        help="eager materialises the (B, H, T, T) scores; sdpa does not (default: eager)",
-    )
+    for flag in ("--attn-impl", "--attention"):  # two spellings, one setting
+        model.add_argument(
+            flag,
+            dest="attn_impl",
+            choices=("eager", "sdpa"),
+            help="eager materialises the (B, H, T, T) scores; sdpa does not "
+            "(default: eager for TinyGPT, sdpa for --model)",
+        )
     run = p.add_argument_group("training run")
     run.add_argument(
-        "--seq-len",
-        type=int,
-        required=True,
-        help="longest row in tokens: the worst case the memory must survive",
+        "--seq-len", type=int, required=True, help="longest row in tokens: the worst case"
     )
+    run.add_argument("--memory-gb", type=float, help="memory per device in GiB (2**30 bytes)")
+    run.add_argument("--gpu-memory", help="memory per device with a unit: 24GiB, 80GB, 24 (GiB)")
     run.add_argument(
-        "--memory-gb", type=float, required=True, help="memory per device in GiB (2**30 bytes)"
+        "--dtype", choices=tuple(DTYPES), help="float32 (TinyGPT default) or bfloat16 (bf16)..."
     )
-    run.add_argument("--dataset-size", type=int, required=True, help="training examples")
-    run.add_argument("--devices", type=int, default=1, help="devices available (default: 1)")
-    run.add_argument(
-        "--target-min",
-        type=int,
-        default=16,
-        help="smallest effective batch, in examples (default: 16)",
-    )
-    run.add_argument(
-        "--target-max",
-        type=int,
-        default=64,
-        help="largest effective batch, in examples (default: 64)",
-    )
-    run.add_argument(
-        "--min-tokens",
-        type=int,
-        default=4000,
-        help="tokens per optimiser step to reach (default: 4000)",
-    )
-    run.add_argument(
-        "--dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="dtype of weights, gradients and activations (default: float32)",
-    )
+    tiny = p.add_argument_group("TinyGPT run")
+    tiny.add_argument("--dataset-size", type=int, help="training examples")
+    tiny.add_argument("--devices", type=int, help="devices available (default: 1)")
+    tiny.add_argument("--target-min", type=int, help="smallest effective batch (default: 16)")
+    tiny.add_argument("--target-max", type=int, help="largest effective batch (default: 64)")
+    tiny.add_argument("--min-tokens", type=int, help="tokens per step to reach (default: 4000)")
+    hf = p.add_argument_group("--model run")
+    hf.add_argument("--finetune", choices=("lora", "full"), help="default: lora")
+    hf.add_argument("--lora-rank", type=int, help="LoRA rank on every projection (default: 16)")
+    hf.add_argument("--target-tokens", type=int, help="tokens per optimiser step to reach")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_plan_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """One-line errors (exit 2) for values argparse cannot judge alone."""
+    hf = args.model is not None
+    stray = [n for n in (TINYGPT_ONLY if hf else HF_ONLY) if getattr(args, n) is not None]
+    if stray:
+        other = "TinyGPT shape" if hf else "--model"
+        parser.error(f"{_flag(stray[0])} belongs to the {other} plan, not this one")
+    needed = ["seq_len"] if hf else ["d_model", "n_layers", "n_heads", "seq_len", "dataset_size"]
+    missing = [_flag(n) for n in needed if getattr(args, n) is None]
+    if args.memory_gb is None and args.gpu_memory is None:
+        missing.append("--gpu-memory" if hf else "--memory-gb")
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    for name in (*needed, *TINYGPT_ONLY, *HF_ONLY[1:]):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and value <= 0:
+            parser.error(f"{_flag(name)} must be positive, got {value}")
+    if args.memory_gb is not None and not 0 < args.memory_gb < float("inf"):  # also nan
+        parser.error(f"--memory-gb must be a positive finite number, got {args.memory_gb}")
+    low, high = args.target_min or 16, args.target_max or 64
+    if low > high:
+        parser.error(f"--target-min {low} is above --target-max {high}")
 
 
 def _run_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    for flag in (
-        "d_model",
-        "n_layers",
-        "n_heads",
-        "vocab_size",
-        "seq_len",
-        "dataset_size",
-        "devices",
-        "target_min",
-        "target_max",
-        "min_tokens",
-    ):
-        value = getattr(args, flag)
-        if value <= 0:
-            parser.error(f"--{flag.replace('_', '-')} must be positive, got {value}")
-    if not 0 < args.memory_gb < float("inf"):  # also rejects nan
-        parser.error(f"--memory-gb must be a positive finite number, got {args.memory_gb}")
-    if args.target_min > args.target_max:
-        parser.error(f"--target-min {args.target_min} is above --target-max {args.target_max}")
+    _check_plan_args(args, parser)
+    return (_run_hf_plan if args.model is not None else _run_tinygpt_plan)(args, parser)
 
+
+def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import torch  # imported here so that --help and argument errors stay fast
 
     from .budget import NoBatchFitsError
+    from .finetune import parse_bytes
     from .model import TinyGPTConfig
     from .plan import plan
 
+    dtype = DTYPES[args.dtype or "float32"]
+    if dtype == "float16":
+        parser.error("--dtype float16 is not planned for TinyGPT: use float32 or bfloat16")
     try:
+        budget = int(args.memory_gb * 2**30) if args.memory_gb else parse_bytes(args.gpu_memory)
         config = TinyGPTConfig(
-            vocab_size=args.vocab_size,
+            vocab_size=args.vocab_size or 260,
             d_model=args.d_model,
             n_heads=args.n_heads,
             n_layers=args.n_layers,
             max_seq_len=args.seq_len,
-            attn_impl=args.attn_impl,
+            attn_impl=args.attn_impl or "eager",
         )
         result = plan(
-            config,
-            int(args.memory_gb * 2**30),
-            args.seq_len,
-            args.dataset_size,
-            target_effective=(args.target_min, args.target_max),
-            min_tokens_per_step=args.min_tokens,
-            n_devices=args.devices,
-            dtype=getattr(torch, args.dtype),
-        )
+            config, budget, args.seq_len, args.dataset_size,
+            target_effective=(args.target_min or 16, args.target_max or 64),
+            min_tokens_per_step=args.min_tokens or 4000, n_devices=args.devices or 1,
+            dtype=getattr(torch, dtype),
+        )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
     except NoBatchFitsError as exc:
@@ -138,6 +149,23 @@ def _run_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 1
     print(result.to_table())
     return 0
+
+
+def _run_hf_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .finetune import plan_finetune
+
+    memory = args.gpu_memory if args.gpu_memory is not None else f"{args.memory_gb}GiB"
+    try:
+        result = plan_finetune(
+            args.model, memory, args.seq_len,
+            dtype=DTYPES[args.dtype] if args.dtype else None,
+            finetune=args.finetune or "lora", lora_rank=args.lora_rank or 16,
+            attn_impl=args.attn_impl or "sdpa", target_tokens=args.target_tokens,
+        )  # fmt: skip
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(result.to_table())
+    return 0 if result.micro_batch_size else 1
 
 
 # name -> (add_arguments(parser), run(args, parser) -> exit status, one-line summary, epilog)

@@ -1,15 +1,19 @@
-"""Tests for ``python -m course_lib``: help, a plan printed as a table, one-line errors."""
+"""Tests for ``python -m course_lib``: help, a plan printed as a table, one-line errors; the
+TinyGPT plan and the real fine-tune plan (``--model``)."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from course_lib.__main__ import main
-from course_lib.budget import plan
+from course_lib.cli import main
+from course_lib.finetune import plan_finetune
 from course_lib.model import TinyGPTConfig
+from course_lib.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN_ARGS = [
@@ -54,8 +58,10 @@ def test_help_is_clear():
         "--memory-gb",
         "GiB",
         "--target-min",
-        "example:",
+        "examples:",
         "python -m course_lib plan --d-model",
+        "python -m course_lib plan --model Llama-3.1-8B --gpu-memory 24GiB",
+        "--target-tokens",
     ):
         assert text in sub.stdout
 
@@ -110,3 +116,88 @@ def test_nothing_fits_is_one_line_and_exit_1(capsys):
     assert main(with_value("--memory-gb", "0.5")) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nothing fits" in err and "512 MiB" in err
+
+
+HF_EXAMPLE = [
+    "plan", "--model", "Llama-3.1-8B", "--gpu-memory", "24GiB", "--seq-len", "4096",
+    "--dtype", "bf16", "--finetune", "lora", "--lora-rank", "16", "--attention", "sdpa",
+    "--target-tokens", "32000",
+]  # fmt: skip
+
+
+def test_the_real_fine_tune_example_prints_the_library_plan():
+    out = run_cli(*HF_EXAMPLE)
+    assert out.returncode == 0, out.stderr
+    expected = plan_finetune(
+        "Llama-3.1-8B", "24GiB", 4096, dtype="bf16", finetune="lora", lora_rank=16,
+        attn_impl="sdpa", target_tokens=32000,
+    )  # fmt: skip
+    assert out.stdout.strip() == expected.to_table()
+    for row in ("weights", "adapters", "gradients", "optimiser states", "activations per row",
+                "logits per row", "largest micro-batch", "tokens per step"):  # fmt: skip
+        assert f"\n{row} " in out.stdout
+    assert expected.micro_batch_size * expected.grad_accum_steps * 4096 >= 32000
+
+
+def test_the_example_plans_in_well_under_a_second_of_cpu():
+    # CPU time, not wall time: a busy machine must not fail it. (Importing torch, which the
+    # command line pays first, is not the planner's.)
+    start = time.process_time()
+    assert main(HF_EXAMPLE) == 0
+    assert time.process_time() - start < 1.0
+
+
+def hf_args(**changes):
+    args = list(HF_EXAMPLE)
+    for flag, value in changes.items():
+        flag = "--" + flag.replace("_", "-")
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (hf_args(gpu_memory="lots"), "memory 'lots' is not a size like 24GiB"),
+        (hf_args(model="Llama-9"), "unknown model 'Llama-9': pass the path of its config.json"),
+        (hf_args(lora_rank="0"), "--lora-rank must be positive, got 0"),
+        (hf_args(target_tokens="-5"), "--target-tokens must be positive, got -5"),
+        (hf_args(dtype="int8"), "argument --dtype: invalid choice: 'int8'"),
+        (hf_args(d_model="768"), "--d-model belongs to the TinyGPT shape plan"),
+        (PLAN_ARGS + ["--lora-rank", "8"], "--lora-rank belongs to the --model plan"),
+        (hf_args(model="gpt2", seq_len="2048"), "exceeds GPT-2's n_positions=1024"),
+        (["plan", "--model", "gpt2", "--seq-len", "512"], "required: --gpu-memory"),
+    ],
+)
+def test_real_fine_tune_errors_are_one_line_with_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_your_own_config_json_and_its_unsupported_kind(capsys, tmp_path):
+    mine = tmp_path / "config.json"
+    mine.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 256, "num_attention_heads": 4,
+                                "num_key_value_heads": 2, "intermediate_size": 512,
+                                "num_hidden_layers": 4, "vocab_size": 1000}))  # fmt: skip
+    assert main(hf_args(model=str(mine), gpu_memory="1GiB", seq_len="512")) == 0
+    assert "\nplan " in capsys.readouterr().out
+    other = tmp_path / "gemma.json"
+    other.write_text(json.dumps({"model_type": "gemma"}))
+    with pytest.raises(SystemExit):
+        main(hf_args(model=str(other)))
+    assert (
+        "model_type 'gemma' is not supported; supported: llama, mistral" in capsys.readouterr().err
+    )
+
+
+def test_nothing_fits_warns_in_plain_words_and_exits_1(capsys):
+    assert main(hf_args(finetune="full", gpu_memory="40GiB")) == 1
+    out = capsys.readouterr().out
+    assert "warning: nothing fits: the weights, adapters and optimiser states alone need" in out
+    assert "fine-tune with LoRA instead" in out

@@ -124,8 +124,8 @@ class Classroom:
         self.settings_file.chmod(0o644)
         return {"settings": settings, "accounts": people}
 
-    def start_gradebook(self) -> tuple[Cluster, str]:
-        cluster = Cluster(self.state / "postgres")
+    def start_gradebook(self, cluster: Cluster) -> str:
+        """Start ``cluster`` (made by the caller, so that it can stop a half-started one)."""
         cluster.init()
         cluster.start(free_port())
         password_file = self.secrets / "gradebook_password"
@@ -133,7 +133,7 @@ class Classroom:
             write_private(password_file, accounts.new_password())
         url = cluster.ensure_database(GRADEBOOK_DB, GRADEBOOK_ROLE, password_file.read_text())
         write_private(self.secrets / "gradebook_url", url)
-        return cluster, url
+        return url
 
     def start_hub(self) -> subprocess.Popen:
         env = {
@@ -182,11 +182,9 @@ class Classroom:
                 return
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
-                try:
-                    os.killpg(hub_pid, 0)
-                except ProcessLookupError:
-                    return
                 reap(hub_pid)
+                if not group_members(hub_pid):
+                    return
                 time.sleep(0.2)
 
     def teardown(self, hub_pid: int | None, cluster: Cluster | None, people: list[str]) -> None:
@@ -198,6 +196,19 @@ class Classroom:
             cluster.stop()
         for stale in (self.pids_file, self.secrets / "ready.json"):
             stale.unlink(missing_ok=True)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)"
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
 
 
 def reap(pid: int) -> None:

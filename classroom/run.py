@@ -80,7 +80,8 @@ def cmd_start(args) -> int:
     signal.signal(signal.SIGINT, on_signal)
     status = 0
     try:
-        cluster, gradebook_url = room.start_gradebook()
+        cluster = Cluster(room.state / "postgres")
+        gradebook_url = room.start_gradebook(cluster)
         pids = {"run": os.getpid(), "postgres": cluster.proc.pid}
         write_private(room.pids_file, json.dumps(pids))
         host = "127.0.0.1" if settings["ip"] in ("0.0.0.0", "") else settings["ip"]

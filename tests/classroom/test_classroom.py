@@ -135,8 +135,9 @@ class Room:
                 return self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 subprocess.run([sys.executable, str(RUN), "stop", "--state", str(self.state)])
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+                if self.proc.poll() is None:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(timeout=30)
                 return None
         return self.proc.returncode
 

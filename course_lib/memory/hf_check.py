@@ -94,6 +94,7 @@ class HFComparison:
     measured_saved: int
     peak_at: str
     method: str
+    counted: int = 0  # the exact count (on a GPU beside the allocator's peak)
 
     @property
     def error(self) -> float:
@@ -139,6 +140,7 @@ def compare_hf(config, shapes, *, dtype, attn_impl, lora_rank=None, checkpointin
                 report.saved_bytes,
                 p.peak_at,
                 report.method,
+                report.counted_peak_bytes,
             )  # fmt: skip
         )
     return rows

@@ -3,7 +3,7 @@
 from assessment import Item
 
 # Hand-written searches that are wrong in the ways students get them wrong.
-_DOUBLING_FROM_GUESS = '''
+_DOUBLING_FROM_GUESS = """
 def largest_fitting(fits, guess):  # the library's strategy by hand: doubles even from a good guess
     lo, hi = 0, max(1, guess)
     while fits(hi):
@@ -14,9 +14,9 @@ def largest_fitting(fits, guess):  # the library's strategy by hand: doubles eve
     if lo == 0:
         raise ValueError("nothing fits")
     return lo
-'''
+"""
 
-_LINEAR_FROM_GUESS = '''
+_LINEAR_FROM_GUESS = """
 def largest_fitting(fits, guess):  # exact, but one size at a time
     n = max(1, guess)
     if fits(n):
@@ -28,9 +28,9 @@ def largest_fitting(fits, guess):  # exact, but one size at a time
         if fits(n):
             return n
     raise ValueError("nothing fits")
-'''
+"""
 
-_OFF_BY_ONE = '''
+_OFF_BY_ONE = """
 def largest_fitting(fits, guess):  # returns the smallest failure, not the largest fit
     g = max(1, guess)
     lo, hi, step = (g, None, 1) if fits(g) else (None, g, 1)
@@ -44,7 +44,7 @@ def largest_fitting(fits, guess):  # returns the smallest failure, not the large
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return hi
-'''
+"""
 
 ITEMS: dict[str, Item] = {
     "predict-micro-batch": Item(
@@ -69,10 +69,12 @@ ITEMS: dict[str, Item] = {
             "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3500, 11, 13",
         ],
         library=(
-            "tp_dataset_size = next(n for n in range(250, 10_001, 250) if (_t := small_dataset_trap("
+            "tp_dataset_size = next(n for n in range(250, 10_001, 250) "
+            "if (_t := small_dataset_trap("
             "n, loss_tokens_per_example, [1], min_tokens=min_tokens_per_step))"
             ".max_effective_for_steps >= math.ceil(_t.min_effective_for_tokens))\n"
-            "_p = plan(config, budget_bytes, seq_len, tp_dataset_size, target_effective=(136, 136))\n"
+            "_p = plan(config, budget_bytes, seq_len, tp_dataset_size, "
+            "target_effective=(136, 136))\n"
             "tp_micro_batch, tp_grad_accum = _p.micro_batch_size, _p.grad_accum_steps\n"
         ),
         constants=["tp_dataset_size"],
@@ -120,7 +122,8 @@ ITEMS: dict[str, Item] = {
         library=(
             "_big = plan_finetune('Mistral-7B-v0.3', '80GiB', 2048, dtype='bfloat16', "
             "finetune='lora', lora_rank=16, attn_impl='sdpa')\n"
-            "q5_rows_plain, q5_rows_ckpt = _big.max_micro_batch['none'], _big.max_micro_batch['blocks']\n"
+            "q5_rows_plain = _big.max_micro_batch['none']\n"
+            "q5_rows_ckpt = _big.max_micro_batch['blocks']\n"
         ),
         constants=["q5_rows_plain", "q5_rows_ckpt"],
     ),

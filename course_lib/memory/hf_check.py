@@ -64,7 +64,12 @@ def build_model(config, *, dtype, attn_impl, lora_rank=None, checkpointing="none
             f"asked for {attn_impl} attention, got {model.config._attn_implementation}"
         )
     if checkpointing not in (None, False, "none"):
-        model.activation_checkpointing_enable()
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5
+            model.activation_checkpointing_enable()
+        else:  # transformers 4: the same, spelled out
+            kwargs = {"use_reentrant": False}
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            model.enable_input_require_grads()
     if lora_rank is not None:
         import peft
 

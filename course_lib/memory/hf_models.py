@@ -107,10 +107,8 @@ def _loss(ops: Ops, logits: int, V: int) -> None:
     if B > 1:
         labels = t.tensor(N * INT64, False, LOSS, "loss: labels shifted")
     (logp,) = t.op("loss", LOSS, [l32], [N * V * FP32], ("out",), ops._dx(N * V * FP32))
-    total = t.tensor(
-        FP32, False, LOSS, "loss"
-    )  # nll_loss's weight total: outlives the step (measured)
-    t.keep(total)
+    total = t.tensor(FP32, False, LOSS, "loss")  # nll_loss's weight total
+    t.keep(total)  # (measured: it outlives the step)
     prog = ops._dx(N * V * FP32)
     (loss,) = t.op("loss", LOSS, [logp], [FP32], (labels, total), prog)
     t.drop(logp, labels)
@@ -132,88 +130,90 @@ def _causal_mask(ops: Ops, spec: StepSpec) -> int:
     until its backward is over)."""
     t, T = ops.tape, spec.seq_len
     causal = t.tensor(T * T, False, "", "causal mask")  # kv_idx <= q_idx, bool
-    mask = t.tensor(
-        spec.batch_size * T * T * spec.b, False, "", "causal mask"
-    )  # where(causal, 0, min)
+    mask = t.tensor(spec.batch_size * T * T * spec.b, False, "", "causal mask")  # where(...)
     t.drop(causal)
     return mask
 
 
 def _llama_layer(ops: Ops, arch: Arch, spec: StepSpec, name, x, extra, mask, full, lora) -> int:
     """``LlamaDecoderLayer`` (also Mistral's and Qwen2's) as ops, in the order they run."""
-    t, N, b = ops.tape, ops.N, spec.b
-    C, M, d = arch.hidden_size, arch.intermediate_size, arch.head_dim
+    t, nc = ops.tape, ops.N * arch.hidden_size * spec.b
+    h = ops.rmsnorm(f"{name}.input_layernorm", "norms", x, arch.hidden_size, f"{name}.ln1", full)
+    a = _llama_attention(ops, arch, spec, f"{name}.self_attn", h, extra, mask, full, lora)
+    t.drop(h)  # self_attn's argument goes when it returns
+    x2 = ops.add(f"{name}.residual", "residual", x, a, nc)
+    t.drop(a)
+    h2 = ops.rmsnorm(f"{name}.post_attention_layernorm", "norms", x2, arch.hidden_size,
+                     f"{name}.ln2", full)  # fmt: skip
+    down = _llama_mlp(ops, arch, f"{name}.mlp", h2, full, lora)
+    t.drop(h2)
+    out = ops.add(f"{name}.residual", "residual", x2, down, nc)
+    t.drop(x2, down)
+    return out
+
+
+def _llama_attention(ops: Ops, arch: Arch, spec: StepSpec, att, h, extra, mask, full, lora):
+    """q, k, v projections, RoPE, attention (sdpa, or eager with ``repeat_kv``), ``o_proj``."""
+    t, N, b, C, d = ops.tape, ops.N, spec.b, arch.hidden_size, arch.head_dim
     H, K = arch.num_attention_heads, arch.num_key_value_heads
+    nq, nkv = N * H * d * b, N * K * d * b
     cos, sin, _ = extra
-    att, mlp = f"{name}.self_attn", f"{name}.mlp"
-    h = ops.rmsnorm(f"{name}.input_layernorm", "norms", x, C, f"{name}.ln1", full)
-    qkv = []
-    for proj, width in (("q_proj", H * d), ("k_proj", K * d), ("v_proj", K * d)):
-        pid = f"{att}.{proj}"
-        qkv.append(ops.linear(pid, "attention", h, C, width, pid, full, arch.qkv_bias, lora))
-    q, k, v = qkv
-    # (B, T, n*d) -> (B, n, T, d): views, but q's and k's gradients come back from RoPE in
+    q, k, v = (
+        ops.linear(f"{att}.{p}", "attention", h, C, w, f"{att}.{p}", full, arch.qkv_bias, lora)
+        for p, w in (("q_proj", H * d), ("k_proj", K * d), ("v_proj", K * d))
+    )
+    # (B, T, n*d) -> (B, n, T, d) are views, but q's and k's gradients come back from RoPE in
     # (B, n, T, d) order and are copied to be viewed as (B, T, n*d) again.
     qe = ops.rope(
-        f"{att}.rope",
-        "attention",
-        ops.view_copy(att, "attention", q, N * H * d * b),
-        H * d,
-        cos,
-        sin,
+        f"{att}.rope", "attention", ops.view_copy(att, "attention", q, nq), H * d, cos, sin
     )
     ke = ops.rope(
-        f"{att}.rope",
-        "attention",
-        ops.view_copy(att, "attention", k, N * K * d * b),
-        K * d,
-        cos,
-        sin,
+        f"{att}.rope", "attention", ops.view_copy(att, "attention", k, nkv), K * d, cos, sin
     )
     t.drop(q, k)
     if spec.eager:
-        kr, vr = ke, ops.view_copy(att, "attention", v, N * K * d * b)
-        if H != K:  # repeat_kv: expand (its backward sums the copies), a reshape that copies
-            kr = ops.expand_sum(att, "attention", ke, N * K * d * b)
-            vr = ops.expand_sum(att, "attention", vr, N * K * d * b)
-            if K > 1 or spec.batch_size > 1:  # one kv head, one row: stride-0 views, no copy
-                kr = ops.copy(att, "attention", kr, N * H * d * b)
-                vr = ops.copy(att, "attention", vr, N * H * d * b)
+        kr, vr = ke, ops.view_copy(att, "attention", v, nkv)
+        if H != K:  # repeat_kv: expand (its backward sums the copies), then a copying reshape
+            # (one kv head and one row: stride-0 views all the way, no copy)
+            copies = K > 1 or spec.batch_size > 1
+            kr, vr = (_repeat_kv(ops, att, z, nkv, nq if copies else 0) for z in (kr, vr))
         o = ops.eager_attention(
             f"{att}.attention", "attention", qe, kr, vr, H, d, mask, True, H == K
         )
         # (B*H, T, d) -> (B, H, T, d) -> transpose(1, 2).contiguous(): a copy, and the view's
         # backward copies the transposed gradient.
-        oc = ops.copy(
-            att, "attention", ops.view_copy(att, "attention", o, N * H * d * b), N * H * d * b
-        )
-        t.drop(o)
-        if H != K:
-            t.drop(kr, vr)
+        oc = ops.copy(att, "attention", ops.view_copy(att, "attention", o, nq), nq)
+        t.drop(o, *((kr, vr) if H != K else ()))
     else:
         oc = ops.sdpa(f"{att}.sdpa", "attention", qe, ke, v, H, K, d)
     a = ops.linear(
         f"{att}.o_proj", "attention", oc, H * d, C, f"{att}.o_proj", full, arch.o_bias, lora
     )
-    t.drop(oc, qe, ke, v, h)  # self_attn's locals and its argument go when it returns
-    x2 = ops.add(f"{name}.residual", "residual", x, a, N * C * b)
-    t.drop(a)
-    h2 = ops.rmsnorm(f"{name}.post_attention_layernorm", "norms", x2, C, f"{name}.ln2", full)
-    gate = ops.linear(
-        f"{mlp}.gate_proj", "mlp", h2, C, M, f"{mlp}.gate_proj", full, arch.mlp_bias, lora
-    )
-    (act,) = t.op(f"{mlp}.act_fn", "mlp", [gate], [N * M * b], (gate,), ops._dx(N * M * b))
+    t.drop(oc, qe, ke, v)  # the attention's locals go when it returns
+    return a
+
+
+def _repeat_kv(ops: Ops, att: str, kv: int, nkv: int, nq: int) -> int:
+    """``kv[:, :, None].expand(...).reshape(B, H, T, d)``: a view whose backward sums over the
+    copies, then (``nq`` bytes) a copy whose backward passes the gradient on."""
+    kv = ops.expand_sum(att, "attention", kv, nkv)
+    return ops.copy(att, "attention", kv, nq) if nq else kv
+
+
+def _llama_mlp(ops: Ops, arch: Arch, mlp: str, h2: int, full: bool, lora) -> int:
+    """``down_proj(act_fn(gate_proj(x)) * up_proj(x))``: SiLU keeps its input, the product both
+    of its factors (four ``N x intermediate`` tensors in all)."""
+    t, C, M, bias = ops.tape, arch.hidden_size, arch.intermediate_size, arch.mlp_bias
+    nm = ops.N * M * ops.b
+    gate = ops.linear(f"{mlp}.gate_proj", "mlp", h2, C, M, f"{mlp}.gate_proj", full, bias, lora)
+    (act,) = t.op(f"{mlp}.act_fn", "mlp", [gate], [nm], (gate,), ops._dx(nm))
     t.drop(gate)
-    up = ops.linear(f"{mlp}.up_proj", "mlp", h2, C, M, f"{mlp}.up_proj", full, arch.mlp_bias, lora)
-    prod = ops.mul(f"{mlp}.act_fn * up_proj", "mlp", act, up, N * M * b)
+    up = ops.linear(f"{mlp}.up_proj", "mlp", h2, C, M, f"{mlp}.up_proj", full, bias, lora)
+    prod = ops.mul(f"{mlp}.act_fn * up_proj", "mlp", act, up, nm)
     t.drop(act, up)
-    down = ops.linear(
-        f"{mlp}.down_proj", "mlp", prod, M, C, f"{mlp}.down_proj", full, arch.mlp_bias, lora
-    )
-    t.drop(prod, h2)
-    out = ops.add(f"{name}.residual", "residual", x2, down, N * C * b)
-    t.drop(x2, down)
-    return out
+    down = ops.linear(f"{mlp}.down_proj", "mlp", prod, M, C, f"{mlp}.down_proj", full, bias, lora)
+    t.drop(prod)
+    return down
 
 
 def _gpt2_positions(ops: Ops, arch: Arch, x: int, full: bool) -> tuple[int, tuple[int], int]:

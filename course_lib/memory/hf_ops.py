@@ -30,13 +30,8 @@ class Ops:
     """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``."""
 
     def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int) -> None:
-        self.tape, self.B, self.T, self.N, self.b = (
-            tape,
-            batch_size,
-            seq_len,
-            batch_size * seq_len,
-            b,
-        )
+        self.tape, self.b = tape, b
+        self.B, self.T, self.N = batch_size, seq_len, batch_size * seq_len
 
     # -- linear layers ------------------------------------------------------------------------
 
@@ -72,12 +67,10 @@ class Ops:
         t.drop(a)
         (scaled,) = t.op(where, comp, [up], [N * n_out * FP32], (), self._dx(N * n_out * FP32))
         t.drop(up)
-        cast = (
-            [("new", "d0", N * n_out * b), ("grad", 0, "d0")] if b != FP32 else [("grad", 0, "g")]
-        )
-        (total,) = t.op(
-            where, comp, [out, scaled], [N * n_out * FP32], (), cast + [("grad", 1, "g")]
-        )
+        # fp32 sum; a bf16 base output gets its gradient cast back to bf16 (a copy)
+        cast = self._dx(N * n_out * b) if b != FP32 else [("grad", 0, "g")]
+        prog = cast + [("grad", 1, "g")]
+        (total,) = t.op(where, comp, [out, scaled], [N * n_out * FP32], (), prog)
         t.drop(out, scaled)
         res = self.to(where, comp, total, n_out, b, src=FP32)
         if res != total:
@@ -208,8 +201,8 @@ class Ops:
         """Eager attention on ``(B, H, T, d)`` tensors: ``softmax(q @ k.T * scale + mask) @ v``.
 
         ``matmul`` folds q and k to 3-D: q (laid out as ``(B, T, H, d)`` by RoPE or the fused
-        projection) is copied, and so is ``k`` unless ``repeat_kv`` already made a contiguous
-        copy; ``v`` likewise (``v_copy``), after the softmax. Llama-like models take the softmax
+        projection) is copied, and so are ``k`` and, after the softmax, ``v``, unless
+        ``repeat_kv`` already made them contiguous (``copy_kv``). Llama-like models take the softmax
         in fp32 and cast back (``fp32_softmax``): in bf16 both probability tensors are kept. Saves
         the q, k and v copies and the ``B x H x T x T`` probabilities: the quadratic term.
         Returns the ``(B*H, T, d)`` output."""

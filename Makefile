@@ -6,12 +6,15 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,hf
+EXTRAS ?= dev,hf,classroom
+CHP := classroom/node_modules/.bin/configurable-http-proxy
+CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
 GRADING_OUT ?= grading
 
-.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help
+.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help \
+	classroom classroom-stop classroom-clean
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
@@ -20,6 +23,8 @@ help:
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder"
 	@echo "make bench    print the benchmark figures quoted in the README"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
+	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
+	@echo "make classroom-stop  stop it from another terminal"
 
 setup: $(VENV)/.installed
 
@@ -36,8 +41,8 @@ lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
 
 lint: setup
-	$(VENV)/bin/ruff check course_lib tests benchmarks scripts nbgrader_config.py
-	$(VENV)/bin/ruff format --check course_lib tests benchmarks scripts nbgrader_config.py
+	$(VENV)/bin/ruff check course_lib tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/ruff format --check course_lib tests benchmarks scripts classroom nbgrader_config.py
 	$(PY) scripts/release.py --strip-solutions --check
 
 unit: setup
@@ -70,3 +75,17 @@ bench-gpu: setup
 	$(PY) benchmarks/memory_model.py --device cuda
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
 	  && $(PY) benchmarks/checkpointing.py --device cuda || echo "no CUDA: checkpointing GPU run skipped"
+
+# JupyterHub's proxy from npm, pinned by classroom/package-lock.json.
+$(CHP): classroom/package.json classroom/package-lock.json
+	npm ci --prefix classroom --no-audit --no-fund
+	@touch $@
+
+classroom: setup $(CHP)
+	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
+
+classroom-stop:
+	$(PY) classroom/run.py stop
+
+classroom-clean:
+	$(PY) classroom/run.py clean

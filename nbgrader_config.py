@@ -16,7 +16,15 @@ c = get_config()  # noqa: F821  (injected by traitlets when it executes this fil
 
 # --- where things are -------------------------------------------------------------------------
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
-c.CourseDirectory.course_id = "shapes"
+# What depends on the deployment comes from one place, the environment: a hub sets these per
+# user (classroom/jupyterhub_config.py on one machine; singleuser.extraEnv and hub.extraConfig on
+# Kubernetes: docs/classroom.md). Unset, this is one instructor's course: id "shapes", nbgrader's
+# default exchange, and a SQLite gradebook.db in the course root.
+c.CourseDirectory.course_id = os.environ.get("SHAPES_COURSE_ID", "shapes")
+if os.environ.get("SHAPES_EXCHANGE_ROOT"):
+    c.Exchange.root = os.environ["SHAPES_EXCHANGE_ROOT"]
+if os.environ.get("SHAPES_GRADEBOOK_URL"):  # e.g. postgresql+psycopg://grader:...@host/db
+    c.CourseDirectory.db_url = os.environ["SHAPES_GRADEBOOK_URL"]
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 

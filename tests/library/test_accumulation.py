@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import micro_batch, tiny_model
+from helpers import micro_batch, tiny_model
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 

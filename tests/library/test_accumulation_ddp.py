@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import micro_batch, tiny_model
+from helpers import micro_batch, tiny_model
 from torch.nn.parallel import DistributedDataParallel
 
 from course_lib.accumulation import accumulate_gradients, concatenate_micro_batches

@@ -4,7 +4,7 @@ two rules of the small-dataset trap, each checked against the function it sweeps
 from dataclasses import replace
 
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 
 from course_lib.budget_curves import budget_fit, plan_curve, small_dataset_trap
 from course_lib.memory import activation_bytes

@@ -9,7 +9,7 @@ import pkgutil
 
 import matplotlib.pyplot as plt
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 from matplotlib.figure import Figure
 
 import course_lib.figures

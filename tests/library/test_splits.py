@@ -4,7 +4,7 @@ and one split predicted (and measured) for each attention path."""
 from dataclasses import replace
 
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 
 from course_lib.memory import activation_bytes, attention_elements
 from course_lib.splits import budget_split, split_seq_lens, values_per_layer

@@ -3,7 +3,7 @@ as it was: the token-weighted window matches the full batch, the mean of means d
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

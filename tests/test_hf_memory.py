@@ -70,8 +70,6 @@ def component_of(module: str) -> str:
 
 def explain(row, config, lora, ckpt) -> str:
     """Why a comparison failed: versions, the peaks, and saved bytes component by component."""
-    import peft  # noqa: F401 (present whenever lora is)
-
     model = build_model(
         config, dtype=getattr(torch, row.dtype), attn_impl=row.attn_impl,
         lora_rank=lora, checkpointing=ckpt,

@@ -36,10 +36,12 @@ def saved_values_per_token(n_layers, d_model, d_mlp, n_heads, checkpoint_every):
 ITEMS: dict[str, Item] = {
     "predict-time-ratio": Item(
         wrong=["predicted_time_ratio = 1.5", "predicted_time_ratio = 2", "predicted_time_ratio = 1.3"],
-        # the measured ratio is the library's answer; on a CPU it lands near 1.26-1.31, not 4/3
+        # the measured ratio is the library's answer, read to one decimal as a student would read
+        # it off the printout (1.2-1.4 on a CPU, never 4/3): rounded, so a lucky timing on a busy
+        # machine cannot land within the hidden test's tolerance of 4/3 and make this test flaky
         library=(
-            "predicted_time_ratio = time_checkpointing(config, batch_size, timing_seq_len, "
-            "repeats=3, seed=seed).ratio"
+            "predicted_time_ratio = round(time_checkpointing(config, batch_size, timing_seq_len, "
+            "repeats=3, seed=seed).ratio, 1)"
         ),
         constants=["predicted_time_ratio"],
     ),

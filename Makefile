@@ -68,11 +68,13 @@ bench: setup
 	$(PY) benchmarks/packing.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/checkpointing.py
+	$(PY) benchmarks/hf_memory.py
 
 # GPU checks: the memory model and checkpointing against the CUDA allocator. Needs a CUDA torch
 # (make setup TORCH_SPEC=...); each script says so and exits 0 on a machine without a GPU.
 bench-gpu: setup
 	$(PY) benchmarks/memory_model.py --device cuda
+	$(PY) benchmarks/gpu_hf_memory.py
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
 	  && $(PY) benchmarks/checkpointing.py --device cuda || echo "no CUDA: checkpointing GPU run skipped"
 

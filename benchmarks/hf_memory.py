@@ -22,8 +22,8 @@ import time
 
 import torch
 
+from course_lib.hf.predict import CHECKED_WITH, SUPPORTED_MODEL_TYPES
 from course_lib.memory import format_bytes
-from course_lib.memory.hf import CHECKED_WITH, SUPPORTED_MODEL_TYPES
 from course_lib.memory.hf_check import compare_hf, tiny_config
 
 SHAPES = [(1, 16), (2, 32), (4, 24), (1, 128), (3, 40), (2, 96), (6, 12), (1, 200)]

@@ -16,7 +16,7 @@ parameter (4 + 4 + 8); in bf16 it is 12. Mixed-precision training with fp32 mast
 (``autocast``) costs 16 bytes per parameter plus bf16 activations: plan it with
 ``dtype="float32"`` for the states and read the activations from a bf16 plan.
 
-The step peak is a line in the micro-batch (:func:`~course_lib.memory.hf_scaling.peak_line`),
+The step peak is a line in the micro-batch (:func:`~course_lib.hf.scaling.peak_line`),
 so the largest micro-batch that fits is a closed form, not a search, and the plan answers in a
 fraction of a second. :func:`plan_finetune` returns a :class:`FinetunePlan`; print it.
 """
@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ._checks import one_of, positive_int
+from .hf.models import lora_parameter_count, parameter_count
+from .hf.predict import architecture, config_dict, notes_for, step_spec
+from .hf.scaling import peak_line
 from .hf_configs import load_config
-from .memory.hf import architecture, config_dict, notes_for, step_spec
-from .memory.hf_models import lora_parameter_count, parameter_count
-from .memory.hf_scaling import peak_line
-from .memory.meter import format_bytes
+from .units import format_bytes
 
 ADAMW_STATE_BYTES = 8  # two fp32 moments per trainable parameter
 ADAPTER_BYTES = 4  # PEFT autocasts bf16/fp16 adapters to fp32

@@ -1,13 +1,14 @@
 """Memory of one training step: measured (``meter``), predicted (``predict``), compared (``sweep``).
 
-The names below are the package's public API; each lives in the module named beside it.
+The names below are the package's public API; each lives in the module it is imported from
+(``predict_hf_step``, for Hugging Face models, in the torch-free :mod:`course_lib.hf`).
 """
 
-from .hf import HFStepBreakdown, predict_hf_step  # noqa: F401  (Hugging Face models)
+from ..hf.predict import HFStepBreakdown, predict_hf_step
+from ..units import format_bytes
 from .meter import (
     LiveBytesTracker,
     MemoryReport,
-    format_bytes,
     measure,
     measure_step,
     pick_device,
@@ -24,6 +25,7 @@ from .sweep import (
 
 __all__ = [
     "ActivationBreakdown",
+    "HFStepBreakdown",
     "CheckpointingRow",
     "LiveBytesTracker",
     "MemoryReport",
@@ -38,5 +40,6 @@ __all__ = [
     "mode_label",
     "parameter_count",
     "pick_device",
+    "predict_hf_step",
     "training_step",
 ]

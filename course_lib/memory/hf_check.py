@@ -5,7 +5,7 @@ query attention where the family has it), :func:`build_model` instantiates it th
 fine-tune would run (``model.train()``, PEFT LoRA on every attention and MLP projection,
 ``activation_checkpointing_enable()``), and :func:`compare_hf` runs one real training step per
 shape under :func:`~course_lib.memory.meter.measure_step` beside
-:func:`~course_lib.memory.hf.predict_hf_step`. Needs the ``hf`` extra (``transformers``;
+:func:`~course_lib.hf.predict.predict_hf_step`. Needs the ``hf`` extra (``transformers``;
 ``peft`` for LoRA).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .hf import predict_hf_step
+from ..hf.predict import predict_hf_step
 from .meter import LiveBytesTracker, measure_step, pick_device
 
 # Small enough to measure in milliseconds, shaped like the real thing: GQA (or MQA), tied and

@@ -19,19 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-
-def format_bytes(n: float) -> str:
-    """``1536`` -> ``'1.5 KiB'``: binary units, three significant figures."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-# --------------------------------------------------------------------------------------------
-# Measurement
-# --------------------------------------------------------------------------------------------
+from ..units import format_bytes
 
 
 def _storage_key(t: torch.Tensor) -> int:

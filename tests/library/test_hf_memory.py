@@ -20,16 +20,16 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (optional extra: pip install -e '.[hf]')"
 )
 
+from course_lib.hf.models import lora_parameter_count  # noqa: E402
+from course_lib.hf.ops import Ops  # noqa: E402
+from course_lib.hf.predict import CHECKED_WITH, SUPPORTED_MODEL_TYPES, architecture  # noqa: E402
 from course_lib.memory import HFStepBreakdown, attention_elements, predict_hf_step  # noqa: E402
-from course_lib.memory.hf import CHECKED_WITH, SUPPORTED_MODEL_TYPES, architecture  # noqa: E402
 from course_lib.memory.hf_check import (  # noqa: E402
     build_model,
     compare_hf,
     saved_by_module,
     tiny_config,
 )
-from course_lib.memory.hf_models import lora_parameter_count  # noqa: E402
-from course_lib.memory.hf_ops import Ops  # noqa: E402
 
 TOLERANCE = 0.03
 HAS_PEFT = importlib.util.find_spec("peft") is not None
@@ -55,7 +55,7 @@ def variant_id(v) -> str:
 
 
 def component_of(module: str) -> str:
-    """The breakdown component of the tensors a module makes (hf_models' ``component``)."""
+    """The breakdown component of a module's tensors (as ``course_lib.hf.models`` names it)."""
     parts = module.split(".")
     if module.endswith(":input"):
         return "checkpointed inputs"

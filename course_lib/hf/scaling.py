@@ -2,7 +2,7 @@
 
 Every tensor of a training step grows linearly with the rows of the micro-batch (for two rows and
 more: one row skips the labels' copy, 8 bytes per token), so the live bytes at each allocation of
-:func:`~course_lib.memory.hf_replay.replay` are ``a + b * rows``: one replay at 2 and one at 3
+:func:`~course_lib.hf.replay.replay` are ``a + b * rows``: one replay at 2 and one at 3
 rows give the peak at every micro-batch, and the largest micro-batch that fits a budget is a
 closed form (:meth:`PeakLine.max_rows`). The same holds layer for layer in the depth, so the line
 of a 32- or 80-layer model is read off models of 6 and 7 layers and carried over
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .hf_models import Arch, StepSpec, record_step
-from .hf_replay import replay
+from .models import Arch, StepSpec, record_step
+from .replay import replay
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The ops of a Hugging Face decoder, recorded on a :class:`~course_lib.memory.hf_tape.Tape`.
+"""The ops of a Hugging Face decoder, recorded on a :class:`~course_lib.hf.tape.Tape`.
 
 Each method is one PyTorch op (or a fixed group of them) as the installed stack runs it on the
 CPU: the tensors it allocates in the forward pass, the autograd node it creates, what that node
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hf_tape import Tape
+from .tape import Tape
 
 FP32 = 4
 INT64 = 8

@@ -1,6 +1,6 @@
 """A paper autograd, part two: PyTorch's rules for when each byte of a step lives and dies.
 
-:func:`replay` runs a :class:`~course_lib.memory.hf_tape.Tape` without a single tensor:
+:func:`replay` runs a :class:`~course_lib.hf.tape.Tape` without a single tensor:
 
 * the forward pass allocates every output; a tensor dies when its Python reference is dropped and
   no node saved it (a checkpointed block's nodes save nothing: the block keeps its inputs);
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hf_tape import LOSS, Node, Tape
+from .tape import LOSS, Node, Tape
 
 
 @dataclass

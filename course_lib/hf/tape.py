@@ -1,9 +1,9 @@
 """A paper autograd, part one: a training step recorded as sizes, nodes and lifetimes.
 
-:mod:`~course_lib.memory.hf_models` writes a model's forward pass on a :class:`Tape` as the
+:mod:`~course_lib.hf.models` writes a model's forward pass on a :class:`Tape` as the
 autograd nodes PyTorch creates (one per differentiable op, in creation order), each with the
 tensors it saves and a short *backward program*: the buffers its backward allocates, in order.
-:func:`~course_lib.memory.hf_replay.replay` applies PyTorch's rules to the record.
+:func:`~course_lib.hf.replay.replay` applies PyTorch's rules to the record.
 
 Backward program instructions, sizes in bytes:
 

@@ -11,11 +11,11 @@ import torch
 
 import course_lib.plan
 from course_lib.finetune import ADAMW_STATE_BYTES, parse_bytes, plan_finetune
+from course_lib.hf.models import lora_parameter_count, parameter_count, record_step
+from course_lib.hf.predict import architecture, step_spec
+from course_lib.hf.replay import replay
+from course_lib.hf.scaling import peak_line
 from course_lib.hf_configs import available, load_config
-from course_lib.memory.hf import architecture, step_spec
-from course_lib.memory.hf_models import lora_parameter_count, parameter_count, record_step
-from course_lib.memory.hf_replay import replay
-from course_lib.memory.hf_scaling import peak_line
 
 HAS_HF = importlib.util.find_spec("transformers") is not None
 

@@ -3,7 +3,7 @@
 :func:`record_step` writes the forward pass of ``model(input_ids, labels=input_ids,
 use_cache=False)`` for a Llama-like model (``llama``, ``mistral``, ``qwen2``: RMSNorm, RoPE,
 grouped-query attention, SwiGLU) or GPT-2 (learned positions, LayerNorm, fused ``c_attn``,
-tanh-GELU written out op by op) as :mod:`~course_lib.memory.hf_ops` ops, with PEFT LoRA on
+tanh-GELU written out op by op) as :mod:`~course_lib.hf.ops` ops, with PEFT LoRA on
 every attention and MLP projection if asked, and each decoder layer checkpointed the way
 ``model.activation_checkpointing_enable()`` does it (non-reentrant; the embedding output is made
 to require a gradient so that LoRA's gradients reach the first layer).
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hf_ops import FP32, INT64, Lora, Ops
-from .hf_tape import LOSS, Tape
+from .ops import FP32, INT64, Lora, Ops
+from .tape import LOSS, Tape
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from course_lib.finetune import plan_finetune
 from course_lib.model import TinyGPTConfig
 from course_lib.plan import plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLAN_ARGS = [
     "plan",
     "--d-model",

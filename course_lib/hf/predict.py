@@ -6,10 +6,10 @@
 ``zero_grad(set_to_none=True)``: what the forward keeps for backward, the gradients made so far,
 the backward's buffers in flight, and the loss's fp32 log-probabilities.
 
-How: :mod:`~course_lib.memory.hf_models` writes the step as the autograd nodes the installed stack
+How: :mod:`~course_lib.hf.models` writes the step as the autograd nodes the installed stack
 creates (what each saves, what each backward allocates, read from the ``transformers``, ``peft``
 and PyTorch sources and checked op by op with the meter's timeline), and
-:mod:`~course_lib.memory.hf_tape` replays PyTorch's rules for when each tensor is freed. The
+:mod:`~course_lib.hf.tape` replays PyTorch's rules for when each tensor is freed. The
 prediction is exact by construction where the recipe is: on tiny models of every family it matches
 the CPU meter to the byte (``tests/test_hf_memory.py``). Assumed: full rows (no padding), no
 dropout (fine-tuning usually turns it off; GPT-2's config says 0.1), LoRA via PEFT with its
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._checks import checkpointing_mode, one_of, positive_int
-from .hf_models import Arch, StepSpec, record_step
-from .hf_replay import replay
+from .models import Arch, StepSpec, record_step
+from .replay import replay
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2")
 CHECKED_WITH = "transformers 5.24, peft 0.21, torch 2.13 (CPU)"  # where the recipes were read

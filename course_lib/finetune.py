@@ -30,7 +30,7 @@ from .hf.models import lora_parameter_count, parameter_count
 from .hf.predict import architecture, config_dict, notes_for, step_spec
 from .hf.scaling import peak_line
 from .hf_configs import load_config
-from .units import format_bytes
+from .units import format_bytes, table
 
 ADAMW_STATE_BYTES = 8  # two fp32 moments per trainable parameter
 ADAPTER_BYTES = 4  # PEFT autocasts bf16/fp16 adapters to fp32
@@ -99,12 +99,7 @@ class FinetunePlan:
         return self.micro_batch_size * self.grad_accum_steps * self.seq_len
 
     def to_table(self) -> str:
-        rows = self.rows()
-        width = max(len(k) for k, _ in rows)
-        lines = [f"{k:<{width}}  {v}" for k, v in rows]
-        return "\n".join(
-            lines + [f"note: {n}" for n in self.notes] + [f"warning: {w}" for w in self.warnings]
-        )
+        return table(self.rows(), self.notes, self.warnings)
 
     __str__ = to_table
 

@@ -29,6 +29,7 @@ from .budget import (
 )
 from .finetune import plan_finetune  # noqa: F401  (the plan for a real fine-tune, also here)
 from .model import TinyGPTConfig
+from .units import table
 
 
 @dataclass
@@ -142,12 +143,7 @@ class Plan:
         ]
 
     def to_table(self) -> str:
-        rows = self.rows()
-        width = max(len(k) for k, _ in rows)
-        lines = [f"{k:<{width}}  {v}" for k, v in rows]
-        return "\n".join(
-            lines + [f"note: {n}" for n in self.notes] + [f"warning: {w}" for w in self.warnings]
-        )
+        return table(self.rows(), self.notes, self.warnings)
 
     __str__ = to_table
 

@@ -1,4 +1,5 @@
-"""Sizes for people: bytes in binary units. No torch here, so the command line stays fast."""
+"""Text for people: bytes in binary units, plans as tables. No torch here, so the command line
+stays fast."""
 
 from __future__ import annotations
 
@@ -13,3 +14,10 @@ def format_bytes(n: float) -> str:
             return f"{n:.3g} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def table(rows, notes=(), warnings=()) -> str:
+    """``(label, text)`` rows as two aligned columns, then ``note:`` and ``warning:`` lines."""
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    return "\n".join(lines + [f"note: {n}" for n in notes] + [f"warning: {w}" for w in warnings])

@@ -127,7 +127,7 @@ def test_nothing_reads_outside_the_repository():
         for p in (ROOT / folder).rglob("*.py")
         if p != Path(__file__) and pattern.search(p.read_text())
     ]
-    assert offenders == [], f"a user's clone has no ../shared: {offenders}"
+    assert offenders == [], f"a user's clone has no shared folder beside it: {offenders}"
 
 
 def test_grading_help_needs_no_dev_extra():

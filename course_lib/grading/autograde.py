@@ -124,6 +124,12 @@ def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[
         (job / folder).mkdir(parents=True)
     nbformat.write(nb, str(job / "in.ipynb"))
     _stage(work, sub, job / "stage")
+    size = sum(path.stat().st_size for path in (job / "stage").rglob("*") if path.is_file())
+    if size > options.limits.tmpfs_bytes // 2:  # it must fit in the sandbox's home, with room
+        room = options.limits.tmpfs_bytes / 2**20
+        message = f"its folder is {size / 2**20:.0f} MiB: too large for a {room:g} MiB sandbox"
+        sub.flag(message, gradable=False)
+        return None
     limits = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
     return JobSpec(
         lesson=sub.lesson,
@@ -224,5 +230,5 @@ def autograde(
                 sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
             shutil.rmtree(job, ignore_errors=True)
 
-        run_jobs(jobs(), options.jobs, done)
+        run_jobs(jobs(), options.jobs, done, work.root)
     gradebook.read_scores(work, subs, specs)

@@ -1,8 +1,10 @@
 """Run one submission's notebook in a fresh kernel, sandboxed, and leave nothing running.
 
-    python -m course_lib.grading.execute JOB_DIR
+    python -m course_lib.grading.execute --serve     # job folders on stdin, one a line
+    python -m course_lib.grading.execute JOB_DIR     # one job
 
-The grader starts one of these per submission (``jobs.py``), outside the sandbox. ``JOB_DIR``
+The grader keeps one of these per parallel slot (``jobs.py``), outside the sandbox; each job
+gets a fresh kernel in a fresh sandbox. ``JOB_DIR``
 holds ``job.json`` (``jobs.JobSpec``), ``in.ipynb`` (the notebook as nbgrader prepared it, hidden
 tests included: the kernel receives the cells one by one and never sees this file), ``stage/``
 (the student's folder as the kernel may see it) and ``runtime/`` (connection file, IPC sockets).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -29,13 +32,12 @@ import time
 from pathlib import Path
 
 import nbformat
-from jupyter_client.kernelspec import KernelSpec
-from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from course_lib.grading import sandbox
 from course_lib.grading.jobs import JobSpec, Outcome
+from course_lib.grading.kernel import GivenSpecKernelManager, kernel_manager
 from course_lib.grading.processes import become_subreaper, kill_leftovers
 
 PROBE = """
@@ -60,7 +62,8 @@ def _shapes_probe(hidden, venv, port):
         probe.close()
     return json.dumps({
         "visible": visible, "venv_writable": venv_writable, "network": network,
-        "uid": os.getuid(), "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
+        "uid": os.getuid(), "pid": os.getpid(),
+        "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
         "processes": resource.getrlimit(resource.RLIMIT_NPROC)[0],
     })
 """
@@ -68,21 +71,6 @@ def _shapes_probe(hidden, venv, port):
 
 class SandboxBroken(Exception):
     """The probe found the sandbox open; the message says how."""
-
-
-class GivenSpecKernelManager(AsyncKernelManager):
-    """A kernel manager whose kernel spec is given, not looked up by name.
-
-    jupyter_client 8 ignores ``kernel_cmd``; the spec's ``argv`` is what it runs.
-    """
-
-    def __init__(self, *, spec: KernelSpec, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._given_spec = spec
-
-    @property
-    def kernel_spec(self) -> KernelSpec:
-        return self._given_spec
 
 
 class GradingClient(NotebookClient):
@@ -98,6 +86,7 @@ class GradingClient(NotebookClient):
         self.output_cut: list[int] = []
         self.hidden_errors: list[int] = []
         self.probe: dict | None = None
+        self.kernel_pids: set[int] = set()  # the kernel (and bwrap): not leftovers
 
     def _record_hidden_error(self, cell, cell_index: int, execute_reply: dict) -> None:
         """As nbgrader's ``Execute``: an error reply without an error output gets one."""
@@ -132,8 +121,11 @@ class GradingClient(NotebookClient):
 
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
+        launched = getattr(self.km.provisioner, "pid", None)
+        self.kernel_pids |= {launched} if launched else set()
         if self.spec.sandbox:
             self.probe = await self._run_probe()
+            self.kernel_pids.add(self.probe.get("pid", 0))
             failure = _probe_failure(self.probe, self.spec)
             if failure:
                 raise SandboxBroken(failure)
@@ -144,7 +136,9 @@ class GradingClient(NotebookClient):
         listener = socket.create_server(("127.0.0.1", 0))
         try:
             port = listener.getsockname()[1]
-            call = f"_shapes_probe({self.spec.hidden!r}, {sys.prefix!r}, {port})"
+            # the grader's files by their own paths, and through this process's /proc entry
+            hidden = [*self.spec.hidden, f"/proc/{os.getpid()}/root{self.spec.hidden[0]}"]
+            call = f"_shapes_probe({hidden!r}, {sys.prefix!r}, {port})"
             msg_id = self.kc.execute(
                 PROBE, silent=True, store_history=False, user_expressions={"probe": call}
             )
@@ -185,39 +179,12 @@ def _probe_failure(probe: dict | None, spec: JobSpec) -> str:
     return ""
 
 
-def _kernel_manager(spec: JobSpec, job: Path) -> GivenSpecKernelManager:
-    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    runtime = job / "runtime"
-    if spec.sandbox:
-        argv = sandbox.kernel_argv(
-            bwrap=spec.bwrap,
-            stage=job / "stage",
-            runtime=runtime,
-            lesson=spec.lesson,
-            uid=spec.uid,
-            limits=sandbox.Limits(**spec.limits),
-            kernel=kernel,
-        )
-        mode = "message"  # a signal to bwrap would not reach the kernel in its own session
-    else:
-        argv, mode = kernel, "signal"
-    kernel_spec = KernelSpec(
-        argv=argv, display_name="Python 3 (grading)", language="python", interrupt_mode=mode
-    )
-    return GivenSpecKernelManager(
-        spec=kernel_spec,
-        transport="ipc",  # TCP cannot cross --unshare-net; IPC sockets in runtime/ can
-        ip=str(runtime / "kernel"),
-        connection_file=str(runtime / "kernel.json"),
-    )
-
-
 async def _execute(client: GradingClient, km: GivenSpecKernelManager, spec: JobSpec, job: Path):
     """Start the kernel, check the sandbox, run every cell; always shut the kernel down."""
     home = job / "home"
     if not spec.sandbox:  # the same private copy, on the host
         shutil.copytree(job / "stage", home / spec.lesson)
-    env = sandbox.kernel_environment(spec.lesson, sandbox.Limits(**spec.limits), home)
+    env = sandbox.kernel_environment(sandbox.Limits(**spec.limits), home)
     with open(job / "kernel.log", "wb") as log:
         try:
             await client.async_execute(
@@ -234,11 +201,27 @@ async def _execute(client: GradingClient, km: GivenSpecKernelManager, spec: JobS
                 await km.shutdown_kernel(now=True)
 
 
-def run_job(job: Path) -> Outcome:
-    """Execute ``job`` (see module), write ``out.ipynb``; return the outcome."""
+def _failure(err: Exception, client: GradingClient, spec: JobSpec, job: Path) -> Outcome:
+    """What a failed execution means; a sandboxed kernel that never started is the sandbox's."""
+    if isinstance(err, SandboxBroken):
+        return Outcome(status="sandbox failed", reason=str(err))
+    if spec.sandbox and client.probe is None:  # no student code has run yet
+        log = (job / "kernel.log").read_text(errors="replace").strip().splitlines()
+        why = log[-1] if log else f"{type(err).__name__}: {err}"
+        return Outcome(status="sandbox failed", reason=f"the sandboxed kernel did not start: {why}")
+    if isinstance(err, asyncio.TimeoutError):
+        return Outcome(status="timeout", reason=f"over {spec.notebook_timeout} s in all")
+    if isinstance(err, DeadKernelError):
+        return Outcome(status="dead", reason="the kernel died while running it")
+    return Outcome(status="error", reason=f"{type(err).__name__}: {err}".strip(": "))
+
+
+def run_job(job: Path) -> tuple[Outcome, frozenset[int]]:
+    """Execute ``job`` (see module), write ``out.ipynb``; return the outcome and the pids of
+    the kernel (and bwrap)."""
     spec = JobSpec.load(job)
     nb = nbformat.read(str(job / "in.ipynb"), as_version=4)
-    km = _kernel_manager(spec, job)
+    km = kernel_manager(spec, job)
     client = GradingClient(
         nb,
         spec,
@@ -258,35 +241,50 @@ def run_job(job: Path) -> Outcome:
         extra_arguments=["--HistoryManager.hist_file=:memory:"],
     )
     start = time.perf_counter()
-    outcome = Outcome(status="ok")
     try:
         asyncio.run(asyncio.wait_for(_execute(client, km, spec, job), spec.notebook_timeout))
-    except SandboxBroken as err:
-        outcome = Outcome(status="sandbox failed", reason=str(err))
-    except asyncio.TimeoutError:
-        outcome = Outcome(status="timeout", reason=f"over {spec.notebook_timeout} s in all")
-    except DeadKernelError:
-        outcome = Outcome(status="dead", reason="the kernel died while running it")
-    except Exception as err:  # noqa: BLE001 (reported per submission, never fatal)
-        outcome = Outcome(status="error", reason=f"{type(err).__name__}: {err}".strip(": "))
+        outcome = Outcome(status="ok")
+    except Exception as err:  # noqa: BLE001 (reported per submission, or stops the run)
+        outcome = _failure(err, client, spec, job)
     outcome.seconds = time.perf_counter() - start
     outcome.hidden_errors, outcome.output_cut = client.hidden_errors, client.output_cut
     outcome.probe = client.probe
     nbformat.write(nb, str(job / "out.ipynb"))
-    return outcome
+    return outcome, frozenset(client.kernel_pids)
+
+
+def run_one(job: Path) -> None:
+    """Run one job, leave nothing running after it, write its ``result.json``."""
+    spec = JobSpec.load(job)
+    kill_leftovers(spec.uid)  # a grader killed mid-run may have left some
+    kernel: frozenset[int] = frozenset()
+    try:
+        outcome, kernel = run_job(job)
+    finally:
+        left = kill_leftovers(spec.uid, grace=2.0, expected=kernel)
+    outcome.leftovers = left
+    outcome.save(job)
+
+
+def serve() -> None:
+    """Run the jobs whose folders arrive on stdin, one a line; answer each with a line."""
+    for line in sys.stdin:
+        job = Path(line.strip())
+        try:
+            run_one(job)
+            print(f"done {job}", flush=True)
+        except Exception as err:  # noqa: BLE001 (the grader reads the job's result or this)
+            print(f"failed {job} {type(err).__name__}: {err}".replace("\n", " "), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    job = Path((argv if argv is not None else sys.argv[1:])[0])
-    become_subreaper()  # orphans of the kernel come here
-    spec = JobSpec.load(job)
-    kill_leftovers(spec.uid)  # a previous grader killed mid-run may have left some
-    try:
-        outcome = run_job(job)
-    finally:
-        left = kill_leftovers(spec.uid, grace=2.0)
-    outcome.leftovers = left
-    outcome.save(job)
+    """``--serve``: jobs from stdin (the grader's workers); ``JOB_DIR``: one job."""
+    args = argv if argv is not None else sys.argv[1:]
+    become_subreaper()  # orphans of the kernels come here
+    if args == ["--serve"]:
+        serve()
+    else:
+        run_one(Path(args[0]))
     return 0
 
 

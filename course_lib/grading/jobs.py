@@ -1,11 +1,11 @@
-"""Run submissions' notebooks in parallel, each in its own process, kernel and sandbox.
+"""Run submissions' notebooks in parallel, each in its own kernel and sandbox.
 
 A job is a folder (see ``execute.py``) that the grader fills and a worker process runs::
 
     <run>/<n>/job.json  in.ipynb  stage/  runtime/   ->   out.ipynb  result.json  kernel.log
 
-``run_jobs`` keeps ``jobs`` workers busy; each worker holds a slot, and a root grader's sandbox
-in that slot runs as the slot's own uid (``sandbox.sandbox_uid``), so the process limit of one
+``run_jobs`` keeps ``jobs`` workers busy, one worker process per slot, and a root grader's
+sandbox in a slot runs as the slot's own uid (``sandbox.sandbox_uid``), so the process limit of one
 sandbox never counts another's processes. Results come back in completion order; the grader
 records them in submission order, so ``--jobs`` never changes the report.
 """
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import queue
+import select
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -72,56 +74,105 @@ class Outcome:
         return cls(**json.loads((job / "result.json").read_text(encoding="utf-8")))
 
 
-def run_one(job: Path, spec: JobSpec, slot: int) -> Outcome:
-    """Run the worker for ``job`` in ``slot``; never raises for the notebook's sake."""
-    spec.uid = sandbox.sandbox_uid(slot) if spec.sandbox else None
-    spec.save(job)
-    command = [sys.executable, "-m", "course_lib.grading.execute", str(job)]
-    with open(job / "worker.log", "wb") as log:
+class Worker:
+    """One worker process (``execute.py --serve``) for one slot: it runs jobs one after another.
+
+    Its imports are paid once per slot, not once per notebook; each job still gets a fresh
+    kernel in a fresh sandbox, and the worker kills whatever a kernel left before the next.
+    A worker that does not answer in time is killed and replaced for the next job.
+    """
+
+    def __init__(self, slot: int, log: Path) -> None:
+        self.slot, self.log = slot, log
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            with open(self.log, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "course_lib.grading.execute", "--serve"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                )
+        return self.proc
+
+    def run(self, job: Path, spec: JobSpec) -> Outcome:
+        """Run ``job`` in this slot; never raises for the notebook's sake."""
+        spec.uid = sandbox.sandbox_uid(self.slot) if spec.sandbox else None
+        spec.save(job)
         try:
-            proc = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=spec.notebook_timeout + WORKER_GRACE,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+            self._start().stdin.write(f"{job}\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # it died after its last job: a fresh one
+            self.stop()
+            self._start().stdin.write(f"{job}\n")
+            self.proc.stdin.flush()
+        answer = self._answer(job, time.monotonic() + spec.notebook_timeout + WORKER_GRACE)
+        if answer is None or not answer:  # too late, or the worker died: it goes, and its kernel
+            self.stop()
             if spec.uid is not None:
                 kill_leftovers(spec.uid, me=-1)
-            return Outcome(status="timeout", reason=f"over {spec.notebook_timeout} s in all")
-    try:
-        return Outcome.load(job)
-    except (OSError, ValueError, TypeError):  # the job folder was damaged (--no-sandbox only)
+            if answer is None:
+                return Outcome(status="timeout", reason=f"over {spec.notebook_timeout} s in all")
         try:
-            tail = (job / "worker.log").read_text(errors="replace").strip().splitlines()[-1:]
-        except OSError:
-            tail = []
-        why = tail[0] if tail else f"exit status {proc.returncode}"
-        return Outcome(status="error", reason=f"the grading process failed: {why}")
+            return Outcome.load(job)
+        except (OSError, ValueError, TypeError):  # the job folder was damaged (--no-sandbox)
+            why = answer or f"the grading process stopped (see {self.log.name})"
+            return Outcome(status="error", reason=f"the grading process failed: {why}")
+
+    def _answer(self, job: Path, deadline: float) -> str | None:
+        """The worker's line about ``job``; ``""`` if it died, ``None`` if it is late."""
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not ready:
+                break
+            line = self.proc.stdout.readline()
+            if not line:
+                return ""
+            if line.startswith((f"done {job}", f"failed {job}")):
+                return line.strip()
+        return None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        """Let the worker finish and exit (end of its input)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.stop()
 
 
 def run_jobs(
     jobs: Iterable[tuple[object, Path, JobSpec]],
     workers: int,
     done: Callable[[object, Outcome], None],
+    logs: Path,
 ) -> None:
     """Run every ``(key, folder, spec)`` with ``workers`` at a time; call ``done`` as each ends.
 
     ``done`` runs in the calling thread, so it may write the gradebook. ``jobs`` may be a
-    generator: the next job is prepared while the first ones already run.
+    generator: the first jobs run while the next are prepared. Worker logs go to ``logs``.
     """
-    slots: queue.Queue[int] = queue.Queue()
-    for slot in range(workers):
-        slots.put(slot)
+    idle: queue.Queue[Worker] = queue.Queue()
+    slots = [Worker(slot, logs / f"worker-{slot}.log") for slot in range(workers)]
+    for worker in slots:
+        idle.put(worker)
 
     def in_slot(job: Path, spec: JobSpec) -> Outcome:
-        slot = slots.get()
+        worker = idle.get()
         try:
-            return run_one(job, spec, slot)
+            return worker.run(job, spec)
         finally:
-            slots.put(slot)
+            idle.put(worker)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grading-job") as pool:
         futures = {}
@@ -133,3 +184,6 @@ def run_jobs(
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)  # the running ones end on their own
             raise
+        finally:
+            for worker in slots:
+                worker.close()

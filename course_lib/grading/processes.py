@@ -59,11 +59,13 @@ def _alive(uid: int | None, me: int) -> set[int]:
     return {pid for pid in found if table[pid][2] != "Z"}
 
 
-def kill_leftovers(uid: int | None, me: int | None = None, grace: float = 0.0) -> int:
+def kill_leftovers(
+    uid: int | None, me: int | None = None, grace: float = 0.0, expected: frozenset = frozenset()
+) -> int:
     """Kill every descendant of ``me`` (this process) and every process of ``uid``.
 
     Processes get ``grace`` seconds to end on their own (a kernel still shutting down);
-    returns how many had to be killed.
+    returns how many had to be killed, not counting the ``expected`` ones (the kernel itself).
     """
     me = os.getpid() if me is None else me
     deadline = time.monotonic() + grace
@@ -84,7 +86,7 @@ def kill_leftovers(uid: int | None, me: int | None = None, grace: float = 0.0) -
                 pass
         time.sleep(0.05)
     _reap()
-    return len(killed)
+    return len(killed - expected)
 
 
 def _reap() -> None:

@@ -31,6 +31,7 @@ kernel in its own session. There is no PID namespace: ipykernel quits at once in
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -132,7 +133,7 @@ def _folders_for(targets: list[Path]) -> list[str]:
     return args
 
 
-def _environment(lesson: str, limits: Limits) -> dict[str, str]:
+def _environment(limits: Limits) -> dict[str, str]:
     """The kernel's whole environment (``--clearenv``: nothing of the grader's leaks in)."""
     threads = str(max(1, limits.threads))
     return {
@@ -145,13 +146,12 @@ def _environment(lesson: str, limits: Limits) -> dict[str, str]:
         "MPLCONFIGDIR": f"{HOME}/.config/matplotlib",
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
-        "SHAPES_LESSON": lesson,
     }
 
 
-def kernel_environment(lesson: str, limits: Limits, home: Path) -> dict[str, str]:
+def kernel_environment(limits: Limits, home: Path) -> dict[str, str]:
     """The same environment for an unsandboxed kernel whose home is the host folder ``home``."""
-    env = _environment(lesson, limits)
+    env = _environment(limits)
     env.update(HOME=str(home), MPLCONFIGDIR=str(home / ".config" / "matplotlib"))
     env["TMPDIR"] = os.environ.get("TMPDIR", "/tmp")
     return env
@@ -170,7 +170,7 @@ def _limits_command(limits: Limits) -> list[str]:
 
 def _start_script(lesson: str, runtime: Path, uid: int | None) -> str:
     """Shell run inside the sandbox before the kernel: copy the folder in, drop privileges."""
-    folder = f"{HOME}/{lesson}"
+    folder = shlex.quote(f"{HOME}/{lesson}")
     copy = f"mkdir -p {folder} && cp -R {STAGE}/. {folder}/"
     if uid is None:
         return f'{copy} && cd {folder} && exec "$@"'
@@ -178,7 +178,8 @@ def _start_script(lesson: str, runtime: Path, uid: int | None) -> str:
         f"setpriv --reuid={uid} --regid={uid} --clear-groups --no-new-privs "
         "--inh-caps=-all --bounding-set=-all --pdeathsig=KILL --"
     )
-    return f'{copy} && chown -R {uid}:{uid} {HOME} {runtime} && cd {folder} && exec {drop} "$@"'
+    owned = f"chown -R {uid}:{uid} {HOME} {shlex.quote(str(runtime))}"
+    return f'{copy} && {owned} && cd {folder} && exec {drop} "$@"'
 
 
 def kernel_argv(
@@ -208,7 +209,7 @@ def kernel_argv(
     args += ["--perms", "0755", "--size", size, "--tmpfs", HOME]
     args += ["--ro-bind", str(stage), STAGE, "--bind", str(runtime), str(runtime)]
     args += ["--chdir", HOME, "--clearenv"]
-    for name, value in _environment(lesson, limits).items():
+    for name, value in _environment(limits).items():
         args += ["--setenv", name, value]
     script = _start_script(lesson, runtime, uid)
     return [*args, "--", "/bin/sh", "-c", script, "sh", *_limits_command(limits), *kernel]

@@ -64,6 +64,25 @@ def safe_student_id(raw: str) -> str:
     return _SAFE_ID.sub("_", raw.strip()).lstrip(".") or "_"
 
 
+def _in_student_folder(entry: Path, lessons: list[str], found: list, unknown: list) -> None:
+    """``<student>/<lesson>/<lesson>.ipynb`` or ``<student>/<lesson>.ipynb`` under ``entry``."""
+    for item in sorted(entry.iterdir()):
+        if item.name.startswith("."):
+            continue
+        stem = item.stem if item.is_file() and item.suffix == ".ipynb" else item.name
+        if stem not in lessons:
+            unknown.append(str(item))
+        elif item.is_file():
+            found.append((entry.name, stem, item, ""))
+        elif (item / f"{stem}.ipynb").is_file():
+            found.append((entry.name, stem, item / f"{stem}.ipynb", ""))
+        else:
+            others = sorted(p.name for p in item.glob("*.ipynb"))
+            seen = f" (found: {', '.join(others)})" if others else " (folder is empty)"
+            note = f"no {stem}.ipynb in {item}{seen}; rename the file to grade it"
+            found.append((entry.name, stem, None, note))
+
+
 def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[str]]:
     """Find every submission under ``folder``; return them and the files that were not understood.
 
@@ -76,40 +95,17 @@ def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[st
     by_length = sorted(lessons, key=len, reverse=True)
     found: list[tuple[str, str, Path | None, str]] = []  # raw student, lesson, path, note
     unknown: list[str] = []
-
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
-        if entry.is_file():
-            lesson = next((x for x in by_length if entry.name.endswith(f"_{x}.ipynb")), None)
-            if lesson and len(entry.name) > len(lesson) + 7:
-                found.append((entry.name[: -len(lesson) - 7], lesson, entry, ""))
-            else:
-                unknown.append(str(entry))
+        if not entry.is_file():
+            _in_student_folder(entry, lessons, found, unknown)
             continue
-        for item in sorted(entry.iterdir()):
-            if item.name.startswith("."):
-                continue
-            stem = item.stem if item.is_file() and item.suffix == ".ipynb" else item.name
-            if stem not in lessons:
-                unknown.append(str(item))
-            elif item.is_file():
-                found.append((entry.name, stem, item, ""))
-            else:
-                notebook = item / f"{stem}.ipynb"
-                if notebook.is_file():
-                    found.append((entry.name, stem, notebook, ""))
-                else:
-                    others = sorted(p.name for p in item.glob("*.ipynb"))
-                    seen = f" (found: {', '.join(others)})" if others else " (folder is empty)"
-                    found.append(
-                        (
-                            entry.name,
-                            stem,
-                            None,
-                            f"no {stem}.ipynb in {item}{seen}; rename the file to grade it",
-                        )
-                    )
+        lesson = next((x for x in by_length if entry.name.endswith(f"_{x}.ipynb")), None)
+        if lesson and len(entry.name) > len(lesson) + 7:
+            found.append((entry.name[: -len(lesson) - 7], lesson, entry, ""))
+        else:
+            unknown.append(str(entry))
 
     subs: dict[tuple[str, str], Submission] = {}
     for raw, lesson, path, note in found:

@@ -92,6 +92,13 @@ def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]
         set_source(copy.deepcopy(good), "answer_ratio", "while True:\n    pass"),
         {"status": "flagged", "auto": 2, "reason": r"still running after \d+ s"},
     )
+    return cases | damaged_cases(good, blank)
+
+
+def damaged_cases(good, blank) -> dict[str, tuple[object, dict]]:
+    """Submissions whose notebook was damaged: edited, deleted or copied cells, huge output,
+    a crash, and files that are not notebooks."""
+    cases: dict[str, tuple[object, dict]] = {}
     edited = set_source(copy.deepcopy(blank), "test_tokens", "assert True  # nothing to see here")
     cases["edited_test"] = (
         edited,

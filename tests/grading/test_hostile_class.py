@@ -1,13 +1,15 @@
 """A hostile class cannot break grading, or anybody else's grade (issue 12).
 
 One class of the fast fixture lesson: three honest students (full marks, blank, half done) and
-six hostile ones, each a full-marks notebook with one more cell at the end:
+seven hostile ones, each a full-marks notebook with one more cell at the end:
 
 - vandal: deletes the folders above it, the output folder, the submissions and the course, and
   tries to write into the venv;
 - reader: walks the folders around it and prints every hidden-test and solution line it finds;
 - writer: appends to another student's original and to the gradebook;
-- fork bomb: forks until it cannot (bounded at 2,000 so a broken limit cannot take the machine);
+- fork bomb: forks until it cannot (bounded at 2,000 so a broken limit cannot take the machine;
+  its children exit at once but are never reaped, so the run does not depend on their timing);
+- lingerer: starts a process in a session of its own, to outlive its kernel;
 - memory hog: asks for 10 GiB;
 - network: connects to a port this test listens on, on 127.0.0.1.
 
@@ -75,9 +77,10 @@ HOSTILE = {
         "import json, os\n"
         "here = os.getcwd()\n"
         "tops = [os.path.join(here, '..'), os.path.join(here, '..', '..'), {out!r}, {root!r}]\n"
+        "tops += [f'/proc/{{pid}}/cwd' for pid in os.listdir('/proc') if pid.isdigit()]\n"
         "for top in tops:\n"
         "    for folder, _, files in os.walk(top):\n"
-        "        for name in files:\n"
+        "        for name in [n for n in files if n.endswith('.ipynb')]:\n"
         "            try:\n"
         "                cells = json.load(open(os.path.join(folder, name)))['cells']\n"
         "            except Exception:\n"
@@ -96,16 +99,15 @@ HOSTILE = {
         [r"writes files", r"raised (FileNotFoundError|PermissionError|OSError)"],
     ),
     "forkbomb": (
-        "import os, time\n"
+        "import os\n"
         "for _ in range(2000):\n"
         "    if os.fork() == 0:\n"
-        "        time.sleep(120)\n"
-        "        os._exit(0)",
-        [
-            r"starts processes \(os\.fork\)",
-            r"raised BlockingIOError",
-            r"left processes running after its kernel ended",
-        ],
+        "        os._exit(0)  # never reaped: each child holds its place in the process table",
+        [r"starts processes \(os\.fork\)", r"raised BlockingIOError"],
+    ),
+    "lingerer": (
+        "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)",
+        [r"starts processes \(subprocess\.Popen\)", r"left processes running after its kernel"],
     ),
     "memoryhog": ("hog = bytearray(10 * 2**30)", [r"raised MemoryError"]),
     "network": (

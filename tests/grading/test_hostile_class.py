@@ -77,9 +77,16 @@ HOSTILE = {
         "import json, os\n"
         "here = os.getcwd()\n"
         "tops = [os.path.join(here, '..'), os.path.join(here, '..', '..'), {out!r}, {root!r}]\n"
-        "tops += [f'/proc/{{pid}}/cwd' for pid in os.listdir('/proc') if pid.isdigit()]\n"
+        "cwds = set()\n"
+        "for pid in os.listdir('/proc'):  # other processes' folders\n"
+        "    try:\n"
+        "        cwds.add(os.readlink(f'/proc/{{pid}}/cwd'))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "tops += sorted(cwds)\n"
         "for top in tops:\n"
-        "    for folder, _, files in os.walk(top):\n"
+        "    for folder, folders, files in os.walk(top):\n"
+        "        folders[:] = [f for f in folders if not f.startswith('.')]\n"
         "        for name in [n for n in files if n.endswith('.ipynb')]:\n"
         "            try:\n"
         "                cells = json.load(open(os.path.join(folder, name)))['cells']\n"
@@ -89,7 +96,7 @@ HOSTILE = {
         "                text = ''.join(cell['source'])\n"
         "                if 'BEGIN HIDDEN TESTS' in text or 'BEGIN SOLUTION' in text:\n"
         "                    print(text)",
-        [r"looks through folders \(os\.walk\)"],
+        [r"looks through folders \(os\.(walk|listdir)\)"],
     ),
     "writer": (
         "with open({victim!r}, 'a') as original:\n"

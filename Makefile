@@ -69,6 +69,7 @@ bench: setup
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/checkpointing.py
 	$(PY) benchmarks/hf_memory.py
+	$(PY) benchmarks/grading.py
 
 # GPU checks: the memory model and checkpointing against the CUDA allocator. Needs a CUDA torch
 # (make setup TORCH_SPEC=...); each script says so and exits 0 on a machine without a GPU.

@@ -13,8 +13,8 @@ that), after ``nbgrader collect``:
    them. Formgrader (manual grading), ``generate_feedback`` and ``export`` work from there;
    manual scores already entered are kept.
 
-If the installed ``course_lib.grading`` has no sandbox (its ``--help`` does not mention one),
-this falls back to plain ``nbgrader autograde LESSON`` and says so.
+There is no unsandboxed fallback: where bubblewrap cannot run, the grader stops with one line
+and so does this.
 """
 
 from __future__ import annotations
@@ -31,13 +31,6 @@ from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
 
 WORKSPACE = Path("grading")
-
-
-def sandboxed_grader_available() -> bool:
-    help_text = subprocess.run(
-        [sys.executable, "-m", "course_lib.grading", "--help"], capture_output=True, text=True
-    ).stdout
-    return "sandbox" in help_text
 
 
 def record_in_class_gradebook(lesson: str, course: Path, class_db: str, course_id: str) -> int:
@@ -94,9 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("lesson")
     args = parser.parse_args(argv)
     course = Path.cwd()
-    if not sandboxed_grader_available():
-        print("course_lib.grading has no sandbox here: grading with plain `nbgrader autograde`")
-        return subprocess.run(["nbgrader", "autograde", args.lesson]).returncode
     graded = subprocess.run(
         [sys.executable, "-m", "course_lib.grading", "submitted", "--root", str(course),
          "--out", str(WORKSPACE), "--lessons", args.lesson],

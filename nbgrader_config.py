@@ -49,9 +49,14 @@ c.Execute.timeout = 60
 # `course_lib.grading.feedback.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step:
 # the traceback of a failed hidden assert (which quotes the hidden line) is cut down to its last
 # line.
-# The names are imported only when feedback is generated.
+# `course_lib.grading.feedback.WithholdInstructorMaterial` then refuses to render a notebook in
+# which any other hidden-test, solution or mark-scheme line shows (a student's code that printed
+# the cells it saw run): that student gets no feedback file, nbgrader's log and exit status say
+# why, and `withheld_feedback/<student>/<lesson>/` records the lines. This holds for formgrader's
+# Generate Feedback button too. The names are imported only when feedback is generated.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "course_lib.grading.feedback.HideHiddenTests",
+    "course_lib.grading.feedback.WithholdInstructorMaterial",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

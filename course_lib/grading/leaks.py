@@ -27,6 +27,9 @@ _REGIONS = [
 _DELIMITERS = re.compile(r"(BEGIN|END) (HIDDEN TESTS|SOLUTION|MARK SCHEME)")
 _INVISIBLE = re.compile(r"<(style|script)\b.*?</\1>", re.S | re.I)
 _TAG = re.compile(r"<[^>]+>")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+#: Output types whose text a feedback page renders as markup (scanned as what a reader sees).
+_MARKUP = ("text/html", "image/svg+xml")
 
 
 def _norm(line: str) -> str:
@@ -82,7 +85,34 @@ def own_lines(notebook: Path) -> frozenset[str]:
     return frozenset(lines)
 
 
+def found_in(text: str, secret: frozenset[str], own: frozenset[str]) -> list[str]:
+    """The instructor lines in ``text`` (spaces normalised) that the student's cells do not hold."""
+    text = _norm(text)
+    return sorted(line for line in secret - own if line in text)
+
+
 def leaked(page: Path, secret: frozenset[str], own: frozenset[str]) -> list[str]:
     """The instructor lines in the HTML file ``page`` that the student's cells do not hold."""
-    text = _norm(visible_text(page.read_text(encoding="utf-8", errors="replace")))
-    return sorted(line for line in secret - own if line in text)
+    return found_in(visible_text(page.read_text(encoding="utf-8", errors="replace")), secret, own)
+
+
+def notebook_text(nb: nbformat.NotebookNode) -> str:
+    """Every text a feedback page made from ``nb`` could show: sources and outputs.
+
+    Markup outputs count twice, as written and as a reader sees them (tags gone); terminal
+    colour codes are removed (feedback renders them as colours). Stricter than the page itself:
+    it also holds what a page would only carry in a script.
+    """
+    parts: list[str] = []
+    for cell in nb.cells:
+        parts.append(cell.source)
+        for out in cell.get("outputs", []):
+            parts += [out.get("text", ""), out.get("ename", ""), out.get("evalue", "")]
+            parts += out.get("traceback", [])
+            for mime, value in out.get("data", {}).items():
+                value = "".join(value) if isinstance(value, list) else value
+                if isinstance(value, str):
+                    parts.append(value)
+                    if mime in _MARKUP:
+                        parts.append(visible_text(value))
+    return _ANSI.sub("", "\n".join(str(p) for p in parts))

@@ -34,6 +34,7 @@ import nbformat
 
 from course_lib.grading import course as wc
 from course_lib.grading.autograde import Options, autograde
+from course_lib.grading.feedback import WITHHELD, withheld_record
 from course_lib.grading.inspection import inspect, repaired_copy
 from course_lib.grading.leaks import instructor_lines, leaked, own_lines
 from course_lib.grading.lesson import LessonSpec
@@ -114,16 +115,20 @@ def _keep_feedback(work: wc.WorkCourse, subs: list[Submission], out: Path) -> No
         html = work.feedback / sub.student / sub.lesson / f"{sub.lesson}.html"
         if not sub.graded:
             continue
-        if not html.is_file():
+        record = withheld_record(work.root, sub.student, sub.lesson, sub.lesson)
+        if record.is_file():  # nbgrader's feedback step refused it (feedback.py)
+            found = [line.strip() for line in record.read_text("utf-8").splitlines()[1:]]
+        elif not html.is_file():
             sub.info.append("no feedback file was generated (see course/nbgrader.log)")
             continue
-        submitted = work.submitted / sub.student / sub.lesson / f"{sub.lesson}.ipynb"
-        found = leaked(html, secrets[sub.lesson], own_lines(submitted))
+        else:  # the page itself, scanned again: defence in depth
+            submitted = work.submitted / sub.student / sub.lesson / f"{sub.lesson}.ipynb"
+            found = leaked(html, secrets[sub.lesson], own_lines(submitted))
         if found:
-            html.unlink()  # not even formgrader's release_feedback may send it
+            html.unlink(missing_ok=True)  # not even formgrader's release_feedback may send it
             sub.flag(
-                f"feedback withheld: it contains instructor material ({len(found)} line(s) of "
-                f"hidden tests or solutions, e.g. {found[0][:60]!r})"
+                f"{WITHHELD} ({len(found)} line(s) of hidden tests or solutions, "
+                f"e.g. {found[0][:60]!r})"
             )
             continue
         dest = out / "feedback" / sub.student / f"{sub.lesson}.html"

@@ -11,9 +11,15 @@ import json
 import nbformat
 import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT
+from traitlets.config import Config
 
 from course_lib.grading import course as wc
-from course_lib.grading.feedback import HideHiddenTests
+from course_lib.grading.feedback import (
+    FeedbackWithheld,
+    HideHiddenTests,
+    WithholdInstructorMaterial,
+    withheld_record,
+)
 from course_lib.grading.leaks import instructor_lines, leaked, own_lines, visible_text
 
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
@@ -88,3 +94,65 @@ def test_hidden_tests_preprocessor_leaves_the_students_cells_alone():
     cell = nbformat.v4.new_code_cell("if 'BEGIN HIDDEN TESTS' in text:\n    print(text)")
     out, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
     assert out.source == cell.source
+
+
+# --- the feedback step that refuses to render a leak (WithholdInstructorMaterial) ------------
+
+
+def _course(tmp_path, submitted: nbformat.NotebookNode | None):
+    """A course folder with the fixture's two versions and, optionally, a submission."""
+    for step, path in (("source", SOURCE), ("release", RELEASE)):
+        dest = tmp_path / step / FIXTURE / f"{FIXTURE}.ipynb"
+        dest.parent.mkdir(parents=True)
+        dest.write_bytes(path.read_bytes())
+    if submitted is not None:
+        dest = tmp_path / "submitted" / "ana" / FIXTURE / f"{FIXTURE}.ipynb"
+        dest.parent.mkdir(parents=True)
+        nbformat.write(submitted, str(dest))
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path)
+    config.CourseDirectory.source_directory = "source"
+    config.CourseDirectory.release_directory = "release"
+    return WithholdInstructorMaterial(config=config)
+
+
+RESOURCES = {"nbgrader": {"student": "ana", "assignment": FIXTURE, "notebook": FIXTURE}}
+
+
+def _printed(text: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell("print(secret)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    return nbformat.v4.new_notebook(cells=[cell])
+
+
+def test_withhold_refuses_a_notebook_that_prints_a_hidden_test(tmp_path):
+    step = _course(tmp_path, nbformat.read(str(RELEASE), as_version=4))
+    with pytest.raises(FeedbackWithheld, match="feedback withheld: it contains instructor"):
+        step.preprocess(_printed(f"\x1b[0;31m{HIDDEN}\x1b[0m"), RESOURCES)  # colours don't hide it
+    record = withheld_record(tmp_path, "ana", FIXTURE, FIXTURE)
+    assert HIDDEN in record.read_text(encoding="utf-8")
+    step.preprocess(_printed("all tests passed"), RESOURCES)  # a clean page: the record goes
+    assert not record.exists()
+
+
+def test_withhold_reads_html_outputs_as_a_reader_sees_them(tmp_path):
+    step = _course(tmp_path, nbformat.read(str(RELEASE), as_version=4))
+    cell = nbformat.v4.new_code_cell("display(HTML(x))")
+    tagged = "".join(f"<b>{word}</b> " for word in HIDDEN.split())
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": tagged})]
+    with pytest.raises(FeedbackWithheld):
+        step.preprocess(nbformat.v4.new_notebook(cells=[cell]), RESOURCES)
+
+
+def test_withhold_lets_the_students_own_lines_through(tmp_path):
+    mine = nbformat.read(str(RELEASE), as_version=4)
+    mine.cells.append(nbformat.v4.new_code_cell(f"# I guess the test is:\n{HIDDEN}"))
+    step = _course(tmp_path, mine)
+    nb, _ = step.preprocess(_printed(HIDDEN), RESOURCES)
+    assert nb.cells[0].outputs[0]["text"] == HIDDEN
+
+
+def test_withhold_refuses_what_it_cannot_check(tmp_path):
+    step = _course(tmp_path, None)
+    with pytest.raises(FeedbackWithheld, match=r"cannot check it .* without .*submitted/ana"):
+        step.preprocess(_printed("nothing"), RESOURCES)

@@ -2,10 +2,10 @@
 
 The instructor's material in a lesson is every line of a hidden-test region, of a solution
 region (and of a written answer's model answer, which is a solution cell as a whole) and of a
-mark scheme, less the lines the student version shows anyway. A feedback file that contains one
-of these lines which the student's own cells do not contain is withheld. This holds whatever
-the kernel did (a hook that printed the next cell, a file read outside the sandbox) and also
-under ``--no-sandbox``.
+mark scheme, less what the student version shows anyway (a line, or part of one). A feedback
+file that contains one of these lines which the student's own cells do not contain is
+withheld. This holds whatever the kernel did (a hook that printed the next cell, a file read
+outside the sandbox) and also under ``--no-sandbox``.
 """
 
 from __future__ import annotations
@@ -49,10 +49,15 @@ def _secret_text(cell: nbformat.NotebookNode) -> list[str]:
 
 
 def instructor_lines(source: Path, release: Path) -> frozenset[str]:
-    """The lines of ``source`` (instructor version) a student of ``release`` never sees."""
+    """The lines of ``source`` (instructor version) a student of ``release`` never sees.
+
+    A line that is part of a line the student version shows (a hidden ``f(x)`` beside a visible
+    ``y = f(x)``) is left out: finding it in feedback would prove nothing.
+    """
     source_nb = nbformat.read(str(source), as_version=4)
     public = set()
-    for cell in nbformat.read(str(release), as_version=4).cells:
+    release_cells = nbformat.read(str(release), as_version=4).cells
+    for cell in release_cells:
         public |= _lines(cell.source)
     secret = set()
     for cell in source_nb.cells:
@@ -63,10 +68,13 @@ def instructor_lines(source: Path, release: Path) -> frozenset[str]:
             visible = region.sub("", visible)
         if not cell.metadata.get("nbgrader", {}).get("solution"):
             public |= _lines(visible)
+    shown = _norm("\n".join(cell.source for cell in release_cells))  # as feedback shows it
     keep = {
         line
         for line in secret - public
-        if len(line.replace(" ", "")) >= MIN_CHARS and not _DELIMITERS.search(line)
+        if len(line.replace(" ", "")) >= MIN_CHARS
+        and not _DELIMITERS.search(line)
+        and line not in shown
     }
     return frozenset(keep)
 
@@ -86,9 +94,9 @@ def own_lines(notebook: Path) -> frozenset[str]:
 
 
 def found_in(text: str, secret: frozenset[str], own: frozenset[str]) -> list[str]:
-    """The instructor lines in ``text`` (spaces normalised) that the student's cells do not hold."""
-    text = _norm(text)
-    return sorted(line for line in secret - own if line in text)
+    """The instructor lines in ``text`` (spaces normalised) that no line of the student's holds."""
+    text, mine = _norm(text), "\n".join(sorted(own))
+    return sorted(line for line in secret if line in text and line not in mine)
 
 
 def leaked(page: Path, secret: frozenset[str], own: frozenset[str]) -> list[str]:

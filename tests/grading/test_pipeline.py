@@ -22,6 +22,7 @@ import pytest
 
 from course_lib.grading import course as wc
 from course_lib.grading import release as rel
+from course_lib.grading.leaks import instructor_lines, leaked
 from course_lib.grading.lesson import LessonSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,3 +217,21 @@ def test_solution_notebook_scores_full_marks(round_trip, lesson):
     assert grades
     missed = {gid: got for gid, got in grades.items() if got[0] != got[1] or not got[1]}
     assert not missed, f"solution lost points (score, max): {missed}"
+
+
+def test_honest_submissions_get_their_feedback(round_trip, release):
+    """The feedback step's leak check withholds nothing from a blank or a solution notebook.
+
+    A false alarm here (an instructor line that is part of a visible one, say) would cost every
+    honest student their feedback; this runs nbgrader's feedback step as formgrader does.
+    """
+    work, _ = release
+    proc = work.run("generate_feedback", "*", "--force")
+    withheld = sorted(str(p.relative_to(work.root)) for p in work.root.rglob("withheld_*/**/*.txt"))
+    assert not withheld, proc.stdout[-3000:]
+    for lesson in work.lessons:
+        secret = instructor_lines(work.source_notebook(lesson), work.release_notebook(lesson))
+        page = work.feedback / "blank" / lesson / f"{lesson}.html"
+        assert page.is_file(), f"no feedback for blank/{lesson}:\n{proc.stdout[-3000:]}"
+        assert not leaked(page, secret, frozenset()), f"blank/{lesson} shows instructor lines"
+        assert (work.feedback / "solution" / lesson / f"{lesson}.html").is_file()

@@ -14,7 +14,8 @@ the speed-up of 2 over 1 (target >= 1.7x on 2 cores), the sandbox's overhead per
 and 3 are minutes apart, so a change in the machine's load shows as overhead; the sandbox's
 cost is therefore also measured directly: ``--pairs`` runs of the fixture's notebook in one
 worker, sandboxed and not in turn. The load average is printed: the figures mean little on a
-busy machine.
+busy machine. The class is honest: a row flagged or not graded stops the benchmark (a false
+alarm, e.g. feedback withheld from a blank notebook, is a bug, and it would change the times).
 """
 
 from __future__ import annotations
@@ -88,9 +89,9 @@ def run(subs: Path, root: Path, out: Path, *, jobs: int, sandbox: bool, timeout:
     start = time.perf_counter()
     rows = grade(subs, out, root, options=options, timings=timings)
     timings["total"] = time.perf_counter() - start
-    bad = [r for r in rows if r["status"] == "not graded"]
-    if bad:
-        raise SystemExit(f"{len(bad)} submission(s) not graded, e.g. {bad[0]['reasons']}")
+    bad = [r for r in rows if r["status"] in ("not graded", "flagged")]
+    if bad:  # the class is honest: a flag here is a false alarm, and the times would mean little
+        raise SystemExit(f"{len(bad)} honest submission(s) {bad[0]['status']}: {bad[0]['reasons']}")
     return timings
 
 

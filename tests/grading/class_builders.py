@@ -1,18 +1,34 @@
 """Building simulated students' submissions from a lesson's student and instructor versions.
 
-Shared by the grading tests (``test_grading.py``, ``test_hostile_class.py``) and
-``benchmarks/grading.py``; imported as a sibling module, like ``tests/strategies.py``.
+Shared by the grading tests (``test_grading.py``, ``test_hostile_class.py``,
+``test_feedback_withheld.py``) and ``benchmarks/grading.py``; imported as a sibling module, like
+``tests/strategies.py``.
 """
 
 from __future__ import annotations
 
+import shutil
 from hashlib import sha256
 from pathlib import Path
 
 import nbformat
 
+from course_lib.grading import course as wc
+
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"
 FIXTURE = "99_fixture"  # the fast fixture lesson: no torch, about a second of kernel time
+
+
+def fixture_course(tmp: Path) -> tuple[Path, wc.WorkCourse]:
+    """``tmp/root``: a course holding the fixture lesson only, with the repository's nbgrader
+    settings; and a work course in ``tmp/release`` with its student version generated."""
+    root = tmp / "root"
+    shutil.copytree(FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE, root / wc.SOURCE_DIR / FIXTURE)
+    shutil.copy(REPO / wc.CONFIG_FILE, root / wc.CONFIG_FILE)
+    work = wc.make_work_course(root, tmp / "release")
+    wc.generate_assignments(work)
+    return root, work
 
 
 def _solution_code(source: str) -> str:

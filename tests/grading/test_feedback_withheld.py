@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import copy
 import csv
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from class_builders import FIXTURE, FIXTURE_ROOT, filled, write
+from class_builders import FIXTURE, filled, fixture_course, write
 
 from course_lib.grading import course as wc
 from course_lib.grading.feedback import WITHHELD, withheld_record
 from course_lib.grading.leaks import instructor_lines, leaked, own_lines
 from course_lib.grading.sandbox import check_available
 
-REPO = Path(__file__).resolve().parents[2]
 SPY = (
     "def _show(info):\n"
     "    print(info.raw_cell)\n"
@@ -45,11 +43,7 @@ def _sandbox_flags() -> list[str]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("withheld")
-    root = tmp / "root"
-    shutil.copytree(FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE, root / wc.SOURCE_DIR / FIXTURE)
-    shutil.copy(REPO / wc.CONFIG_FILE, root / wc.CONFIG_FILE)
-    work = wc.make_work_course(root, tmp / "release")
-    wc.generate_assignments(work)
+    root, work = fixture_course(tmp)
     honest = filled(work.release_notebook(FIXTURE), work.source_notebook(FIXTURE))
     spy = copy.deepcopy(honest)
     spy.cells.insert(0, nbformat.v4.new_code_cell(SPY))

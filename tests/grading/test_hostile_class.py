@@ -34,14 +34,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from class_builders import FIXTURE, FIXTURE_ROOT, digest, filled, set_source, write
+from class_builders import FIXTURE, digest, filled, fixture_course, set_source, write
 
 from course_lib.grading import course as wc
 from course_lib.grading.leaks import instructor_lines, leaked, own_lines, visible_text
 from course_lib.grading.processes import running
 from course_lib.grading.sandbox import MAX_SLOTS, UID_BASE, check_available
 
-REPO = Path(__file__).resolve().parents[2]
 REPORTS = ("report.csv", "report.md", "scores.csv")
 HONEST = ("blank", "half", "honest")
 STUDENT_TIMEOUT = 30  # seconds a cell of student code may run (generous: a busy machine)
@@ -133,11 +132,7 @@ HOSTILE = {
 def course(tmp_path_factory):
     """A course root holding the fixture lesson only, and its student version."""
     tmp = tmp_path_factory.mktemp("hostile")
-    root = tmp / "root"
-    shutil.copytree(FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE, root / wc.SOURCE_DIR / FIXTURE)
-    shutil.copy(REPO / wc.CONFIG_FILE, root / wc.CONFIG_FILE)
-    work = wc.make_work_course(root, tmp / "release")
-    wc.generate_assignments(work)
+    root, work = fixture_course(tmp)
     return {"tmp": tmp, "root": root, "work": work}
 
 

@@ -14,10 +14,20 @@ from pathlib import Path
 import nbformat
 
 from course_lib.grading import course as wc
+from course_lib.grading.sandbox import check_available
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"
 FIXTURE = "99_fixture"  # the fast fixture lesson: no torch, about a second of kernel time
+
+
+def sandbox_problem() -> str:
+    """Why bubblewrap cannot sandbox here (``check_available``'s one line), or ``""``."""
+    try:
+        check_available()
+    except SystemExit as err:
+        return str(err)
+    return ""
 
 
 def fixture_course(tmp: Path) -> tuple[Path, wc.WorkCourse]:

@@ -18,26 +18,19 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from class_builders import FIXTURE, filled, fixture_course, write
+from class_builders import FIXTURE, filled, fixture_course, sandbox_problem, write
 
 from course_lib.grading import course as wc
 from course_lib.grading.feedback import WITHHELD, withheld_record
 from course_lib.grading.leaks import instructor_lines, leaked, own_lines
-from course_lib.grading.sandbox import check_available
 
+# The withholding holds either way; where bwrap cannot run, grade without it.
+NO_SANDBOX = ["--no-sandbox"] if sandbox_problem() else []
 SPY = (
     "def _show(info):\n"
     "    print(info.raw_cell)\n"
     "get_ipython().events.register('pre_run_cell', _show)"
 )
-
-
-def _sandbox_flags() -> list[str]:
-    try:
-        check_available()
-    except SystemExit:
-        return ["--no-sandbox"]  # the withholding holds either way; the hostile class needs bwrap
-    return []
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +44,7 @@ def graded(tmp_path_factory):
     write(subs / f"honest_{FIXTURE}.ipynb", honest)
     write(subs / f"spy_{FIXTURE}.ipynb", spy)
     command = [sys.executable, "-m", "course_lib.grading", str(subs), "--out", str(out)]
-    command += ["--root", str(root), "--jobs", "1", "--timeout", "60", *_sandbox_flags()]
+    command += ["--root", str(root), "--jobs", "1", "--timeout", "60", *NO_SANDBOX]
     proc = subprocess.run(command, capture_output=True, text=True, env=wc.nbgrader_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out / "report.csv", newline="", encoding="utf-8") as fh:

@@ -34,27 +34,27 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from class_builders import FIXTURE, digest, filled, fixture_course, set_source, write
+from class_builders import (
+    FIXTURE,
+    digest,
+    filled,
+    fixture_course,
+    sandbox_problem,
+    set_source,
+    write,
+)
 
 from course_lib.grading import course as wc
 from course_lib.grading.leaks import instructor_lines, leaked, own_lines, visible_text
 from course_lib.grading.processes import running
-from course_lib.grading.sandbox import MAX_SLOTS, UID_BASE, check_available
+from course_lib.grading.sandbox import MAX_SLOTS, UID_BASE
 
 REPORTS = ("report.csv", "report.md", "scores.csv")
 HONEST = ("blank", "half", "honest")
 STUDENT_TIMEOUT = 30  # seconds a cell of student code may run (generous: a busy machine)
 
 
-def _sandbox_problem() -> str:
-    try:
-        check_available()
-    except SystemExit as err:
-        return str(err)
-    return ""
-
-
-pytestmark = pytest.mark.skipif(bool(_sandbox_problem()), reason=_sandbox_problem() or "-")
+pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
 
 HOSTILE = {
     "vandal": (

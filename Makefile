@@ -41,8 +41,8 @@ lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
 
 lint: setup
-	$(VENV)/bin/ruff check course_lib tests benchmarks scripts classroom nbgrader_config.py
-	$(VENV)/bin/ruff format --check course_lib tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py
 	$(PY) scripts/release.py --strip-solutions --check
 
 unit: setup
@@ -61,7 +61,7 @@ release-check: setup
 	$(PY) scripts/release.py --check
 
 grade: setup
-	$(PY) -m course_lib.grading $(SUBMISSIONS) --out $(GRADING_OUT)
+	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT)
 
 bench: setup
 	$(PY) benchmarks/memory_model.py

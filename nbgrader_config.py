@@ -5,7 +5,7 @@ in ``solutions/<lesson>/<lesson>.ipynb``; ``nbgrader generate_assignment <lesson
 student version to ``notebooks/<lesson>/<lesson>.ipynb``. The lesson folder name is nbgrader's
 assignment id and the notebook stem is its notebook id.
 
-``scripts/release.py`` and ``python -m course_lib.grading`` load this file from their own
+``scripts/release.py`` and ``python -m course_grading`` load this file from their own
 temporary or private course folders (``load_subconfig``) and override only the paths, so the
 settings below hold everywhere.
 """
@@ -46,17 +46,17 @@ c.Execute.timeout = 60
 # nbgrader 0.9 puts hidden tests back into the autograded notebook and, by default, shows them in
 # the HTML feedback (jupyter/nbgrader#917). There is no switch for it: the feedback converter's
 # preprocessor list is configurable, so the hidden region is removed again before rendering.
-# `course_lib.grading.feedback.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step:
+# `course_grading.feedback.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step:
 # the traceback of a failed hidden assert (which quotes the hidden line) is cut down to its last
 # line.
-# `course_lib.grading.feedback.WithholdInstructorMaterial` then refuses to render a notebook in
+# `course_grading.feedback.WithholdInstructorMaterial` then refuses to render a notebook in
 # which any other hidden-test, solution or mark-scheme line shows (a student's code that printed
 # the cells it saw run): that student gets no feedback file, nbgrader's log and exit status say
 # why, and `withheld_feedback/<student>/<lesson>/` records the lines. This holds for formgrader's
 # Generate Feedback button too. The names are imported only when feedback is generated.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "course_lib.grading.feedback.HideHiddenTests",
-    "course_lib.grading.feedback.WithholdInstructorMaterial",
+    "course_grading.feedback.HideHiddenTests",
+    "course_grading.feedback.WithholdInstructorMaterial",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

@@ -4,7 +4,7 @@
 
 One class of ``--students`` submissions of one lesson (a third full marks, a third half done, a
 third blank; default: the fast fixture lesson of tests/grading) is graded three times with
-``course_lib.grading.run.grade``, as ``python -m course_lib.grading`` would:
+``course_grading.run.grade``, as ``python -m course_grading`` would:
 
 1. ``--jobs 1``, sandboxed;  2. ``--jobs 2``, sandboxed;  3. ``--jobs 1 --no-sandbox``.
 
@@ -35,12 +35,12 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
-from course_lib.grading import course as wc
-from course_lib.grading.autograde import Options
-from course_lib.grading.feedback import WITHHELD
-from course_lib.grading.jobs import JobSpec, Worker
-from course_lib.grading.run import grade
-from course_lib.grading.sandbox import Limits, check_available
+from course_grading import course as wc
+from course_grading.autograde import Options
+from course_grading.feedback import WITHHELD
+from course_grading.jobs import JobSpec, Worker
+from course_grading.run import grade
+from course_grading.sandbox import Limits, check_available
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_ROOT = REPO / "tests" / "grading" / "fixtures"

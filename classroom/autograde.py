@@ -3,7 +3,7 @@
 Run as the instructor in the course folder (``python classroom/run.py autograde LESSON`` does
 that), after ``nbgrader collect``:
 
-1. ``python -m course_lib.grading submitted --lessons LESSON --out grading`` grades every
+1. ``python -m course_grading submitted --lessons LESSON --out grading`` grades every
    collected submission in a private workspace, each notebook in its own bubblewrap sandbox
    (no network, read-only system, limits), and writes its report (``grading/report.md``);
 2. the grades it recorded (``grading/course/gradebook.db``, with its corrections: a deleted or
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     course = Path.cwd()
     graded = subprocess.run(
-        [sys.executable, "-m", "course_lib.grading", "submitted", "--root", str(course),
+        [sys.executable, "-m", "course_grading", "submitted", "--root", str(course),
          "--out", str(WORKSPACE), "--lessons", args.lesson],
     )  # fmt: skip
     if graded.returncode != 0:

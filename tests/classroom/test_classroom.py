@@ -306,7 +306,7 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         assert "recorded in the class gradebook" in output or "nbgrader autograde" in output
         sandboxed = "recorded in the class gradebook" in output
         (ARTIFACTS / "autograde-mode.txt").write_text(
-            "sandboxed course_lib.grading\n" if sandboxed else "plain nbgrader autograde\n"
+            "sandboxed course_grading\n" if sandboxed else "plain nbgrader autograde\n"
         )
         after_auto = scores(ready["gradebook_url"])
         assert after_auto[student_a]["auto"] == pytest.approx(facts["auto_max"]), after_auto

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib.grading import course as wc
-from course_lib.grading.sandbox import check_available
+from course_grading import course as wc
+from course_grading.sandbox import check_available
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"

@@ -1,4 +1,4 @@
-"""The static reading of student code (``course_lib.grading.cheats``), on the fixture lesson.
+"""The static reading of student code (``course_grading.cheats``), on the fixture lesson.
 
 The fixture's tests: ``test_tokens`` (2 points) calls ``tokens_per_batch``; ``test_ratio``
 (1 point) uses ``isinstance``, ``int``, ``float``, ``math`` and ``attention_ratio``. A cell added
@@ -14,9 +14,9 @@ import nbformat
 import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT, filled, set_source
 
-from course_lib.grading import course as wc
-from course_lib.grading.cheats import scan
-from course_lib.grading.lesson import LessonSpec
+from course_grading import course as wc
+from course_grading.cheats import scan
+from course_grading.lesson import LessonSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"

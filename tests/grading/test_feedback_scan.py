@@ -1,4 +1,4 @@
-"""The feedback scan (``course_lib.grading.leaks``) and the feedback preprocessor, on the fixture.
+"""The feedback scan (``course_grading.leaks``) and the feedback preprocessor, on the fixture.
 
 No nbgrader run: the instructor lines are read from the fixture's two versions, and the pages
 are small HTML strings written the way nbconvert writes code (tokens in ``<span>``s).
@@ -13,14 +13,14 @@ import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT
 from traitlets.config import Config
 
-from course_lib.grading import course as wc
-from course_lib.grading.feedback import (
+from course_grading import course as wc
+from course_grading.feedback import (
     FeedbackWithheld,
     HideHiddenTests,
     WithholdInstructorMaterial,
     withheld_record,
 )
-from course_lib.grading.leaks import instructor_lines, leaked, own_lines, visible_text
+from course_grading.leaks import instructor_lines, leaked, own_lines, visible_text
 
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
 RELEASE = FIXTURE_ROOT / wc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"

@@ -20,9 +20,9 @@ import nbformat
 import pytest
 from class_builders import FIXTURE, filled, fixture_course, sandbox_problem, write
 
-from course_lib.grading import course as wc
-from course_lib.grading.feedback import WITHHELD, withheld_record
-from course_lib.grading.leaks import instructor_lines, leaked, own_lines
+from course_grading import course as wc
+from course_grading.feedback import WITHHELD, withheld_record
+from course_grading.leaks import instructor_lines, leaked, own_lines
 
 # The withholding holds either way; where bwrap cannot run, grade without it.
 NO_SANDBOX = ["--no-sandbox"] if sandbox_problem() else []
@@ -43,7 +43,7 @@ def graded(tmp_path_factory):
     subs, out = tmp / "class", tmp / "out"
     write(subs / f"honest_{FIXTURE}.ipynb", honest)
     write(subs / f"spy_{FIXTURE}.ipynb", spy)
-    command = [sys.executable, "-m", "course_lib.grading", str(subs), "--out", str(out)]
+    command = [sys.executable, "-m", "course_grading", str(subs), "--out", str(out)]
     command += ["--root", str(root), "--jobs", "1", "--timeout", "60", *NO_SANDBOX]
     proc = subprocess.run(command, capture_output=True, text=True, env=wc.nbgrader_env())
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,6 +1,6 @@
-"""Grading a class of broken submissions with a real grading run (``course_lib.grading``).
+"""Grading a class of broken submissions with a real grading run (``course_grading``).
 
-One class of simulated students goes through one ``python -m course_lib.grading`` run. Most
+One class of simulated students goes through one ``python -m course_grading`` run. Most
 submissions are built from the fast fixture lesson ``tests/grading/fixtures/solutions/99_fixture``
 (no torch: about a second of kernel time each); the real lessons in ``solutions/`` add two (a
 correct submission of the first lesson and a deleted test cell in the last; each costs a full run
@@ -26,13 +26,13 @@ import nbformat
 import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT, digest, drop, filled, find, set_source, write
 
-from course_lib.grading import course as wc
-from course_lib.grading.autograde import Options
-from course_lib.grading.feedback import HideHiddenTests
-from course_lib.grading.lesson import LessonSpec
-from course_lib.grading.run import grade
-from course_lib.grading.submissions import collect
-from course_lib.grading.workspace import MARKER, prepare_workspace
+from course_grading import course as wc
+from course_grading.autograde import Options
+from course_grading.feedback import HideHiddenTests
+from course_grading.lesson import LessonSpec
+from course_grading.run import grade
+from course_grading.submissions import collect
+from course_grading.workspace import MARKER, prepare_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 STUDENT_TIMEOUT = 10  # seconds per cell of student code: the infinite loop costs this much
@@ -241,7 +241,7 @@ def graded_class(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "course_lib.grading",
+            "course_grading",
             str(subs_dir),
             "--out",
             str(out),

@@ -44,10 +44,10 @@ from class_builders import (
     write,
 )
 
-from course_lib.grading import course as wc
-from course_lib.grading.leaks import instructor_lines, leaked, own_lines, visible_text
-from course_lib.grading.processes import running
-from course_lib.grading.sandbox import MAX_SLOTS, UID_BASE
+from course_grading import course as wc
+from course_grading.leaks import instructor_lines, leaked, own_lines, visible_text
+from course_grading.processes import running
+from course_grading.sandbox import MAX_SLOTS, UID_BASE
 
 REPORTS = ("report.csv", "report.md", "scores.csv")
 HONEST = ("blank", "half", "honest")
@@ -191,8 +191,8 @@ def build_class(course: dict, subs: Path, out: Path, port: int) -> None:
 
 
 def grade_cli(subs: Path, out: Path, root: Path, *options: str) -> dict:
-    """Run ``python -m course_lib.grading``; return its process, report rows and sandbox uids."""
-    command = [sys.executable, "-m", "course_lib.grading", str(subs), "--out", str(out)]
+    """Run ``python -m course_grading``; return its process, report rows and sandbox uids."""
+    command = [sys.executable, "-m", "course_grading", str(subs), "--out", str(out)]
     command += ["--root", str(root), "--timeout", str(STUDENT_TIMEOUT), *options]
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wc.nbgrader_env()

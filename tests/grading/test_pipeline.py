@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.grading import course as wc
-from course_lib.grading import release as rel
-from course_lib.grading.leaks import instructor_lines, leaked
-from course_lib.grading.lesson import LessonSpec
+from course_grading import course as wc
+from course_grading import release as rel
+from course_grading.leaks import instructor_lines, leaked
+from course_grading.lesson import LessonSpec
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = (REPO / os.environ.get("SHAPES_COURSE_ROOT", ".")).resolve()
@@ -61,7 +61,7 @@ def release(tmp_path_factory):
         ROOT,
         tmp / "course",
         extra_config=[
-            "from course_lib.grading.autograde import CellTimeouts",
+            "from course_grading.autograde import CellTimeouts",
             f"c.Execute.timeout_func = CellTimeouts({str(tmp / 'course')!r}, "
             f"student={TIMEOUTS[0]}, lesson={TIMEOUTS[1]})",
             "c.Execute.iopub_timeout = 30",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import sandbox
-from course_lib.grading.autograde import Options
-from course_lib.grading.run import grade
+from course_grading import sandbox
+from course_grading.autograde import Options
+from course_grading.run import grade
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL = ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
@@ -94,7 +94,7 @@ def test_namespaces_refused_stop_the_command_in_one_line(monkeypatch):
 
 def test_help_needs_no_sandbox_and_lists_the_new_options():
     out = subprocess.run(
-        [sys.executable, "-m", "course_lib.grading", "--help"],
+        [sys.executable, "-m", "course_grading", "--help"],
         capture_output=True,
         text=True,
         check=True,

@@ -34,9 +34,9 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from course_lib.grading.course import CONFIG_FILE, WorkCourse, ignored
-from course_lib.grading.lesson import LessonSpec
-from course_lib.grading.submissions import Submission
+from course_grading.course import CONFIG_FILE, WorkCourse, ignored
+from course_grading.lesson import LessonSpec
+from course_grading.submissions import Submission
 
 SANITIZE = (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata)
 RECORD = (

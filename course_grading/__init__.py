@@ -10,5 +10,5 @@ One job per module; import names from the module that owns them:
 - ``autograde``: running the notebooks and reading the scores;
 - ``feedback``: feedback without hidden tests;
 - ``workspace``, ``report``, ``run``, ``cli``: the grading command (``python -m
-  course_lib.grading``).
+  course_grading``).
 """

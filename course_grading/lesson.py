@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib.grading.course import nbgrader_cells
+from course_grading.course import nbgrader_cells
 
 
 @dataclass

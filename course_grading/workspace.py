@@ -53,4 +53,4 @@ def prepare_workspace(out: Path, force: bool) -> None:
         elif path.exists():
             path.unlink()
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by python -m course_lib.grading\n", encoding="utf-8")
+    (out / MARKER).write_text("made by python -m course_grading\n", encoding="utf-8")

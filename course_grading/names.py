@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from IPython.core.inputtransformer2 import TransformerManager
 
-from course_lib.grading.lesson import LessonSpec
+from course_grading.lesson import LessonSpec
 
 _TRANSFORMER = TransformerManager()
 

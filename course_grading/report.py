@@ -10,8 +10,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from course_lib.grading.lesson import LessonSpec
-from course_lib.grading.submissions import Submission
+from course_grading.lesson import LessonSpec
+from course_grading.submissions import Submission
 
 REPORT_FIELDS = [
     "student",

@@ -21,14 +21,14 @@ from pathlib import Path
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
-from course_lib.grading import gradebook
-from course_lib.grading.cheats import scan
-from course_lib.grading.course import WorkCourse, ignored
-from course_lib.grading.inspection import review_autograded
-from course_lib.grading.jobs import JobSpec, Outcome, run_jobs
-from course_lib.grading.lesson import LessonSpec
-from course_lib.grading.sandbox import Limits
-from course_lib.grading.submissions import Submission
+from course_grading import gradebook
+from course_grading.cheats import scan
+from course_grading.course import WorkCourse, ignored
+from course_grading.inspection import review_autograded
+from course_grading.jobs import JobSpec, Outcome, run_jobs
+from course_grading.lesson import LessonSpec
+from course_grading.sandbox import Limits
+from course_grading.submissions import Submission
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Run one submission's notebook in a fresh kernel, sandboxed, and leave nothing running.
 
-    python -m course_lib.grading.execute --serve     # job folders on stdin, one a line
-    python -m course_lib.grading.execute JOB_DIR     # one job
+    python -m course_grading.execute --serve     # job folders on stdin, one a line
+    python -m course_grading.execute JOB_DIR     # one job
 
 The grader keeps one of these per parallel slot (``jobs.py``), outside the sandbox; each job
 gets a fresh kernel in a fresh sandbox. ``JOB_DIR``
@@ -35,10 +35,10 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
-from course_lib.grading import sandbox
-from course_lib.grading.jobs import JobSpec, Outcome
-from course_lib.grading.kernel import GivenSpecKernelManager, kernel_manager
-from course_lib.grading.processes import become_subreaper, kill_leftovers
+from course_grading import sandbox
+from course_grading.jobs import JobSpec, Outcome
+from course_grading.kernel import GivenSpecKernelManager, kernel_manager
+from course_grading.processes import become_subreaper, kill_leftovers
 
 PROBE = """
 def _shapes_probe(hidden, venv, port):

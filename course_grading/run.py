@@ -1,6 +1,6 @@
 """Grade a folder of student submissions, each in its own sandbox, and write a report.
 
-    python -m course_lib.grading SUBMISSIONS_DIR [--out grading] [--jobs N] [--timeout 60]
+    python -m course_grading SUBMISSIONS_DIR [--out grading] [--jobs N] [--timeout 60]
 
 Steps, all inside a private workspace (``--out``, default ``grading/``):
 
@@ -32,16 +32,16 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib.grading import course as wc
-from course_lib.grading.autograde import Options, autograde
-from course_lib.grading.feedback import WITHHELD, withheld_record
-from course_lib.grading.inspection import inspect, repaired_copy
-from course_lib.grading.leaks import instructor_lines, leaked, own_lines
-from course_lib.grading.lesson import LessonSpec
-from course_lib.grading.report import write_reports
-from course_lib.grading.sandbox import check_available
-from course_lib.grading.submissions import Submission, add_missing, collect
-from course_lib.grading.workspace import prepare_workspace
+from course_grading import course as wc
+from course_grading.autograde import Options, autograde
+from course_grading.feedback import WITHHELD, withheld_record
+from course_grading.inspection import inspect, repaired_copy
+from course_grading.leaks import instructor_lines, leaked, own_lines
+from course_grading.lesson import LessonSpec
+from course_grading.report import write_reports
+from course_grading.sandbox import check_available
+from course_grading.submissions import Submission, add_missing, collect
+from course_grading.workspace import prepare_workspace
 
 
 def _check_paths(submissions_dir: Path, out: Path) -> None:
@@ -71,7 +71,7 @@ def _build_course(
 ) -> tuple[wc.WorkCourse, dict[str, LessonSpec]]:
     """The work course with every lesson released, and each lesson's spec."""
     config = [
-        "from course_lib.grading.autograde import CellTimeouts",
+        "from course_grading.autograde import CellTimeouts",
         f"c.Execute.timeout_func = CellTimeouts({str(work_dir)!r}, student={timeouts[0]}, "
         f"lesson={timeouts[1]})",
         "c.Execute.iopub_timeout = 30  # let an interrupted torch kernel answer",

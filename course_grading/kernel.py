@@ -14,8 +14,8 @@ from pathlib import Path
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 
-from course_lib.grading import sandbox
-from course_lib.grading.jobs import JobSpec
+from course_grading import sandbox
+from course_grading.jobs import JobSpec
 
 
 class GivenSpecKernelManager(AsyncKernelManager):

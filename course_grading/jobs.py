@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course_lib.grading import sandbox
-from course_lib.grading.processes import kill_leftovers
+from course_grading import sandbox
+from course_grading.processes import kill_leftovers
 
 #: Seconds a worker may run past its notebook's limit (kernel start and shutdown) before it is
 #: killed from outside.
@@ -90,7 +90,7 @@ class Worker:
         if self.proc is None or self.proc.poll() is not None:
             with open(self.log, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "course_lib.grading.execute", "--serve"],
+                    [sys.executable, "-m", "course_grading.execute", "--serve"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,

@@ -1,4 +1,4 @@
-"""The grading command line: ``python -m course_lib.grading SUBMISSIONS [options]``."""
+"""The grading command line: ``python -m course_grading SUBMISSIONS [options]``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from course_lib.grading.autograde import Options
-from course_lib.grading.course import SOURCE_DIR
-from course_lib.grading.run import grade
-from course_lib.grading.sandbox import MAX_SLOTS, Limits
+from course_grading.autograde import Options
+from course_grading.course import SOURCE_DIR
+from course_grading.run import grade
+from course_grading.sandbox import MAX_SLOTS, Limits
 
 NO_SANDBOX_WARNING = (
     "WARNING: --no-sandbox: student code runs as {user}, unsandboxed: it can read, change and "
@@ -24,7 +24,7 @@ def _default_root() -> Path:
     here = Path.cwd()
     if (here / SOURCE_DIR).is_dir():
         return here
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +61,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The command's options (``--help`` needs nothing beyond the base install)."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_lib.grading",
+        prog="python -m course_grading",
         description="Autograde student submissions with nbgrader in a private workspace, each "
         "notebook in its own bubblewrap sandbox; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib.grading.course import nbgrader_cells
-from course_lib.grading.lesson import LessonSpec
-from course_lib.grading.submissions import Submission
+from course_grading.course import nbgrader_cells
+from course_grading.lesson import LessonSpec
+from course_grading.submissions import Submission
 
 #: Saved outputs above this size are reported (nbgrader clears them before grading anyway).
 HUGE_OUTPUT_BYTES = 5 * 2**20

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import nbformat
 
-from course_lib.grading.lesson import LessonSpec
-from course_lib.grading.names import Bindings, cell_tree, dotted, free_names
+from course_grading.lesson import LessonSpec
+from course_grading.names import Bindings, cell_tree, dotted, free_names
 
 #: Cheat categories: (dotted-name pattern, what it does).
 CHEAT_CALLS = [

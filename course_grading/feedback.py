@@ -25,7 +25,7 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from traitlets import Bool, List
 
-from course_lib.grading.leaks import found_in, instructor_lines, notebook_text, own_lines
+from course_grading.leaks import found_in, instructor_lines, notebook_text, own_lines
 
 #: Where the records of withheld feedback go, in the course folder (never released).
 WITHHELD_DIR = "withheld_feedback"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib.grading.course import (
+from course_grading.course import (
     RELEASE_DIR,
     SOURCE_DIR,
     WorkCourse,

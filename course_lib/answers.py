@@ -1,4 +1,4 @@
-"""Instant feedback on an answer without giving the answer away.
+"""The student's side of grading: instant feedback on an answer without giving the answer away.
 
 A visible test in a lesson compares a *digest* of the student's value with the digest of the right
 one: the value is normalised to a stated precision (numbers to ``sig`` significant figures, text
@@ -16,17 +16,16 @@ and in the test cell below, :func:`check` says right or wrong::
 
     check("predicted_ratio", predicted_ratio, "5c0d4f2e9a1b7c3d", sig=3)
 
-Instructors make a digest with ``python -m course_lib.answers NAME VALUE [--sig N]``.
+Instructors make a digest with ``python -m course_grading digest NAME VALUE [--sig N]`` (the
+instructors' package, which imports :func:`digest` from here so both sides hash alike).
 
-Hidden tests make sure graded work is the student's own with :func:`course_lib_calls`: it runs
-the student's function (or re-runs an answer cell's code) and lists every function of
-``course_lib`` it reached, however it was named or aliased.
+:func:`course_lib_calls` stays here, unchanged, for this release only: today's hidden tests call
+it to see whether graded work reached ``course_lib``. The grader is moving those checks out of
+the student's kernel; once no hidden test calls it, it is deleted from this module.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import hashlib
 import math
 import numbers
@@ -39,11 +38,15 @@ ITERATIONS = 100_000  # about 30 ms per digest: instant for one check, slow for 
 DIGEST_CHARS = 16
 
 
-def normalise(value, sig: int | None = None) -> str:
+def normalise(value: object, sig: int | None = None) -> str:
     """The canonical text of an answer (see the module docstring).
 
     ``sig=None`` keeps integers exact and floats to 12 significant figures; ``sig=N`` rounds every
     number to ``N`` significant figures, so ``0.6349`` and ``0.635`` agree at ``sig=3``.
+
+    Raises:
+        ValueError: the answer is still blank (``...`` or ``None``).
+        TypeError: a value that is not a number, bool, string or list/tuple/set of those.
     """
     if value is None or value is Ellipsis:
         raise ValueError("there is no answer yet: the value is still empty (...)")
@@ -70,15 +73,23 @@ def normalise(value, sig: int | None = None) -> str:
     )
 
 
-def digest(name: str, value, sig: int | None = None) -> str:
-    """The salted, slow hash of ``value`` normalised to ``sig`` significant figures."""
+def digest(name: str, value: object, sig: int | None = None) -> str:
+    """The salted, slow hash of ``value`` normalised to ``sig`` significant figures.
+
+    Raises:
+        ValueError, TypeError: see :func:`normalise`.
+    """
     text = normalise(value, sig).encode()
     salt = f"shapes-course:{name}".encode()
     return hashlib.pbkdf2_hmac("sha256", text, salt, ITERATIONS).hex()[:DIGEST_CHARS]
 
 
-def ensure_answered(**answers) -> None:
-    """Raise ``NotImplementedError`` naming every answer still left as ``...`` (or ``None``)."""
+def ensure_answered(**answers: object) -> None:
+    """Raise ``NotImplementedError`` naming every answer still left as ``...`` (or ``None``).
+
+    Raises:
+        NotImplementedError: an answer is still blank, naming what to set.
+    """
     missing = [name for name, value in answers.items() if value is Ellipsis or value is None]
     if missing:
         names = ", ".join(missing)
@@ -87,11 +98,12 @@ def ensure_answered(**answers) -> None:
         )
 
 
-def check(name: str, value, expected: str, sig: int | None = None) -> None:
-    """Say whether ``value`` is right without revealing the right value.
+def check(name: str, value: object, expected: str, sig: int | None = None) -> None:
+    """Say whether ``value`` is right without revealing the right value; prints one line if it is.
 
-    Raises ``NotImplementedError`` if the answer is still blank, ``AssertionError`` (with a hint
-    at the precision compared) if it is wrong; prints one line if it is right.
+    Raises:
+        NotImplementedError: the answer is still blank.
+        AssertionError: it is wrong (with a hint at the precision compared).
     """
     ensure_answered(**{name: value})
     try:
@@ -135,23 +147,3 @@ def course_lib_calls(
     finally:
         sys.setprofile(previous)
     return result, sorted(called)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m course_lib.answers", description="print the digest of an answer"
-    )
-    parser.add_argument("name", help="the answer's variable name (the salt)")
-    parser.add_argument("value", help="a Python literal: 16, 0.635, 'B', (2, 8), {'a', 'c'}")
-    parser.add_argument("--sig", type=int, default=None, help="significant figures compared")
-    args = parser.parse_args(argv)
-    try:
-        value = ast.literal_eval(args.value)
-    except (ValueError, SyntaxError):
-        value = args.value  # a bare word is a string answer
-    print(digest(args.name, value, args.sig))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

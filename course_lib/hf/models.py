@@ -11,42 +11,10 @@ to require a gradient so that LoRA's gradients reach the first layer).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .ops import FP32, INT64, Lora, Ops
+from ..units import FP32, INT64
+from .arch import Arch, StepSpec
+from .ops import Lora, Ops
 from .tape import LOSS, Tape
-
-
-@dataclass(frozen=True)
-class Arch:
-    """The config fields the memory model reads (names as in Llama's config)."""
-
-    family: str  # "llama" (llama, mistral, qwen2) or "gpt2"
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    num_hidden_layers: int
-    vocab_size: int
-    max_position_embeddings: int  # GPT-2's learned position table has this many rows
-    tie_word_embeddings: bool
-    qkv_bias: bool = False  # qwen2: biases on q, k, v (Llama's attention_bias: on o too)
-    o_bias: bool = False
-    mlp_bias: bool = False
-    activation: str = "silu"  # GPT-2: "gelu_new" (eight ops) or a fused "gelu"/"gelu_pytorch_tanh"
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """What is being trained: shape, element size, attention path, LoRA, checkpointing."""
-
-    batch_size: int
-    seq_len: int
-    b: int  # bytes per element of the model's dtype
-    eager: bool
-    lora_rank: int | None
-    checkpointing: bool
 
 
 def record_step(arch: Arch, spec: StepSpec) -> Tape:
@@ -54,18 +22,19 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     tape = Tape()
     ops = Ops(tape, spec.batch_size, spec.seq_len, spec.b)
     full = spec.lora_rank is None
-    lora = None if full else Lora(spec.lora_rank)
+    lora = None if spec.lora_rank is None else Lora(spec.lora_rank)
     C, V, N, b = arch.hidden_size, arch.vocab_size, ops.N, spec.b
-    gpt2 = arch.family == "gpt2"
+    gpt2, recompute = arch.family == "gpt2", spec.checkpointing == "blocks"
     # The base model's locals (embeddings, positions, RoPE's tables, the mask) live until it
     # returns the final hidden state; that and the logits live until the loss is computed.
     embeds = [("param", "embed", V * C * b)]
     x = x0 = tape.op("embed_tokens", "embeddings", [], [N * C * b], (), embeds, full)[0]
-    if spec.checkpointing and not full:
+    if recompute and not full:
         # enable_input_require_grads(): the embedding output becomes a leaf that needs a
         # gradient, so its AccumulateGrad node holds it until the graph is gone.
         tape.needs_grad[x] = True
         tape.keep(x)
+    extra: tuple[int, ...]
     if gpt2:
         x, extra, pe = _gpt2_positions(ops, arch, x, full)
         model_locals = [x0, pe, *extra]
@@ -75,14 +44,14 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     mask = _causal_mask(ops, spec) if spec.eager else -1
     model_locals += [mask] if mask >= 0 else []
     for i in range(arch.num_hidden_layers):
-        if spec.checkpointing:
+        if recompute:
             # GPT-2 passes the mask positionally (saved with the input), Llama as a keyword
             masks = (mask,) if mask >= 0 else ()
             args, captured = ((x, *masks), extra) if gpt2 else ((x,), (*extra, *masks))
             tape.begin_checkpoint(args, captured)
         layer = _gpt2_layer if gpt2 else _llama_layer
         out = layer(ops, arch, spec, f"layers.{i}", x, extra, mask, full, lora)
-        if spec.checkpointing:
+        if recompute:
             tape.end_checkpoint()
         if x != x0:
             tape.drop(x)
@@ -120,8 +89,8 @@ def _llama_positions(ops: Ops, arch: Arch, spec: StepSpec) -> tuple[int, int, in
     """RoPE's ``cos`` and ``sin``: one ``(1, seq_len, head_dim)`` row each, shared by all layers,
     and the ``position_ids`` they come from (int64; a checkpointed layer keeps them too)."""
     t, row = ops.tape, spec.seq_len * arch.head_dim * spec.b
-    rope = [t.tensor(row, False, "attention", "rotary_emb") for _ in "cs"]
-    return (*rope, t.tensor(spec.seq_len * INT64, False, "embeddings", "position_ids"))
+    cos, sin = (t.tensor(row, False, "attention", "rotary_emb") for _ in "cs")
+    return cos, sin, t.tensor(spec.seq_len * INT64, False, "embeddings", "position_ids")
 
 
 def _causal_mask(ops: Ops, spec: StepSpec) -> int:
@@ -266,34 +235,3 @@ def _gpt2_layer(ops: Ops, arch: Arch, spec: StepSpec, name, x, extra, mask, full
     out = ops.add(f"{name}.residual", "residual", x2, down, nc)
     t.drop(x2, down, h2, a)
     return out
-
-
-def lora_shapes(arch: Arch) -> list[tuple[int, int]]:
-    """``(in, out)`` of each projection that gets a LoRA adapter, in one layer: the attention
-    and MLP projections (``q k v o gate up down``; GPT-2: ``c_attn c_proj c_fc c_proj``)."""
-    C, M = arch.hidden_size, arch.intermediate_size
-    if arch.family == "gpt2":
-        return [(C, 3 * C), (C, C), (C, M), (M, C)]
-    q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
-    return [(C, q), (C, kv), (C, kv), (q, C), (C, M), (C, M), (M, C)]
-
-
-def parameter_count(arch: Arch) -> int:
-    """Parameters of the model (a tied embedding counted once)."""
-    C, M, V, L = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_hidden_layers
-    weights = sum(i * o for i, o in lora_shapes(arch))
-    if arch.family == "gpt2":
-        biases = 3 * C + C + M + C
-        layer = weights + biases + 4 * C  # two LayerNorms, weight and bias
-        extra = arch.max_position_embeddings * C + 2 * C  # position table, final LayerNorm
-    else:
-        q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
-        biases = (q + 2 * kv) * arch.qkv_bias + C * arch.o_bias + (2 * M + C) * arch.mlp_bias
-        layer = weights + biases + 2 * C  # two RMSNorm weights
-        extra = C  # final RMSNorm
-    return V * C * (1 if arch.tie_word_embeddings else 2) + L * layer + extra
-
-
-def lora_parameter_count(arch: Arch, rank: int) -> int:
-    """Trainable parameters of rank-``rank`` LoRA on every attention and MLP projection."""
-    return arch.num_hidden_layers * sum(rank * (i + o) for i, o in lora_shapes(arch))

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..units import FP32
 from .tape import Tape
-
-FP32 = 4
-INT64 = 8
 
 
 @dataclass
@@ -35,14 +33,17 @@ class Ops:
 
     # -- linear layers ------------------------------------------------------------------------
 
-    def matmul(self, where, comp, x, n_in, n_out, pid, trainable, bias=False, b=None) -> int:
+    def matmul(
+        self, where: str, comp: str, x: int, n_in: int, n_out: int, pid: str, trainable: bool,
+        bias: bool = False, b: int | None = None
+    ) -> int:  # fmt: skip
         """``x @ W.T`` on ``(N, n_in)``: ``MmBackward0`` saves ``x`` only when ``W`` trains and
         makes the weight's gradient before the input's. With a bias, ``AddmmBackward0`` makes
         the input's, the weight's, then the bias's (and is done with ``x`` before the last)."""
         b = self.b if b is None else b
         t, N = self.tape, self.N
-        dx = [("new", "dx", N * n_in * b), ("grad", 0, "dx")] if t.grad(x) else []
-        dw = [("param", pid, n_in * n_out * b)] if trainable else []
+        dx: list[tuple] = [("new", "dx", N * n_in * b), ("grad", 0, "dx")] if t.grad(x) else []
+        dw: list[tuple] = [("param", pid, n_in * n_out * b)] if trainable else []
         if bias and trainable:  # done with x after the weight's gradient (mm reads its sizes)
             program = dx + dw + [("release", 0), ("param", pid + ".bias", n_out * b)]
         else:
@@ -51,7 +52,10 @@ class Ops:
         (out,) = t.op(where, comp, [x], [N * n_out * b], saves, program, trainable)
         return out
 
-    def linear(self, where, comp, x, n_in, n_out, pid, trainable, bias=False, lora=None) -> int:
+    def linear(
+        self, where: str, comp: str, x: int, n_in: int, n_out: int, pid: str, trainable: bool,
+        bias: bool = False, lora: Lora | None = None
+    ) -> int:  # fmt: skip
         """An ``nn.Linear`` (or GPT-2's ``Conv1D``), with PEFT LoRA if ``lora``: ``base(x) +
         B(A(x.to(fp32))) * scaling``, then ``.to(dtype)``. The sum is fp32, so the base output's
         gradient is cast back (a copy) and ``.to(dtype)`` costs an fp32 gradient."""
@@ -77,7 +81,9 @@ class Ops:
             t.drop(total)
         return res
 
-    def to(self, where, comp, x, width, dst, src=None) -> int:
+    def to(
+        self, where: str, comp: str, x: int, width: int, dst: int, src: int | None = None
+    ) -> int:  # fmt: skip
         """``x.to(dtype)`` of ``N x width`` elements: free when the dtype is unchanged, else a
         copy, and its backward copies the gradient back."""
         src = self.b if src is None else src
@@ -93,19 +99,19 @@ class Ops:
 
     # -- elementwise ------------------------------------------------------------------------------
 
-    def add(self, where, comp, x, y, nbytes) -> int:
+    def add(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
         """``x + y``: saves nothing; both inputs get the incoming gradient itself."""
         (out,) = self.tape.op(
             where, comp, [x, y], [nbytes], (), [("grad", 0, "g"), ("grad", 1, "g")]
         )
         return out
 
-    def scale(self, where, comp, x, nbytes) -> int:
+    def scale(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """``x * python_number``: saves nothing; the gradient is a new tensor."""
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), self._dx(nbytes))
         return out
 
-    def mul(self, where, comp, x, y, nbytes) -> int:
+    def mul(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
         """``x * y``, same shapes: each input's gradient is a new tensor; saves the other one."""
         t = self.tape
         saves = tuple(v for v, other in ((y, x), (x, y)) if t.grad(other))
@@ -115,7 +121,7 @@ class Ops:
 
     # -- norms --------------------------------------------------------------------------------
 
-    def rmsnorm(self, where, comp, x, C, pid, trainable) -> int:
+    def rmsnorm(self, where: str, comp: str, x: int, C: int, pid: str, trainable: bool) -> int:
         """Llama's RMSNorm, op by op: ``x32 = x.to(fp32)``; ``x32 * rsqrt(x32.pow(2).mean(-1) +
         eps)`` in fp32; ``.to(dtype)``; ``* weight``. Saves the fp32 input (twice over: ``pow``
         and the product), the fp32 ``rsqrt`` per token, and the normalised input if the weight
@@ -141,7 +147,7 @@ class Ops:
             t.drop(h)
         return self.weight_mul(where, comp, h_b, C, pid, trainable)
 
-    def weight_mul(self, where, comp, h, C, pid, trainable) -> int:
+    def weight_mul(self, where: str, comp: str, h: int, C: int, pid: str, trainable: bool) -> int:
         """``weight * h`` (a norm's scale): the weight's gradient is ``(g * h).sum()``, made
         through a full-size temporary; ``h`` is saved only if the weight trains."""
         t, N, b = self.tape, self.N, self.b
@@ -152,7 +158,7 @@ class Ops:
         t.drop(h)
         return out
 
-    def layernorm(self, where, comp, x, C, pid, trainable) -> int:
+    def layernorm(self, where: str, comp: str, x: int, C: int, pid: str, trainable: bool) -> int:
         """``nn.LayerNorm`` (``native_layer_norm``): saves the input and a mean and a reciprocal
         standard deviation per token (the input's dtype on the CPU); the backward makes the
         input's, the weight's and the bias's gradients."""
@@ -167,7 +173,7 @@ class Ops:
 
     # -- attention ----------------------------------------------------------------------------
 
-    def rope(self, where, comp, x, width, cos, sin) -> int:
+    def rope(self, where: str, comp: str, x: int, width: int, cos: int, sin: int) -> int:
         """``x * cos + rotate_half(x) * sin`` on ``N x width`` elements; ``rotate_half`` is two
         slices (views whose backward each pays a full-size buffer), a negation and a ``cat``.
         Saves only ``cos`` and ``sin`` (one row of positions, shared by every layer)."""
@@ -184,7 +190,7 @@ class Ops:
         t.drop(xc, xs)
         return out
 
-    def sdpa(self, where, comp, q, k, v, H, K, d) -> int:
+    def sdpa(self, where: str, comp: str, q: int, k: int, v: int, H: int, K: int, d: int) -> int:
         """``scaled_dot_product_attention(is_causal=True)`` on the CPU's fused flash kernel, with
         ``H`` query and ``K`` key/value heads of ``d`` (grouped-query attention natively:
         ``enable_gqa``): saves q, k, v, the output and a log-sum-exp per head and token (fp32);
@@ -197,7 +203,10 @@ class Ops:
         t.drop(lse)
         return out
 
-    def eager_attention(self, where, comp, q, k, v, H, d, mask, fp32_softmax, copy_kv) -> int:
+    def eager_attention(
+        self, where: str, comp: str, q: int, k: int, v: int, H: int, d: int, mask: int,
+        fp32_softmax: bool, copy_kv: bool
+    ) -> int:  # fmt: skip
         """Eager attention on ``(B, H, T, d)`` tensors: ``softmax(q @ k.T * scale + mask) @ v``.
 
         ``matmul`` folds q and k to 3-D: q (laid out as ``(B, T, H, d)`` by RoPE or the fused
@@ -233,27 +242,27 @@ class Ops:
             t.drop(vc)
         return out
 
-    def _to_n(self, where, comp, x, n, dst, src=None) -> int:
+    def _to_n(self, where: str, comp: str, x: int, n: int, dst: int, src: int | None = None) -> int:
         """``x.to(dtype)`` of ``n`` elements (a copy; the gradient is copied back)."""
         src = self.b if src is None else src
         (out,) = self.tape.op(where, comp, [x], [n * dst], (), self._dx(n * src))
         return out
 
-    def view_copy(self, where, comp, x, nbytes) -> int:
+    def view_copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """A view whose backward must copy (the gradient arrives in another memory layout)."""
         (out,) = self.tape.op(where, comp, [x], [0], (), self._dx(nbytes))
         return self.tape.view(out, x)
 
-    def copy(self, where, comp, x, nbytes) -> int:
+    def copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """``.contiguous()`` / a ``reshape`` that copies: the gradient passes straight through."""
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), [("grad", 0, "g")])
         return out
 
-    def expand_sum(self, where, comp, x, nbytes) -> int:
+    def expand_sum(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """``expand`` (a view) whose backward sums the gradient back to ``nbytes``."""
         return self.view_copy(where, comp, x, nbytes)
 
-    def gelu_tanh(self, where, comp, x, width) -> int:
+    def gelu_tanh(self, where: str, comp: str, x: int, width: int) -> int:
         """GPT-2's ``gelu_new`` written out: ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
         x**3)))``, eight ops that keep four ``N x width`` tensors (``x``, the tanh, ``1 + tanh``,
         ``0.5 * x``) where a fused GELU keeps one."""

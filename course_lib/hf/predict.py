@@ -8,10 +8,10 @@ the backward's buffers in flight, and the loss's fp32 log-probabilities.
 
 How: :mod:`~course_lib.hf.models` writes the step as the autograd nodes the installed stack
 creates (what each saves, what each backward allocates, read from the ``transformers``, ``peft``
-and PyTorch sources and checked op by op with the meter's timeline), and
+and PyTorch sources and checked op by op against the meter), and
 :mod:`~course_lib.hf.tape` replays PyTorch's rules for when each tensor is freed. The
 prediction is exact by construction where the recipe is: on tiny models of every family it matches
-the CPU meter to the byte (``tests/test_hf_memory.py``). Assumed: full rows (no padding), no
+the CPU meter to the byte (``tests/library/test_hf_memory.py``). Assumed: full rows (no padding), no
 dropout (fine-tuning usually turns it off; GPT-2's config says 0.1), LoRA via PEFT with its
 defaults (adapters kept in fp32, ``lora_dropout=0``), checkpointing as
 ``model.activation_checkpointing_enable()`` does it (every layer, non-reentrant).
@@ -20,116 +20,28 @@ defaults (adapters kept in fp32, ``lora_dropout=0``), checkpointing as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from .._checks import checkpointing_mode, one_of, positive_int
-from .models import Arch, StepSpec, record_step
+from .._checks import Checkpointing, checkpointing_mode, one_of, positive_int
+from ..units import DTYPE_BYTES, dtype_name
+from .arch import Arch, StepSpec, architecture, config_dict
+from .models import record_step
 from .replay import replay
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2")
 CHECKED_WITH = "transformers 5.24, peft 0.21, torch 2.13 (CPU)"  # where the recipes were read
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
-_ACTIVATIONS = {"llama": ("silu",), "gpt2": ("gelu_new", "gelu", "gelu_pytorch_tanh")}
 
 
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16``, ``"bf16"`` or ``"bfloat16"`` -> ``"bfloat16"`` (also fp32, fp16)."""
-    name = str(dtype).removeprefix("torch.")
-    name = _DTYPE_ALIASES.get(name, name)
-    if name not in DTYPE_BYTES:
-        raise ValueError(
-            f"dtype={dtype!r} is not one of float32, bfloat16, float16 (or fp32, bf16)"
-        )
-    return name
+def notes_for(config: Any, seq_len: int) -> list[str]:
+    """What the prediction assumes that this config says otherwise.
 
-
-def config_dict(config) -> dict:
-    """A config as a plain dict: a ``PretrainedConfig`` (``.to_dict()``) or a dict."""
-    if hasattr(config, "to_dict"):
-        config = config.to_dict()
-    if not isinstance(config, dict):
-        raise ValueError(
-            f"config must be a transformers config or a dict, got {type(config).__name__}"
-        )
-    return config
-
-
-def architecture(config) -> Arch:
-    """The fields of ``config`` the memory model reads, checked.
-
-    Raises ``ValueError`` for an unsupported ``model_type`` (naming it and the supported ones),
-    a missing field, or an MLP activation other than the family's (SiLU; GPT-2's tanh GELU).
+    Raises:
+        ValueError: where the difference is too large to pass over (a sliding window shorter
+            than ``seq_len``).
     """
-    c = config_dict(config)
-    model_type = c.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(
-            f"model_type {model_type!r} is not supported; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
-    family = "gpt2" if model_type == "gpt2" else "llama"
-    act = (
-        c.get("activation_function", "gelu_new")
-        if family == "gpt2"
-        else c.get("hidden_act", "silu")
-    )
-    if act not in _ACTIVATIONS[family]:
-        raise ValueError(
-            f"{model_type} with activation {act!r} is not modelled (only {_ACTIVATIONS[family]})"
-        )
-    try:
-        return _gpt2_arch(c) if family == "gpt2" else _llama_arch(c, model_type)
-    except KeyError as missing:
-        raise ValueError(f"the {model_type} config has no field {missing}") from None
-
-
-def _llama_arch(c: dict, model_type: str) -> Arch:
-    C, H = c["hidden_size"], c["num_attention_heads"]
-    bias = bool(c.get("attention_bias", False))
-    return Arch(
-        family="llama",
-        hidden_size=C,
-        intermediate_size=c["intermediate_size"],
-        num_attention_heads=H,
-        num_key_value_heads=c.get("num_key_value_heads") or H,
-        head_dim=c.get("head_dim") or C // H,
-        num_hidden_layers=c["num_hidden_layers"],
-        vocab_size=c["vocab_size"],
-        max_position_embeddings=c.get("max_position_embeddings", 0),
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
-        qkv_bias=model_type == "qwen2" or bias,
-        o_bias=model_type != "qwen2" and bias,
-        mlp_bias=bool(c.get("mlp_bias", False)),
-    )
-
-
-def _gpt2_arch(c: dict) -> Arch:
-    C, H = c["n_embd"], c["n_head"]
-    return Arch(
-        family="gpt2",
-        hidden_size=C,
-        intermediate_size=c.get("n_inner") or 4 * C,
-        num_attention_heads=H,
-        num_key_value_heads=H,
-        head_dim=C // H,
-        num_hidden_layers=c["n_layer"],
-        vocab_size=c["vocab_size"],
-        max_position_embeddings=c["n_positions"],
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", True)),
-        qkv_bias=True,
-        o_bias=True,
-        mlp_bias=True,
-        activation=c.get("activation_function", "gelu_new"),
-    )
-
-
-def notes_for(config, seq_len: int) -> list[str]:
-    """What the prediction assumes that this config says otherwise; raises ``ValueError`` where
-    the difference is too large to pass over (a sliding window shorter than ``seq_len``)."""
     c = config_dict(config)
     window = c.get("sliding_window")
     sliding = window is not None and (c.get("model_type") != "qwen2" or c.get("use_sliding_window"))
-    if sliding and seq_len > window:
+    if sliding and window is not None and seq_len > window:
         raise ValueError(
             f"sliding-window attention over {window} tokens, shorter than seq_len={seq_len}, is "
             "not modelled (its mask changes what attention keeps); use seq_len <= sliding_window"
@@ -160,7 +72,7 @@ class HFStepBreakdown:
     dtype: str
     attn_impl: str
     lora_rank: int | None
-    checkpointing: str
+    checkpointing: Checkpointing
     activations: int
     logits_and_loss: int
     gradients: int
@@ -181,8 +93,20 @@ class HFStepBreakdown:
         return sum(self.saved.values())
 
 
-def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing):
-    """Check the arguments of :func:`predict_hf_step`: ``(Arch, StepSpec, dtype name, mode)``."""
+def step_spec(
+    config: Any,
+    batch_size: int,
+    seq_len: int,
+    attn_impl: str,
+    dtype: object,
+    lora_rank: int | None,
+    checkpointing: Checkpointing | bool | None,
+) -> tuple[Arch, StepSpec, str, Checkpointing]:
+    """Check the arguments of :func:`predict_hf_step`: ``(Arch, StepSpec, dtype name, mode)``.
+
+    Raises:
+        ValueError: see :func:`predict_hf_step`.
+    """
     arch = architecture(config)
     positive_int("batch_size", batch_size)
     positive_int("seq_len", seq_len)
@@ -193,45 +117,44 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
     if mode == "attention":
         raise ValueError(
             "checkpointing='attention' is TinyGPT's; Hugging Face models checkpoint whole decoder "
-            "layers: use 'blocks' (True) or 'none'"
+            "layers: use 'blocks' (True) or 'off'"
         )
     if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
         raise ValueError(
             f"seq_len={seq_len} exceeds GPT-2's n_positions={arch.max_position_embeddings}"
         )
     name = dtype_name(dtype if dtype is not None else _config_dtype(config_dict(config)))
-    spec = StepSpec(
-        batch_size, seq_len, DTYPE_BYTES[name], attn_impl == "eager", lora_rank, mode == "blocks"
-    )
+    spec = StepSpec(batch_size, seq_len, DTYPE_BYTES[name], attn_impl == "eager", lora_rank, mode)
     return arch, spec, name, mode
 
 
 def _config_dtype(c: dict) -> str:
-    return c.get("dtype") or c.get("torch_dtype") or "float32"
+    return str(c.get("dtype") or c.get("torch_dtype") or "float32")
 
 
 def predict_hf_step(
-    config,
+    config: Any,
     batch_size: int,
     seq_len: int,
     *,
     attn_impl: str = "sdpa",
-    dtype=None,
+    dtype: object = None,
     lora_rank: int | None = None,
-    checkpointing="none",
+    checkpointing: Checkpointing | bool | None = "off",
 ) -> HFStepBreakdown:
     """Predict the peak bytes of one training step of a Hugging Face causal LM.
 
     Args:
         config: a ``PretrainedConfig`` or its dict, ``model_type`` in
-            :data:`SUPPORTED_MODEL_TYPES` (grouped-query attention, tied or untied embeddings).
+            :data:`~course_lib.hf.arch.SUPPORTED_MODEL_TYPES` (grouped-query attention, tied or
+            untied embeddings).
         batch_size, seq_len: the micro-batch, full rows of ``seq_len`` tokens, every one a label.
         attn_impl: ``"sdpa"`` (fused: no ``seq_len**2`` tensor kept) or ``"eager"`` (keeps the
             ``batch x heads x seq_len**2`` probabilities per layer; in bf16 also their fp32 copy).
         dtype: the model's dtype (``torch.bfloat16`` or ``"bf16"``...); default: the config's.
         lora_rank: PEFT LoRA of this rank on every attention and MLP projection (base frozen,
             adapters in fp32); ``None``: a full fine-tune.
-        checkpointing: ``"none"``/``False`` or ``"blocks"``/``True`` (every decoder layer).
+        checkpointing: ``"off"``/``False`` or ``"blocks"``/``True`` (every decoder layer).
 
     Returns:
         :class:`HFStepBreakdown`, ``.total`` in bytes above the parameters.

@@ -1,6 +1,6 @@
 """Predicted beside measured for Hugging Face models: tiny random copies of each family.
 
-:func:`tiny_config` builds a small config of a supported family locally (no download; grouped-
+:func:`tiny_hf_config` builds a small config of a supported family locally (no download; grouped-
 query attention where the family has it), :func:`build_model` instantiates it the way a
 fine-tune would run (``model.train()``, PEFT LoRA on every attention and MLP projection,
 ``activation_checkpointing_enable()``), and :func:`compare_hf` runs one real training step per
@@ -11,16 +11,20 @@ shape under :func:`~course_lib.memory.meter.measure_step` beside
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from .._checks import Checkpointing, checkpointing_mode
+from ..batch import random_batch
 from ..hf.predict import predict_hf_step
-from .meter import LiveBytesTracker, measure_step, pick_device
+from .meter import Device, LiveBytesTracker, measure_step, pick_device
 
 # Small enough to measure in milliseconds, shaped like the real thing: GQA (or MQA), tied and
 # untied embeddings, a head_dim that is not hidden / heads where the family allows it.
-TINY = {
+TINY: dict[str, dict[str, Any]] = {
     "llama": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4,
                   num_key_value_heads=1, num_hidden_layers=2, vocab_size=300),
     "mistral": dict(hidden_size=96, intermediate_size=160, num_attention_heads=6,
@@ -38,8 +42,12 @@ LORA_TARGETS = {
 }
 
 
-def tiny_config(model_type: str, **overrides):
-    """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``)."""
+def tiny_hf_config(model_type: str, **overrides: Any) -> Any:
+    """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``).
+
+    Raises:
+        KeyError: a model type without a tiny config (one of :data:`TINY`'s keys).
+    """
     import transformers
 
     classes = {
@@ -51,8 +59,15 @@ def tiny_config(model_type: str, **overrides):
     return classes[model_type](**{**TINY[model_type], **overrides})
 
 
-def build_model(config, *, dtype, attn_impl, lora_rank=None, checkpointing="none", seed=0):
-    """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it."""
+def build_model(
+    config: Any, *, dtype: torch.dtype, attn_impl: str, lora_rank: int | None = None,
+    checkpointing: Checkpointing | bool = "off", seed: int = 0,
+) -> Any:  # fmt: skip
+    """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it.
+
+    Raises:
+        AssertionError: transformers picked another attention path than ``attn_impl``.
+    """
     import transformers
 
     with torch.random.fork_rng(devices=[]):
@@ -63,7 +78,7 @@ def build_model(config, *, dtype, attn_impl, lora_rank=None, checkpointing="none
         raise AssertionError(
             f"asked for {attn_impl} attention, got {model.config._attn_implementation}"
         )
-    if checkpointing not in (None, False, "none"):
+    if checkpointing_mode(checkpointing) == "blocks":
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5
             model.activation_checkpointing_enable()
         else:  # transformers 4: the same, spelled out
@@ -90,7 +105,7 @@ class HFComparison:
     dtype: str
     attn_impl: str
     lora_rank: int | None
-    checkpointing: str
+    checkpointing: Checkpointing
     batch_size: int
     seq_len: int
     predicted: int
@@ -112,19 +127,21 @@ class HFComparison:
         return f"{self.dtype} {self.attn_impl} {lora} checkpointing={self.checkpointing}"
 
 
-def compare_hf(config, shapes, *, dtype, attn_impl, lora_rank=None, checkpointing="none",
-               device=None, seed=0) -> list[HFComparison]:  # fmt: skip
+def compare_hf(
+    config: Any, shapes: Iterable[tuple[int, int]], *, dtype: torch.dtype, attn_impl: str,
+    lora_rank: int | None = None, checkpointing: Checkpointing | bool = "off",
+    device: Device = None, seed: int = 0,
+) -> list[HFComparison]:  # fmt: skip
     """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction."""
     dev = pick_device(device)
     model = build_model(
         config, dtype=dtype, attn_impl=attn_impl, lora_rank=lora_rank,
         checkpointing=checkpointing, seed=seed,
     ).to(dev)  # fmt: skip
-    gen = torch.Generator().manual_seed(seed)
     rows = []
     for batch_size, seq_len in shapes:
-        ids = torch.randint(config.vocab_size, (batch_size, seq_len), generator=gen).to(dev)
-        batch = {"input_ids": ids, "labels": ids, "use_cache": False}
+        batch: dict[str, Any] = random_batch(config.vocab_size, batch_size, seq_len, seed, dev)
+        batch["use_cache"] = False
         report = measure_step(model, batch, device=dev)
         p = predict_hf_step(
             config, batch_size, seq_len, attn_impl=attn_impl, dtype=dtype,
@@ -151,11 +168,11 @@ def compare_hf(config, shapes, *, dtype, attn_impl, lora_rank=None, checkpointin
     return rows
 
 
-def saved_by_module(model, batch: dict) -> dict[str, int]:
+def saved_by_module(model: Any, batch: dict) -> dict[str, int]:
     """Bytes autograd saves in one forward pass, by the module that made each tensor (a
     checkpointed layer's own input: ``"<layer>:input"``), the measured side of
     ``HFStepBreakdown.saved``: which module's tensors moved."""
-    stack, seen, made, out = [""], set(), {}, {}
+    stack, seen, made, out = [""], set(), {}, dict[str, int]()
 
     def enter(module, args, name):
         stack.append(name)

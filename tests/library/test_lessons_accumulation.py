@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from course_lib.batch import count_loss_tokens
 from course_lib.data import make_instruction_dataset
-from course_lib.windows import (
+from course_lib.lessons.accumulation import (
     accumulation_window,
     spread_completion_lens,
     window_from_completion_lens,

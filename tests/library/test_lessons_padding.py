@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.collate import padding_stats
-from course_lib.layouts import SCHEMES, batch_layouts
+from course_lib.lessons.padding import SCHEMES, batch_layouts
 from course_lib.packing import lower_bound_rows
 
 LENGTHS = [5, 9, 30, 2, 17, 8, 12, 3, 25, 1, 14, 6]

@@ -63,14 +63,19 @@ def test_an_unsupported_type_is_a_wrong_answer_with_a_reason():
         check("f", print, digest("f", 1))
 
 
-def test_the_instructor_command_prints_the_digest():
+def test_answers_is_the_student_side_only():
+    """No instructor command ships in the student's package (``python -m course_grading digest``
+    makes digests); running the module prints nothing and makes no digest."""
+    import course_lib.answers as answers
+
+    assert not hasattr(answers, "main")
     out = subprocess.run(
         [sys.executable, "-m", "course_lib.answers", "q3_fix", "raise accumulation"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert out.stdout.strip() == digest("q3_fix", "raise accumulation")
+    assert out.stdout == "" and digest("q3_fix", "raise accumulation") not in out.stderr
 
 
 def test_course_lib_calls_sees_aliases_and_respects_the_allowed_modules():

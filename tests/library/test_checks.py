@@ -68,7 +68,8 @@ def test_a_memory_budget_reads_binary_and_decimal_units(given, expected):
 @pytest.mark.parametrize(
     "given, message",
     [("24", "has no unit: add one, e.g. '24GiB'"), (24.0, "give bytes as an int"),
-     ("24 apples", "unknown unit 'apples'"), ("lots", "is not an amount"), ("24GiBs", "unknown unit 'GiBs'"), (0, "positive"),
+     ("24 apples", "unknown unit 'apples'"), ("lots", "is not an amount"),
+     ("24GiBs", "unknown unit 'GiBs'"), (0, "positive"),
      ("0GiB", "not a positive amount"), (True, "give bytes as an int"), (None, "as an int")],
 )  # fmt: skip
 def test_a_memory_budget_without_units_or_amount_is_refused(given, message):

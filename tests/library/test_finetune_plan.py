@@ -191,7 +191,8 @@ def test_the_two_plans_share_their_field_names():
     from course_lib.plan import plan
 
     shared = ("seq_len", "memory_budget", "micro_batch", "grad_accum_steps", "checkpointing",
-              "max_micro_batch", "tokens_per_step", "effective_batch_size", "notes", "warnings")  # fmt: skip
+              "max_micro_batch", "tokens_per_step", "effective_batch_size", "notes",
+              "warnings")  # fmt: skip
     tiny = plan(TinyGPTConfig(max_seq_len=128), "1GiB", 128, 800)
     real = plan_finetune("gpt2", "24GiB", 512)
     for name in shared:

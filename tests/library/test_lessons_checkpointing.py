@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 from helpers import tiny_config
 
-from course_lib.lessons.checkpointing import budget_fit
+from course_lib.lessons.checkpointing import budget_fit, recompute_trade, stride_rows, trade_table
 from course_lib.memory import activation_bytes
 
 MiB = 2**20
@@ -54,3 +54,24 @@ def test_budget_fit_rejects_bad_input(kwargs, match):
         budget_fit(tiny_config(), **{**args, **kwargs})
 
 
+def test_the_recompute_trade_measures_both_sides():
+    cfg = tiny_config(attn_impl="eager", n_layers=2, max_seq_len=128)
+    trade = recompute_trade(cfg, 1, 128, repeats=1, device="cpu")
+    assert trade.peaks["blocks"] < trade.peaks["attention"] < trade.peaks["off"]
+    assert 0 < trade.attention_share < 1
+    assert set(trade.time_ratios) == {"blocks", "attention"}
+    text = trade_table([trade])
+    assert "eager 1 × 128" in text and "the attention half alone saves" in text
+
+
+def test_stride_rows_measure_and_predict_each_stride():
+    cfg = tiny_config(attn_impl="sdpa", n_layers=4, max_seq_len=64)
+    rows = stride_rows(cfg, 2, 64, {}, strides=(1, 2, 3), device="cpu")
+    assert [(r.checkpoint_every, r.recomputed) for r in rows] == [(1, 4), (2, 2), (3, 2)]
+    for r in rows:
+        each = replace(cfg, checkpointing="blocks", checkpoint_every=r.checkpoint_every)
+        assert r.predicted == activation_bytes(each, 2, 64).total
+        assert r.measured == r.predicted + 8  # counted bytes: exact, plus the loss scalar
+    off = stride_rows(cfg, 2, 64, {0: 123}, strides=())
+    assert off[0].recomputed == 0 and off[0].measured == 123
+    assert off[0].predicted == activation_bytes(cfg, 2, 64).total

@@ -6,7 +6,10 @@ from dataclasses import replace
 import pytest
 from helpers import tiny_config
 
-from course_lib.lessons.choosing import plan_curve, small_dataset_trap
+from course_lib.data import make_instruction_dataset
+from course_lib.lessons.choosing import logged_run, measured_search, plan_curve, small_dataset_trap
+from course_lib.memory import MemoryProbe
+from course_lib.model import TinyGPTConfig
 from course_lib.plan import plan, training_memory
 
 MiB = 2**20
@@ -61,3 +64,28 @@ def test_small_dataset_trap_counts_full_steps_and_loss_tokens():
 def test_small_dataset_trap_rejects_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         small_dataset_trap(*args)
+
+
+def test_the_measured_search_is_exact_on_its_own_measurements():
+    cfg = TinyGPTConfig(vocab_size=64, d_model=32, n_heads=2, n_layers=2, max_seq_len=32)
+    reference = MemoryProbe(cfg, 32)
+    reference(3)
+    budget = reference.needed[3]  # exactly what a micro-batch of 3 needs
+    found = measured_search(cfg, 32, budget, device="cpu")
+    assert found.search.batch_size == 3
+    assert {n for n, _ in found.search.history} == set(found.predicted) == set(found.probe.needed)
+    for n, fitted in found.search.history:
+        assert fitted == (found.probe.needed[n] <= budget)
+        assert found.predicted[n] == training_memory(cfg, n, 32).total
+    assert found.table().count("\n") == found.search.tries
+
+
+def test_a_logged_run_logs_every_micro_batch():
+    cfg = TinyGPTConfig(d_model=32, n_heads=2, n_layers=1, max_seq_len=128)
+    examples = make_instruction_dataset(40, seed=2, max_len=128)
+    with pytest.warns(UserWarning, match="loss tokens per optimiser step"):
+        logger = logged_run(cfg, examples, micro_batch=2, grad_accum_steps=3, steps=2,
+                            threshold=4000, device="cpu")  # fmt: skip
+    assert [s.micro_batches for s in logger.history] == [3, 3]
+    assert all(s.examples == 6 and s.low for s in logger.history)
+    assert logger.table().count("\n") == 2

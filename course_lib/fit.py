@@ -58,6 +58,7 @@ class PredictedProbe:
         self.memory_budget = memory_budget(self.memory_budget)
 
     def __call__(self, n: int) -> bool:
+        """Predict the bytes at ``n`` (kept in ``needed``); True when they fit the budget."""
         self.needed[n] = int(self.needed_at(n))
         return self.needed[n] <= self.memory_budget
 

@@ -239,7 +239,8 @@ class TinyGPT(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def num_parameters(self) -> int:  # every parameter's elements
+    def num_parameters(self) -> int:
+        """Every parameter's elements (what :func:`course_lib.memory.parameter_count` predicts)."""
         return sum(p.numel() for p in self.parameters())
 
     def set_attn_impl(self, attn_impl: str) -> None:

@@ -128,7 +128,8 @@ class Plan:
             ("checkpointing", self.checkpointing),
         ]  # fmt: skip
 
-    def to_table(self) -> str:  # what print(plan) shows
+    def to_table(self) -> str:
+        """The plan as text: what ``print(plan)`` shows."""
         return table(self.rows(), self.notes, self.warnings)
 
     __str__ = to_table

@@ -111,4 +111,5 @@ class Tape:
         self.events.extend(("capture", t, self.region) for t in captured)
 
     def end_checkpoint(self) -> None:
+        """Close the checkpointed region that :meth:`begin_checkpoint` opened."""
         self.region = None

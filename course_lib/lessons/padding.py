@@ -190,6 +190,7 @@ class Throughput:
     device: str
 
     def run(self, name: str) -> SchemeRun:
+        """The run of scheme ``name``."""
         return next(r for r in self.runs if r.name == name)
 
     def table(self, baseline: str) -> str:

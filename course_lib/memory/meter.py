@@ -58,6 +58,7 @@ class LiveBytesTracker(TorchDispatchMode):
             self.live_bytes -= nbytes
 
     def is_tracked(self, t: torch.Tensor) -> bool:
+        """Whether ``t``'s storage was allocated (and is still alive) under this tracker."""
         return _storage_key(t) in self._live
 
     def __torch_dispatch__(

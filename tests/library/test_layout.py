@@ -195,12 +195,16 @@ def boundary_problems(path: Path, root: Path = ROOT) -> list[str]:
             continue
         if missing := untyped(node, "." in name):
             found.append(f"{rel}:{node.lineno} {name} has no type for {missing}")
+        if not any(docs) and not any(
+            isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list
+        ):
+            found.append(f"{rel}:{node.lineno} {name} has no docstring")
         if raises_undocumented(node, docs):
             found.append(f"{rel}:{node.lineno} {name} raises but has no Raises: section")
     return found
 
 
-def test_public_functions_are_typed_and_document_what_they_raise():
+def test_public_functions_are_typed_documented_and_say_what_they_raise():
     found = [p for path in modules().values() for p in boundary_problems(path)]
     assert not found, found
 
@@ -208,13 +212,15 @@ def test_public_functions_are_typed_and_document_what_they_raise():
 def test_the_boundary_check_sees_a_missing_type_and_a_missing_raises(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "def f(x, y: int) -> int:\n    return y\n\n"
+        'def f(x, y: int) -> int:\n    """Y."""\n    return y\n\n'
+        "def h() -> None:\n    pass\n\n"
         'def g(n: int) -> int:\n    """Half of n."""\n    if n % 2:\n'
         '        raise ValueError("odd")\n    return n // 2\n'
     )
     assert boundary_problems(bad, root=tmp_path) == [
         "bad.py:1 f has no type for ['x']",
-        "bad.py:4 g raises but has no Raises: section",
+        "bad.py:5 h has no docstring",
+        "bad.py:8 g raises but has no Raises: section",
     ]
 
 

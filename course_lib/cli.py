@@ -52,7 +52,8 @@ def _memory(text: str) -> int:
     try:
         return parse_bytes(text, "--gpu-memory")
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        # argparse already says "argument --gpu-memory:"; the message starts at the value
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--gpu-memory=")) from None
 
 
 def _add_plan_arguments(p: argparse.ArgumentParser) -> None:

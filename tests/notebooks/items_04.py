@@ -77,10 +77,10 @@ ITEMS: dict[str, Item] = {
         # the library's longest row with every block checkpointed: 8 of 8 recomputed, and not a
         # multiple of 128
         library=(
-            "from course_lib.checkpointing import max_seq_len_under_budget\n"
+            "from course_lib.lessons.checkpointing import max_seq_len_under_budget\n"
             "target_every = 1\n"
             "target_seq_len = max_seq_len_under_budget(replace(config, n_layers=8), 1, "
-            "budget_bytes, checkpointing=True)"
+            "memory_budget, checkpointing=True)"
         ),
         constants=["target_seq_len"],
     ),
@@ -89,8 +89,8 @@ ITEMS: dict[str, Item] = {
         # what the memory model can say is which shapes do not fit plain, not which lever to pull
         library=(
             "q1_answer = ''.join(letter for letter, t in zip('ABCDE', (2048, 8192, 8192, 8192, "
-            "8192)) if max_batch_under_budget(replace(config, max_seq_len=8192), t, budget_bytes, "
-            "checkpointing=False) == 0)"
+            "8192)) if max_batch_under_budget(replace(config, max_seq_len=8192), t, "
+            "memory_budget, checkpointing=False) == 0)"
         ),
         constants=["q1_answer"],
     ),

@@ -90,6 +90,10 @@ def test_the_closest_library_call_scores_zero(probed):
     assert not unlisted, f"{lesson}: give the closest library call for {unlisted}"
     scored = [gid for gid, p in probes.items() if p.library_full is None]
     assert not scored, f"{lesson}: the library call earns the points of {scored}"
+    # A library answer that cannot even run (a renamed function, an undefined name) proves
+    # nothing about the hidden tests: it must run, and the tests must reject it.
+    broken = broken_library_answers(probes)
+    assert not broken, f"{lesson}: the library answer itself fails, so it tests nothing: {broken}"
 
 
 def test_solutions_pass_their_full_tests(probed):
@@ -124,6 +128,25 @@ def test_written_answers_have_rubrics_that_add_up(lesson):
         assert "differ" in text, (
             f"{lesson} {meta['grade_id']}: say that numbers measured on a student's machine differ"
         )
+
+
+def broken_library_answers(probes: dict) -> dict[str, str]:
+    """Items whose library answer raised before its test ran (``Probe.library_full``)."""
+    return {
+        gid: p.library_full
+        for gid, p in probes.items()
+        if (p.library_full or "").startswith("answer raised")
+    }
+
+
+def test_a_broken_library_answer_is_caught():
+    from assessment import Probe
+
+    probes = {
+        "renamed": Probe("renamed", library_full="answer raised NameError"),
+        "rejected": Probe("rejected", library_full="AssertionError"),
+    }
+    assert broken_library_answers(probes) == {"renamed": "answer raised NameError"}
 
 
 def test_the_probes_can_fail():

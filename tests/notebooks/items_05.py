@@ -122,8 +122,8 @@ ITEMS: dict[str, Item] = {
         library=(
             "_big = plan_finetune('Mistral-7B-v0.3', '80GiB', 2048, dtype='bfloat16', "
             "finetune='lora', lora_rank=16, attn_impl='sdpa')\n"
-            "q5_rows_plain = _big.max_micro_batch['none']\n"
-            "q5_rows_ckpt = _big.max_micro_batch['blocks']\n"
+            "q5_rows_plain = _big.max_micro_batch_by_mode['off']\n"
+            "q5_rows_ckpt = _big.max_micro_batch_by_mode['blocks']\n"
         ),
         constants=["q5_rows_plain", "q5_rows_ckpt"],
     ),

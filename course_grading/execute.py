@@ -36,6 +36,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from course_grading import sandbox
+from course_grading.evidence import take_values
 from course_grading.jobs import JobSpec, Outcome
 from course_grading.kernel import GivenSpecKernelManager, kernel_manager
 from course_grading.processes import become_subreaper, kill_leftovers
@@ -194,6 +195,8 @@ async def _execute(client: GradingClient, km: GivenSpecKernelManager, spec: JobS
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
+            if spec.values:  # the declared answers, as plain data (evidence.py: values.json)
+                await take_values(client, spec.values, job / "values.json")
         finally:
             try:
                 await asyncio.wait_for(km.shutdown_kernel(now=False), timeout=10)

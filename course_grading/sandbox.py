@@ -39,6 +39,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from course_grading.errors import GradingError
+
 #: Where the student's folder is inside the sandbox: ``HOME`` and the kernel's working folder.
 HOME = "/home/student"
 #: Where the staged copy of the student's folder is mounted (read-only) before it is copied.
@@ -76,10 +78,10 @@ def sandbox_uid(slot: int) -> int | None:
 
 
 def check_available() -> str:
-    """Return the path of ``bwrap`` if it can make a sandbox here; else stop with one line."""
+    """Return the path of ``bwrap`` if it can make a sandbox here; else a ``GradingError``."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise SystemExit(
+        raise GradingError(
             "cannot sandbox student code: bubblewrap is not installed (apt-get install "
             "bubblewrap); --no-sandbox grades without one, unsafely"
         )
@@ -92,7 +94,7 @@ def check_available() -> str:
     )
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise SystemExit(
+        raise GradingError(
             f"cannot sandbox student code: bwrap cannot create namespaces here ({why}); "
             "--no-sandbox grades without one, unsafely"
         )

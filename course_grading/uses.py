@@ -39,10 +39,18 @@ _DYNAMIC = {
 
 @dataclass(frozen=True)
 class Use:
-    """One use of ``course_lib`` in a cell: the code, and whether it is certain."""
+    """One use of ``course_lib`` in a cell: the code, whether it is certain, and the dotted name
+    it reaches (``course_lib.memory.predict``; ``""`` when it cannot be read)."""
 
     code: str
     definite: bool = True
+    origin: str = ""
+
+    def within(self, modules: tuple[str, ...]) -> bool:
+        """Whether it reaches only into ``modules`` (an item's allowed modules)."""
+        return bool(self.origin) and any(
+            self.origin == m or self.origin.startswith(m + ".") for m in modules
+        )
 
 
 #: The lessons' feedback helpers: using them is not using the library for an answer.
@@ -68,23 +76,24 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
     names = lesson.with_cell(tree)
     found: dict[str, Use] = {}
 
-    def add(code: str, definite: bool = True) -> None:
-        found.setdefault(code, Use(code[:80], definite))
+    def add(code: str, definite: bool = True, origin: str = "") -> None:
+        found.setdefault(code, Use(code[:80], definite, origin))
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if _is_library(alias.name):
-                    add(f"import {alias.name}")
+                    add(f"import {alias.name}", origin=alias.name)
         elif isinstance(node, ast.ImportFrom) and _is_library(node.module or ""):
-            add(f"from {node.module} import {', '.join(a.name for a in node.names)}")
+            imported = ", ".join(a.name for a in node.names)
+            add(f"from {node.module} import {imported}", origin=node.module or "")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _names_course_lib(node.value):
-                add(repr(node.value))
+                add(repr(node.value), origin=node.value.strip())
         elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
             origin = dotted(node, names)
             if _is_library(origin) and not _inside_seen(node, found, names):
-                add(origin)
+                add(origin, origin=origin)
         if isinstance(node, ast.Call):
             name = dotted(node.func, names)
             if name in _DYNAMIC and node.args:

@@ -127,7 +127,11 @@ def grade_submission(
         cell = answers.get(item.answer)
         answer = cell.source if cell is not None and cell.cell_type == "code" else None
         given = {u.code for u in uses(spec.release_text.get(item.answer, ""), lesson)}
-        found = [u.code for u in uses(answer or "", lesson) if u.definite and u.code not in given]
+        found = [
+            u.code
+            for u in uses(answer or "", lesson)
+            if u.definite and u.code not in given and not u.within(item.allowed)
+        ]
         evidence = trusted.Evidence(
             item,
             student,

@@ -352,8 +352,13 @@ def check_notebook(lesson: str, nb: nbformat.NotebookNode) -> dict[str, Item]:
 
 
 def _input(value: object) -> object:
+    """An input in the runner's form: built ones as they are, containers of them, plain data."""
     if isinstance(value, _Built):
         return value.spec
+    if type(value) in (list, tuple):
+        return {type(value).__name__: [_input(x) for x in value]}
+    if type(value) is dict:
+        return {"dict": [[_input(k), _input(v)] for k, v in value.items()]}
     return plain.encode(value)
 
 
@@ -577,14 +582,20 @@ def _python_source(source: str) -> str:
 def verdict(item: Item, ev: Evidence, uses: list[str]) -> Verdict:
     """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
 
-    ``uses``: the ``course_lib`` uses found in the answer cell (``uses.py``): an ``own_work``
-    item scores 0 with them.
+    ``uses``: the certain ``course_lib`` uses in the answer cell (``uses.py``) outside the
+    item's allowed modules. An ``own_work`` value item and every function item score 0 with
+    them.
     """
     try:
         if item.own_work and uses:
             raise Reject(
                 f"your answer cell uses {', '.join(uses[:3])}: this item is worked out by "
                 "hand, without course_lib"
+            )
+        if item.function and uses:
+            raise Reject(
+                f"your answer cell uses {', '.join(uses[:3])}, which this item does not allow: "
+                "write it yourself"
             )
         got = item.check(ev)
     except Reject as why:

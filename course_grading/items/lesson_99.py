@@ -27,9 +27,12 @@ def tokens(ev: Evidence) -> str:
     return f"tokens_per_batch: right on {len(cases)} micro-batch shapes"
 
 
-@ITEMS.item("test_ratio", answer="answer_ratio", points=1, values=("attention_ratio",))
+@ITEMS.item(
+    "test_ratio", answer="answer_ratio", points=1, values=("attention_ratio",), own_work=True
+)
 def ratio(ev: Evidence) -> str:
-    """The attention scores' growth factor, exact (``math.isclose`` at its default 1e-9)."""
+    """The attention scores' growth factor, exact (``math.isclose`` at its default 1e-9), worked
+    out without ``course_lib`` in the answer cell."""
     got = ev.number("attention_ratio")
     ev.require(
         math.isclose(got, 8.0),

@@ -60,7 +60,7 @@ class Predicate:
         self.probes = []
 
     def __call__(self, n):
-        self.probes.append(n if type(n) is int else repr(n)[:40])
+        self.probes.append(n if type(n) in (int, float) else repr(n)[:40])
         return 1 <= n <= self._limit
 
 

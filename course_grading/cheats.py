@@ -44,6 +44,11 @@ CHEAT_CALLS = [
         r"(^|\.)events\.(register|unregister)$|^get_ipython\(\)\.(kernel|run_cell)",
         "tampers with the kernel",
     ),
+    (
+        r"(^|\.)(ast_transformers|input_transformers_post|input_transformers_cleanup|"
+        r"input_transformer_manager|user_ns|user_global_ns|user_ns_hidden|history_manager)(\.|$)",
+        "tampers with the kernel",
+    ),
     (  # IPython.display (display, Markdown, HTML...) only shows things: not tampering
         r"^(ipykernel|IPython(?!\.(display|core\.display)(\.|$)))(\.|$)|"
         r"^sys\.(displayhook|settrace|setprofile|modules)$",

@@ -121,26 +121,41 @@ def grade_submission(
     if "*" in values:  # nothing could be read: every value reads as that reason
         values = {n: values["*"] for item in registered.values() for n in item.values}
     answers = _cells_by_id(submitted)
-    lesson = Bindings.of_lesson(spec.lesson_code)
     graded = Graded(review=course_lib_review(submitted, spec))
     for gid, item in registered.items():
         cell = answers.get(item.answer)
         answer = cell.source if cell is not None and cell.cell_type == "code" else None
-        given = {u.code for u in uses(spec.release_text.get(item.answer, ""), lesson)}
-        found = [
-            u.code
-            for u in uses(answer or "", lesson)
-            if u.definite and u.code not in given and not u.within(item.allowed)
-        ]
-        evidence = trusted.Evidence(
-            item,
-            student,
-            values={n: values[n] for n in item.values if n in values},
-            answer_source=answer,
-            sandbox=sandbox,
-        )
-        graded.verdicts[gid] = trusted.verdict(item, evidence, found)
+        graded.verdicts[gid] = decide(item, spec, student, values, answer, sandbox)
     return graded
+
+
+def decide(
+    item: trusted.Item,
+    spec: LessonSpec,
+    student: str,
+    values: dict[str, object],
+    answer: str | None,
+    sandbox: FunctionSandbox,
+) -> Verdict:
+    """One item's verdict from its evidence: ``values`` (name -> plain value or
+    ``plain.NotPlain``) and ``answer``, the answer cell's source as submitted (``None``: no such
+    cell). A ``course_lib`` use in the answer that the lesson's blank does not hold, outside the
+    item's allowed modules, counts against it (``items.verdict``)."""
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    given = {u.code for u in uses(spec.release_text.get(item.answer, ""), lesson)}
+    found = [
+        u.code
+        for u in uses(answer or "", lesson)
+        if u.definite and u.code not in given and not u.within(item.allowed)
+    ]
+    evidence = trusted.Evidence(
+        item,
+        student,
+        values={n: values[n] for n in item.values if n in values},
+        answer_source=answer,
+        sandbox=sandbox,
+    )
+    return trusted.verdict(item, evidence, found)
 
 
 # --- the nbgrader step ------------------------------------------------------------------------

@@ -4,7 +4,7 @@ A visible test in a lesson compares a *digest* of the student's value with the d
 one: the value is normalised to a stated precision (numbers to ``sig`` significant figures, text
 lower-cased with single spaces, choices sorted), then hashed with a salt that is the answer's
 name, slowly (PBKDF2), so the notebook holds no answer and trying candidates one by one is slow.
-The grade itself comes from the hidden tests, which compare values directly.
+The grade itself comes from trusted checks outside the notebook, which compare values directly.
 
 In an answer cell, :func:`ensure_answered` turns a blank (``name = ...``) into a clear
 ``NotImplementedError`` that names what to set::
@@ -18,9 +18,8 @@ and in the test cell below, :func:`check` says right or wrong::
 
 Instructors make a digest with ``python -m course_lib.answers NAME VALUE [--sig N]``.
 
-Hidden tests make sure graded work is the student's own with :func:`course_lib_calls`: it runs
-the student's function (or re-runs an answer cell's code) and lists every function of
-``course_lib`` it reached, however it was named or aliased.
+The grade itself is decided outside the student's kernel, by the course's trusted checks
+(``course_grading.items``), which also make sure graded work is the student's own.
 """
 
 from __future__ import annotations
@@ -31,9 +30,6 @@ import hashlib
 import math
 import numbers
 import sys
-from pathlib import Path
-
-PACKAGE_DIR = Path(__file__).resolve().parent
 
 ITERATIONS = 100_000  # about 30 ms per digest: instant for one check, slow for a brute force
 DIGEST_CHARS = 16
@@ -102,39 +98,6 @@ def check(name: str, value, expected: str, sig: int | None = None) -> None:
     if got != expected:
         raise AssertionError(f"{name} is not right yet{precision}: look again at how you got it")
     print(f"{name}: right{precision}")
-
-
-def course_lib_calls(
-    fn, *args, allowed: tuple[str, ...] = (), **kwargs
-) -> tuple[object, list[str]]:
-    """Run ``fn(*args, **kwargs)``; return its result and the ``course_lib`` functions it called.
-
-    Every Python function call is watched (``sys.setprofile``), so an alias (``f =
-    find_max_batch_size``) is caught like a direct call. Only entry points into the library are
-    listed (what the library calls inside itself is not). Names are ``module.function``; modules
-    in ``allowed`` (e.g. ``"course_lib.model"`` when the exercise trains TinyGPT) and this module
-    are not listed. An exception from ``fn`` propagates.
-    """
-    called: set[str] = set()
-    here = str(PACKAGE_DIR)
-    skip = {"course_lib.answers", *allowed}
-
-    def watch(frame, event, arg):
-        if event != "call" or not frame.f_code.co_filename.startswith(here):
-            return
-        caller = frame.f_back
-        if caller is None or not caller.f_code.co_filename.startswith(here):  # an entry point
-            module = frame.f_globals.get("__name__", "")
-            if module not in skip and not any(module.startswith(a + ".") for a in allowed):
-                called.add(f"{module}.{frame.f_code.co_name}")
-
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
-        result = fn(*args, **kwargs)
-    finally:
-        sys.setprofile(previous)
-    return result, sorted(called)
 
 
 def main(argv: list[str] | None = None) -> int:

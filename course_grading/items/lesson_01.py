@@ -1,7 +1,8 @@
 """Trusted checks of lesson 1: tokens per step, and why attention memory is different.
 
 Ported from the lesson's hidden tests with the same strictness; ``own_work`` value items score 0
-when their answer cell uses ``course_lib`` (the hidden tests' ``course_lib_calls`` check).
+when their answer cell uses ``course_lib`` (the old hidden tests' check that the work was the
+student's own).
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@
 The grader keeps one of these per parallel slot (``jobs.py``), outside the sandbox; each job
 gets a fresh kernel in a fresh sandbox. ``JOB_DIR``
 holds ``job.json`` (``jobs.JobSpec``), ``in.ipynb`` (the notebook as nbgrader prepared it, hidden
-tests included: the kernel receives the cells one by one and never sees this file), ``stage/``
+regions removed: the kernel receives the cells one by one and never sees this file), ``stage/``
 (the student's folder as the kernel may see it) and ``runtime/`` (connection file, IPC sockets).
-It writes ``out.ipynb`` (the executed notebook) and ``result.json``.
+It writes ``out.ipynb`` (the executed notebook), ``result.json`` and, when ``JobSpec.values``
+names any, ``values.json`` (those names taken out after the last cell: ``evidence.py``).
 
 Before any cell runs, a probe inside the sandboxed kernel checks that the sandbox holds: the
 job folder, the work course, the submissions and the course's ``solutions/`` do not exist for

@@ -19,9 +19,8 @@ and in the test cell below, :func:`check` says right or wrong::
 Instructors make a digest with ``python -m course_grading digest NAME VALUE [--sig N]`` (the
 instructors' package, which imports :func:`digest` from here so both sides hash alike).
 
-:func:`course_lib_calls` stays here, unchanged, for this release only: today's hidden tests call
-it to see whether graded work reached ``course_lib``. The grader is moving those checks out of
-the student's kernel; once no hidden test calls it, it is deleted from this module.
+The grade itself is decided outside the student's kernel, by the course's trusted checks
+(``course_grading.items``), which also make sure graded work is the student's own.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
-import sys
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -114,36 +112,3 @@ def check(name: str, value: object, expected: str, sig: int | None = None) -> No
     if got != expected:
         raise AssertionError(f"{name} is not right yet{precision}: look again at how you got it")
     print(f"{name}: right{precision}")
-
-
-def course_lib_calls(
-    fn, *args, allowed: tuple[str, ...] = (), **kwargs
-) -> tuple[object, list[str]]:
-    """Run ``fn(*args, **kwargs)``; return its result and the ``course_lib`` functions it called.
-
-    Every Python function call is watched (``sys.setprofile``), so an alias (``f =
-    find_max_batch_size``) is caught like a direct call. Only entry points into the library are
-    listed (what the library calls inside itself is not). Names are ``module.function``; modules
-    in ``allowed`` (e.g. ``"course_lib.model"`` when the exercise trains TinyGPT) and this module
-    are not listed. An exception from ``fn`` propagates.
-    """
-    called: set[str] = set()
-    here = str(PACKAGE_DIR)
-    skip = {"course_lib.answers", *allowed}
-
-    def watch(frame, event, arg):
-        if event != "call" or not frame.f_code.co_filename.startswith(here):
-            return
-        caller = frame.f_back
-        if caller is None or not caller.f_code.co_filename.startswith(here):  # an entry point
-            module = frame.f_globals.get("__name__", "")
-            if module not in skip and not any(module.startswith(a + ".") for a in allowed):
-                called.add(f"{module}.{frame.f_code.co_name}")
-
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
-        result = fn(*args, **kwargs)
-    finally:
-        sys.setprofile(previous)
-    return result, sorted(called)

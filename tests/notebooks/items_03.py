@@ -19,6 +19,7 @@ def accumulate_token_weighted(model, window):
 """
 
 _STEP_EVERY_MICRO_BATCH = """
+import torch
 def fixed_train(model, optimizer, loader, accum):
     for micro_batch in loader:  # token-weighted inside one micro-batch, but steps on each one
         model(**micro_batch).loss.backward()

@@ -72,7 +72,7 @@ def _planted(change) -> list[str]:
         (lambda c: setattr(c, "source", c.source.replace('"ratio"', '"tokens"')), "declares"),
         (lambda c: setattr(c, "source", items.strip_hidden(c.source)), "without a declaration"),
         (
-            lambda c: setattr(c, "source", c.source.replace("# course", "assert 1\n# course")),
+            lambda c: setattr(c, "source", c.source.replace("# ITEM", "assert 1\n# ITEM")),
             "holds code",
         ),
         (lambda c: setattr(c, "source", c.source.replace("{", "{{")), "not JSON"),

@@ -3,8 +3,9 @@
 Values leave the student's kernel, and results leave the function sandbox, as JSON in the form
 ``course_grading/sandboxed/encode.py`` writes. That code runs where the student's code runs, so
 its output proves nothing: everything is decoded again here, strictly. Only ``None``, ``bool``,
-``int``, ``float``, ``str`` and ``list``/``tuple``/``dict``/``set``/``frozenset`` of them come
-out (tuple and list stay distinct), plus ``Tensor`` (shape, dtype and flat data) where tensors
+``int``, ``float``, ``str``, ``fractions.Fraction``, ``decimal.Decimal`` (finite, of sensible
+size) and ``list``/``tuple``/``dict``/``set``/``frozenset`` of them come out (tuple and list stay
+distinct), plus ``Tensor`` (shape, dtype and flat data) where tensors
 are allowed; depth, item count and text are bounded, NaN and infinities arrive only in their
 tagged form. Anything else is a :class:`NotPlain` with a reason a student can read ("not a
 plain value: Always").
@@ -15,11 +16,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 MAX_BYTES = 16 * 2**20  # JSON text accepted from one sandbox answer
 MAX_DEPTH = 24
 MAX_ITEMS = 2_000_000
 MAX_CHARS = 4_000_000
+MAX_EXPONENT = 400  # a Fraction's or Decimal's size, in decimal digits: no answer is larger
 _CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
 _DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32"}
 _DTYPES |= {"float64"}
@@ -92,6 +96,10 @@ class _Decoder:
             raise NotPlain(f"too large to be graded ({_clean_name(body)})")
         if tag == "float" and body in ("nan", "inf", "-inf"):
             return float(body)
+        if tag == "fraction":
+            return _fraction(body)
+        if tag == "decimal":
+            return _decimal(body)
         if tag in _CONTAINERS and type(body) is list:
             items = [self.decode(x, depth + 1) for x in body]
             if tag in ("set", "frozenset"):
@@ -129,6 +137,27 @@ class _Decoder:
         return Tensor(dtype, tuple(shape), values)
 
 
+def _fraction(body: object) -> Fraction:
+    if type(body) is not list or len(body) != 2 or not all(type(x) is int for x in body):
+        raise NotPlain("malformed data (a fraction)")
+    numerator, denominator = body
+    if denominator <= 0 or max(abs(numerator), denominator).bit_length() > 4 * MAX_EXPONENT:
+        raise NotPlain("a malformed number (a fraction)")
+    return Fraction(numerator, denominator)
+
+
+def _decimal(body: object) -> Decimal:
+    if type(body) is not str or len(body) > 2 * MAX_EXPONENT:
+        raise NotPlain("malformed data (a decimal)")
+    try:
+        value = Decimal(body)
+    except InvalidOperation:
+        raise NotPlain("malformed data (a decimal)") from None
+    if not value.is_finite() or abs(value.adjusted()) > MAX_EXPONENT:
+        raise NotPlain("a malformed number (a decimal that is not finite or too large)")
+    return value
+
+
 def _reject_constant(name: str) -> object:
     raise NotPlain("malformed data (a bare NaN or infinity)")
 
@@ -158,6 +187,10 @@ def encode(value: object) -> object:
         return value
     if kind is float:
         return value if math.isfinite(value) else {"float": str(value)}
+    if kind is Fraction:
+        return {"fraction": [value.numerator, value.denominator]}
+    if kind is Decimal:
+        return {"decimal": str(value)}
     for tag, container in _CONTAINERS.items():
         if kind is container:
             return {tag: [encode(x) for x in value]}
@@ -168,6 +201,9 @@ def encode(value: object) -> object:
 
 def describe(value: object, limit: int = 60) -> str:
     """A short, safe rendering of a student's plain value for a message (``16.04``, ``'B'``)."""
-    text = repr(value) if not isinstance(value, float) else f"{value:.6g}"
+    if type(value) in (Fraction, Decimal):
+        text = str(value)
+    else:
+        text = repr(value) if not isinstance(value, float) else f"{value:.6g}"
     text = "".join(ch if ch.isprintable() else "?" for ch in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,26 +1,33 @@
 """The student's side of grading: instant feedback on an answer without giving the answer away.
 
-A visible test in a lesson compares a *digest* of the student's value with the digest of the right
-one: the value is normalised to a stated precision (numbers to ``sig`` significant figures, text
-lower-cased with single spaces, choices sorted), then hashed with a salt that is the answer's
-name, slowly (PBKDF2), so the notebook holds no answer and trying candidates one by one is slow.
-The grade itself comes from the hidden tests, which compare values directly.
+The grade is decided outside the student's kernel, by the course's trusted checks
+(``course_grading.items``). The test cell under an answer gives instant feedback only, in one of
+two ways, and says which:
 
-In an answer cell, :func:`ensure_answered` turns a blank (``name = ...``) into a clear
-``NotImplementedError`` that names what to set::
+* **a property check** says ``plausible``: it reads the answer as the grader does
+  (:func:`read_answer`, one normalisation for both sides, :mod:`course_lib.forms`), checks what
+  the right answer must satisfy without determining it, and prints :func:`plausible`::
 
-    predicted_ratio = ...  # a number: how many times more score memory
-    ensure_answered(predicted_ratio=predicted_ratio)
+      ratio = read_answer("predicted_ratio", predicted_ratio, Exact())
+      assert ratio > 1, "predicted_ratio: 2 × 1024 keeps more, so the factor is above 1"
+      plausible("predicted_ratio", "a number above 1", Exact())
 
-and in the test cell below, :func:`check` says right or wrong::
+* **a digest** says ``right``: :func:`check` compares a slow, memory-hard digest (``scrypt``) of
+  the answer, read and normalised by the item's :class:`~course_lib.forms.Form`, with the digest
+  of the right one; the digest names the forms it was made with, so the visible test compares
+  exactly as the grader does::
 
-    check("predicted_ratio", predicted_ratio, "5c0d4f2e9a1b7c3d", sig=3)
+      check("real-scale", (scores_gb_per_layer, fused_mb_per_layer), "scrypt:sig3;sig3:9f…")
 
-Instructors make a digest with ``python -m course_grading digest NAME VALUE [--sig N]`` (the
-instructors' package, which imports :func:`digest` from here so both sides hash alike).
+  One digest costs about 0.3 s of one core and 64 MiB, so trying candidates one by one is slow:
+  each item's candidate space and the cost of searching it are in ``docs/instructors.md``.
+  Instructors make a digest from the item's registration: ``python -m course_grading digest
+  --item LESSON TEST_ID``.
 
-The grade itself is decided outside the student's kernel, by the course's trusted checks
-(``course_grading.items``), which also make sure graded work is the student's own.
+Older lessons' tests call ``check(name, value, "<16 hex digits>", sig=N)``: a PBKDF2 digest of
+:func:`normalise`'s text, salted with ``name`` (:func:`digest`). In an answer cell,
+:func:`ensure_answered` turns a blank (``name = ...``) into a ``NotImplementedError`` naming what
+to set.
 """
 
 from __future__ import annotations
@@ -28,16 +35,54 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
+import time
+from collections.abc import Sequence
 from pathlib import Path
+
+from .forms import (
+    Exact,
+    Form,
+    Integer,
+    Ordered,
+    Shape,
+    Sig,
+    Truth,
+    Unordered,
+    Unreadable,
+    Word,
+    form_of,
+    plain,
+)
+
+__all__ = [
+    "Exact",
+    "Integer",
+    "Ordered",
+    "Shape",
+    "Sig",
+    "Truth",
+    "Unordered",
+    "Word",
+    "check",
+    "digest",
+    "ensure_answered",
+    "normalise",
+    "plausible",
+    "read_answer",
+    "secret_digest",
+]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-ITERATIONS = 100_000  # about 30 ms per digest: instant for one check, slow for a brute force
+ITERATIONS = 100_000  # the older PBKDF2 digests: about 30 ms each
 DIGEST_CHARS = 16
+#: scrypt's cost: 2**16 blocks of 1 KiB (64 MiB), about 0.3 s on one core of the course's machine.
+SCRYPT = {"n": 2**16, "r": 8, "p": 1}
+SCHEME = "scrypt"
 
 
 def normalise(value: object, sig: int | None = None) -> str:
-    """The canonical text of an answer (see the module docstring).
+    """The canonical text of an answer in the older digests (see the module docstring).
 
     ``sig=None`` keeps integers exact and floats to 12 significant figures; ``sig=N`` rounds every
     number to ``N`` significant figures, so ``0.6349`` and ``0.635`` agree at ``sig=3``.
@@ -72,7 +117,7 @@ def normalise(value: object, sig: int | None = None) -> str:
 
 
 def digest(name: str, value: object, sig: int | None = None) -> str:
-    """The salted, slow hash of ``value`` normalised to ``sig`` significant figures.
+    """The older salted PBKDF2 hash of ``value`` normalised to ``sig`` significant figures.
 
     Raises:
         ValueError, TypeError: see :func:`normalise`.
@@ -80,6 +125,45 @@ def digest(name: str, value: object, sig: int | None = None) -> str:
     text = normalise(value, sig).encode()
     salt = f"shapes-course:{name}".encode()
     return hashlib.pbkdf2_hmac("sha256", text, salt, ITERATIONS).hex()[:DIGEST_CHARS]
+
+
+def _scrypt(label: str, text: str) -> str:
+    salt = f"shapes-course:v2:{label}".encode()
+    raw = hashlib.scrypt(text.encode(), salt=salt, maxmem=2**27, dklen=16, **SCRYPT)
+    return raw.hex()
+
+
+def secret_digest(label: str, values: Sequence[object], forms: Sequence[Form]) -> str:
+    """The memory-hard digest of ``values``, each read by its form: ``scrypt:<specs>:<hex>``.
+
+    Raises:
+        Unreadable: a value its form cannot read.
+        ValueError: not one form per value.
+    """
+    if len(values) != len(forms) or not forms:
+        raise ValueError(f"{label}: give one form per value ({len(values)} values)")
+    text = "\x1f".join(f.canonical(plain(v)) for v, f in zip(values, forms))
+    specs = ";".join(f.spec for f in forms)
+    return f"{SCHEME}:{specs}:{_scrypt(label, text)}"
+
+
+def forms_of_digest(expected: str) -> list[Form]:
+    """The forms a :func:`secret_digest` was made with (its middle part).
+
+    Raises:
+        ValueError: not such a digest.
+    """
+    scheme, _, rest = expected.partition(":")
+    specs, _, hexed = rest.rpartition(":")
+    if scheme != SCHEME or not specs or not hexed:
+        raise ValueError(f"not a {SCHEME} digest: {expected[:40]!r}")
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(specs):
+        depth += (ch == "(") - (ch == ")")
+        if ch == ";" and depth == 0:
+            parts.append(specs[start:i])
+            start = i + 1
+    return [form_of(p) for p in [*parts, specs[start:]]]
 
 
 def ensure_answered(**answers: object) -> None:
@@ -96,13 +180,58 @@ def ensure_answered(**answers: object) -> None:
         )
 
 
-def check(name: str, value: object, expected: str, sig: int | None = None) -> None:
-    """Say whether ``value`` is right without revealing the right value; prints one line if it is.
+def read_answer(name: str, value: object, form: Form) -> object:
+    """``value`` read as the grader reads it: a Python number, text or tuple (``Form.value``).
 
     Raises:
         NotImplementedError: the answer is still blank.
-        AssertionError: it is wrong (with a hint at the precision compared).
+        AssertionError: it cannot be read at all (the reason says what to write instead).
     """
+    ensure_answered(**{name: value})
+    try:
+        return form.value(plain(value))
+    except Unreadable as why:
+        raise AssertionError(f"{name}: {why}") from None
+
+
+def plausible(name: str, checked: str, *forms: Form) -> None:
+    """Print that ``name`` passed the visible property check ``checked``, and what the grade
+    needs (``forms``: how the answer is compared). Never "right": a property check does not
+    determine the answer."""
+    needs = ", ".join(dict.fromkeys(f.needs for f in forms)) or "exact"
+    print(f"{name}: plausible ({checked}); the grade checks it outside your notebook ({needs})")
+
+
+def check(name: str, value: object, expected: str, sig: int | None = None) -> None:
+    """Say whether ``value`` is right without revealing the right value; prints one line if it is.
+
+    ``expected`` is a :func:`secret_digest` (``value`` a tuple when it names several forms) or
+    an older :func:`digest` compared at ``sig`` significant figures.
+
+    Raises:
+        NotImplementedError: the answer is still blank.
+        AssertionError: it is wrong, or cannot be read (the message says which, never the answer).
+    """
+    if not expected.startswith(SCHEME + ":"):
+        return _check_older(name, value, expected, sig)
+    forms = forms_of_digest(expected)
+    values = list(value) if len(forms) > 1 and isinstance(value, (tuple, list)) else [value]
+    if len(values) != len(forms):
+        raise AssertionError(f"{name}: {len(forms)} values are compared, got {len(values)}")
+    for v in values:
+        ensure_answered(**{name: v})
+    try:
+        text = "\x1f".join(f.canonical(plain(v)) for v, f in zip(values, forms))
+    except Unreadable as why:
+        raise AssertionError(f"{name}: {why}") from None
+    needs = ", ".join(dict.fromkeys(f.needs for f in forms))
+    print(f"checking {name} (a memory-hard digest: about a second)…", flush=True)
+    if f"{SCHEME}:{expected.split(':', 2)[1]}:{_scrypt(name, text)}" != expected:
+        raise AssertionError(f"{name} is not right yet ({needs}): look again at how you got it")
+    print(f"{name}: right ({needs})")
+
+
+def _check_older(name: str, value: object, expected: str, sig: int | None) -> None:
     ensure_answered(**{name: value})
     try:
         got = digest(name, value, sig)
@@ -112,3 +241,14 @@ def check(name: str, value: object, expected: str, sig: int | None = None) -> No
     if got != expected:
         raise AssertionError(f"{name} is not right yet{precision}: look again at how you got it")
     print(f"{name}: right{precision}")
+
+
+def digest_seconds(repeat: int = 3) -> float:
+    """The least CPU time (seconds, this process) one :func:`secret_digest` took in ``repeat``
+    tries: what one candidate costs a brute force on one core of this machine."""
+    best = math.inf
+    for i in range(max(1, repeat)):
+        start = time.process_time()
+        _scrypt("timing", f"candidate {i}")
+        best = min(best, time.process_time() - start)
+    return best

@@ -9,6 +9,8 @@ The encoding keeps what JSON would lose::
 
     None, bool, int, str, finite float    as themselves
     nan, inf, -inf                        {"float": "nan"}  {"float": "inf"}  {"float": "-inf"}
+    fractions.Fraction(n, d)              {"fraction": [n, d]}
+    decimal.Decimal                       {"decimal": "its text"}
     list, tuple                           {"list": [...]}   {"tuple": [...]}
     dict                                  {"dict": [[key, value], ...]}
     set, frozenset                        {"set": [...]}    {"frozenset": [...]}
@@ -17,12 +19,15 @@ The encoding keeps what JSON would lose::
     (a name the kernel does not hold)     {"missing": name}
     anything else                         {"not_plain": "<type name>"}
 
-Types are compared exactly (``type(v) is int``): a subclass of int or float, or an object whose
-``__eq__`` always says yes, is ``not_plain``. With ``tensors=True`` (the function runner) a
-torch tensor or numpy array of any shape becomes ``{"tensor": {"dtype", "shape", "data"}}``,
-``data`` flat and row-major.
+Types are compared exactly (``type(v) is int``): a subclass of int, float, Fraction or Decimal,
+or an object whose ``__eq__`` always says yes, is ``not_plain``. The visible tests read answers
+by the same rules (``course_lib/forms.py``, ``plain``). With ``tensors=True`` (the function
+runner) a torch tensor or numpy array of any shape becomes
+``{"tensor": {"dtype", "shape", "data"}}``, ``data`` flat and row-major.
 """
 
+import decimal
+import fractions
 import math
 import sys
 
@@ -102,6 +107,10 @@ class Encoder:
         if kind is str:
             self._count(0, len(value))
             return value
+        if kind is fractions.Fraction:
+            return {"fraction": [value.numerator, value.denominator]}
+        if kind is decimal.Decimal:
+            return {"decimal": str(value)}
         if value is Ellipsis:
             return {"unset": "..."}
         if kind is list or kind is tuple or kind is set or kind is frozenset:

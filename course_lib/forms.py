@@ -1,0 +1,419 @@
+"""How an answer is read and compared: one normalisation for the visible test and the grader.
+
+An answer is compared in two places: in the student's kernel by the visible test
+(:mod:`course_lib.answers`), for instant feedback, and in the grader's process by the item's
+trusted check (``course_grading.items``), which decides the points. Both read it here, the same
+way, so that a right answer in any reasonable form passes both and the visible test can never
+call "right" a value the grade rejects.
+
+**Reading.** :func:`plain` turns what a student may reasonably hand in into a plain value of an
+exact type: Python ``int``, ``float``, ``str``, ``bool``, ``fractions.Fraction``,
+``decimal.Decimal``, and ``list``/``tuple``/``set``/``frozenset`` of them; a numpy scalar, a 0-d
+numpy array or a 0-d torch tensor becomes its Python scalar. Anything else, a subclass of any of
+these included (an ``int`` whose ``__eq__`` always says yes), is "not a plain value": the grader
+takes values out of the kernel by the same rules (``course_grading/sandboxed/encode.py``).
+
+**Comparing.** A :class:`Form` says how one answer is compared, as the canonical text both sides
+compare (and the visible digest hashes)::
+
+    Exact()          16, 16.0, Fraction(16), Decimal("16"), np.int64(16)   -> "16"
+                     (non-integers to 12 significant figures: float rounding is not an error)
+    Integer()        like Exact, but only a whole number can be right      -> "16"
+    Sig(2)           8.59, 8.6, np.float32(8.59)                           -> "8.6"
+    Word("A", "B")   " a ", "A"                                            -> "a"
+    Shape()          "8x2048", "8 x 2048", "8×2048", "8X2048", (8, 2048)   -> "8x2048"
+    Truth()          True, np.bool_(True)                                  -> "true"
+    Ordered(f, g)    a tuple or a list, in order                           -> "(…;…)"
+    Unordered(f)     a set, frozenset, list or tuple, order and repeats aside -> "{…;…}"
+
+:meth:`Form.canonical` raises :class:`Unreadable` with a reason a student can act on ("a number
+is needed, got the text '16': write it without quotes") when a value cannot be compared at all.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import ClassVar
+
+#: Exact types a plain answer may have (``bool`` before ``int``: it is not a number here).
+SCALARS = (type(None), bool, int, float, str, Fraction, Decimal)
+CONTAINERS = (list, tuple, set, frozenset)
+MAX_EXPONENT = 400  # a Decimal or Fraction beyond 10**±400 is no answer to any question here
+_SHAPE = re.compile(r"\s*\d[\d,_]*(\s*[x×X*]\s*\d[\d,_]*)+\s*")
+
+
+class Unreadable(ValueError):
+    """The value cannot be compared at all; the message says why and what to write instead."""
+
+
+def plain(value: object) -> object:
+    """``value`` as a plain value of an exact type (module docstring).
+
+    Raises:
+        Unreadable: not a plain value (a subclass, an object, an array of more than one value).
+    """
+    kind = type(value)
+    if kind in SCALARS:
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)) and kind in CONTAINERS:
+        return kind(plain(v) for v in value)
+    scalar = _scalar(value)
+    if scalar is not None:
+        return scalar[0]
+    raise Unreadable(f"not a plain value: {_type_name(value)} (give a number, text or a tuple)")
+
+
+def _scalar(value: object) -> tuple[object] | None:
+    """``(x,)`` for a numpy scalar, a 0-d numpy array or a 0-d torch tensor, else ``None``."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and type(value).__module__ == "numpy":
+        if isinstance(value, numpy.generic) or (
+            isinstance(value, numpy.ndarray) and type(value) is numpy.ndarray and value.ndim == 0
+        ):
+            return (value.item(),)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
+        if value.dim() == 0:
+            return (value.item(),)
+    return None
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    return name.removeprefix("builtins.")[:80]
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A short rendering of a student's value for a message (``16.04``, ``'8 x 2048'``)."""
+    text = f"{value:.6g}" if type(value) is float else repr(value)
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def number(value: object) -> Fraction | float:
+    """A finite number read exactly (``int``, ``Fraction`` and ``Decimal`` as a ``Fraction``).
+
+    Raises:
+        Unreadable: a bool, text, NaN, an infinity, a number too large, or not a number.
+    """
+    if type(value) not in (int, float, Fraction, Decimal):
+        if isinstance(value, str) and type(value) is str:
+            raise Unreadable(
+                f"a number is needed, got the text {shown(value)}: write it without quotes"
+            )
+        raise Unreadable(f"a number is needed, got {_type_name(value)} {shown(value)}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise Unreadable(f"a finite number is needed, got {value!r}")
+        return value
+    if isinstance(value, Decimal):
+        if not value.is_finite() or abs(value.adjusted()) > MAX_EXPONENT:
+            raise Unreadable(f"a finite number of sensible size is needed, got {shown(value)}")
+        return Fraction(value)
+    assert isinstance(value, (int, Fraction))
+    exact = Fraction(value)
+    if max(abs(exact.numerator), exact.denominator).bit_length() > 4 * MAX_EXPONENT:
+        raise Unreadable("a number this large is no answer here")
+    return exact
+
+
+def _integral(x: Fraction | float) -> bool:
+    return x.denominator == 1 if isinstance(x, Fraction) else float(x).is_integer()
+
+
+def _python(x: Fraction | float) -> int | float:
+    return int(x) if _integral(x) else float(x)
+
+
+@dataclass(frozen=True)
+class Form:
+    """How one answer is compared (module docstring); subclasses say how."""
+
+    _spec: ClassVar[str] = ""
+    _needs: ClassVar[str] = ""
+
+    @property
+    def spec(self) -> str:
+        """A short name, written in visible digests (``"sig2"``): :func:`form_of` reads it back."""
+        return self._spec
+
+    @property
+    def needs(self) -> str:
+        """What the comparison needs, in words for a message (``"exact"``)."""
+        return self._needs
+
+    def canonical(self, value: object) -> str:
+        """The text both sides compare.
+
+        Raises:
+            Unreadable: the value cannot be compared (a reason a student can act on).
+        """
+        raise NotImplementedError
+
+    def value(self, value: object) -> object:
+        """The answer as a Python value for arithmetic (``int``/``float``, ``str``, ``tuple``).
+
+        Raises:
+            Unreadable: as :meth:`canonical`.
+        """
+        self.canonical(value)
+        return _python(number(value))
+
+    def same(self, value: object, expected: object) -> bool:
+        """Whether ``value`` compares equal to ``expected``.
+
+        Raises:
+            Unreadable: ``value`` cannot be compared.
+        """
+        return self.canonical(value) == self.canonical(expected)
+
+    def candidates(self, low: float, high: float) -> int:
+        """How many distinct canonical answers lie in ``[low, high]`` (a digest's search space).
+
+        Raises:
+            ValueError: the form has no countable range.
+        """
+        raise ValueError(f"{self.spec}: give the number of candidates explicitly")
+
+
+@dataclass(frozen=True)
+class Exact(Form):
+    """The same number; non-integers to 12 significant figures (float rounding aside)."""
+
+    _spec = "exact"
+    _needs = "exact"
+
+    def canonical(self, value: object) -> str:
+        x = number(value)
+        return str(int(x)) if _integral(x) else f"{float(x):.12g}"
+
+    def candidates(self, low: float, high: float) -> int:
+        return Sig(12).candidates(low, high)
+
+
+@dataclass(frozen=True)
+class Integer(Form):
+    """The same whole number (``4.0`` and ``Fraction(4)`` are 4; ``4.5`` is never right)."""
+
+    _spec = "integer"
+    _needs = "exact (a whole number)"
+
+    def canonical(self, value: object) -> str:
+        x = number(value)
+        return str(int(x)) if _integral(x) else f"~{float(x)!r}"
+
+    def candidates(self, low: float, high: float) -> int:
+        return max(0, math.floor(high) - math.ceil(low) + 1)
+
+
+@dataclass(frozen=True)
+class Sig(Form):
+    """The same number to ``digits`` significant figures (both sides rounded alike)."""
+
+    digits: int = 3
+
+    @property
+    def spec(self) -> str:
+        return f"sig{self.digits}"
+
+    @property
+    def needs(self) -> str:
+        return f"right to {self.digits} significant figures"
+
+    def canonical(self, value: object) -> str:
+        return f"{float(number(value)):.{self.digits}g}"
+
+    def candidates(self, low: float, high: float) -> int:
+        """Positive numbers with ``digits`` significant figures in ``[low, high]``."""
+        count, step = 0, 10 ** (self.digits - 1)
+        for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
+            scale = 10.0**exponent / step
+            first = max(step, math.ceil(low / scale - 1e-9))
+            last = min(10 * step - 1, math.floor(high / scale + 1e-9))
+            count += max(0, last - first + 1)
+        return count
+
+
+def _text(value: object) -> str:
+    if type(value) is not str:
+        raise Unreadable(f"a text (a str) is needed, got {_type_name(value)} {shown(value)}")
+    return " ".join(value.lower().split())
+
+
+@dataclass(frozen=True)
+class Word(Form):
+    """The same text, case and spaces aside; one of ``choices`` when they are given."""
+
+    choices: tuple[str, ...] = ()
+
+    def __init__(self, *choices: str) -> None:
+        object.__setattr__(self, "choices", tuple(choices))
+
+    _spec = "word"
+    _needs = "the right one (case and spaces aside)"
+
+    def canonical(self, value: object) -> str:
+        text = _text(value)
+        allowed = [_text(c) for c in self.choices]
+        if allowed and text not in allowed:
+            raise Unreadable(
+                f"one of {', '.join(map(repr, self.choices))} is needed, got {shown(value)}"
+            )
+        return text
+
+    def value(self, value: object) -> object:
+        return self.canonical(value)
+
+    def candidates(self, low: float, high: float) -> int:
+        if not self.choices:
+            raise ValueError("word: give the choices, or the number of candidates explicitly")
+        return len(self.choices)
+
+
+@dataclass(frozen=True)
+class Shape(Form):
+    """The same shape written ``8x2048``, ``8 x 2048``, ``8×2048``, ``8X2048`` or ``(8, 2048)``."""
+
+    choices: tuple[str, ...] = ()
+
+    def __init__(self, *choices: str) -> None:
+        object.__setattr__(self, "choices", tuple(choices))
+
+    _spec = "shape"
+    _needs = "the right shape"
+
+    def canonical(self, value: object) -> str:
+        if isinstance(value, (tuple, list)) and type(value) in (tuple, list) and value:
+            text = "x".join(Integer().canonical(v) for v in value)
+        elif type(value) is str and _SHAPE.fullmatch(value):
+            parts = re.split(r"[x×X*]", value.replace(",", "").replace("_", ""))
+            text = "x".join(str(int(p)) for p in parts)
+        else:
+            raise Unreadable(f'a shape such as "8x2048" is needed, got {shown(value)}')
+        allowed = [Shape().canonical(c) for c in self.choices]
+        if allowed and text not in allowed:
+            raise Unreadable(f"one of {', '.join(self.choices)} is needed, got {shown(value)}")
+        return text
+
+    def value(self, value: object) -> object:
+        return self.canonical(value)
+
+    def candidates(self, low: float, high: float) -> int:
+        if not self.choices:
+            raise ValueError("shape: give the choices, or the number of candidates explicitly")
+        return len(self.choices)
+
+
+@dataclass(frozen=True)
+class Truth(Form):
+    """``True`` or ``False`` (a numpy bool too); not 0/1, not text."""
+
+    _spec = "truth"
+    _needs = "the right one of True and False"
+
+    def canonical(self, value: object) -> str:
+        if type(value) is not bool:
+            raise Unreadable(f"True or False is needed, got {shown(value)}")
+        return "true" if value else "false"
+
+    def value(self, value: object) -> object:
+        return self.canonical(value) == "true"
+
+    def candidates(self, low: float, high: float) -> int:
+        return 2
+
+
+@dataclass(frozen=True)
+class Ordered(Form):
+    """A tuple (a list is as good) whose parts compare by ``parts``, in order."""
+
+    parts: tuple[Form, ...] = ()
+
+    def __init__(self, *parts: Form) -> None:
+        object.__setattr__(self, "parts", tuple(parts))
+
+    @property
+    def spec(self) -> str:
+        return "seq(" + ";".join(p.spec for p in self.parts) + ")"
+
+    @property
+    def needs(self) -> str:
+        return (
+            "right in every place (" + ", ".join(dict.fromkeys(p.needs for p in self.parts)) + ")"
+        )
+
+    def _items(self, value: object) -> list:
+        if not isinstance(value, (tuple, list)) or type(value) not in (tuple, list):
+            raise Unreadable(f"a tuple of {len(self.parts)} values is needed, got {shown(value)}")
+        if len(value) != len(self.parts):
+            raise Unreadable(f"a tuple of {len(self.parts)} values is needed, got {shown(value)}")
+        return list(value)
+
+    def canonical(self, value: object) -> str:
+        items = self._items(value)
+        return "(" + ";".join(p.canonical(v) for p, v in zip(self.parts, items)) + ")"
+
+    def value(self, value: object) -> object:
+        return tuple(p.value(v) for p, v in zip(self.parts, self._items(value)))
+
+    def candidates(self, low: float, high: float) -> int:
+        return math.prod(p.candidates(low, high) for p in self.parts)
+
+
+@dataclass(frozen=True)
+class Unordered(Form):
+    """A collection whose members compare by ``part``, order and repeats aside."""
+
+    part: Form = Word()
+
+    @property
+    def spec(self) -> str:
+        return f"set({self.part.spec})"
+
+    @property
+    def needs(self) -> str:
+        return f"the same members ({self.part.needs})"
+
+    def _members(self, value: object) -> list:
+        if not isinstance(value, (list, tuple, set, frozenset)) or type(value) not in CONTAINERS:
+            raise Unreadable(f"a set (or list) of answers is needed, got {shown(value)}")
+        return list(value)
+
+    def canonical(self, value: object) -> str:
+        return "{" + ";".join(sorted({self.part.canonical(v) for v in self._members(value)})) + "}"
+
+    def value(self, value: object) -> object:
+        return frozenset(self.part.value(v) for v in self._members(value))
+
+    def candidates(self, low: float, high: float) -> int:
+        return 2 ** self.part.candidates(low, high)
+
+
+def form_of(spec: str) -> Form:
+    """The form a digest names (``"sig2"``, ``"seq(integer;integer)"``).
+
+    Raises:
+        ValueError: not a form's spec.
+    """
+    simple = {"exact": Exact(), "integer": Integer(), "word": Word(), "shape": Shape()}
+    if spec in simple or spec == "truth":
+        return simple.get(spec, Truth())
+    if re.fullmatch(r"sig\d+", spec):
+        return Sig(int(spec[3:]))
+    if spec.startswith("set(") and spec.endswith(")"):
+        return Unordered(form_of(spec[4:-1]))
+    if spec.startswith("seq(") and spec.endswith(")"):
+        parts, depth, start = [], 0, 4
+        for i, ch in enumerate(spec[4:-1], start=4):
+            depth += (ch == "(") - (ch == ")")
+            if ch == ";" and depth == 0:
+                parts.append(spec[start:i])
+                start = i + 1
+        return Ordered(*(form_of(p) for p in [*parts, spec[start:-1]]))
+    raise ValueError(f"not a form: {spec!r}")

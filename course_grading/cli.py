@@ -125,9 +125,12 @@ def options_from(args: argparse.Namespace) -> Options:
 
 
 def digest_main(argv: list[str]) -> int:
-    """``digest NAME VALUE [--sig N]``: the digest a visible test checks an answer against."""
+    """``digest NAME VALUE [--sig N]``: the digest a visible test checks an answer against;
+    ``digest --item LESSON TEST_ID``: the memory-hard digest of an item's registration."""
     from course_lib.answers import digest
 
+    if argv[:1] == ["--item"]:
+        return _item_digest(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m course_grading digest",
         description="Print the digest of an answer, for a visible test's "
@@ -145,6 +148,33 @@ def digest_main(argv: list[str]) -> int:
         print(digest(args.name, value, args.sig))
     except (TypeError, ValueError) as err:
         raise GradingError(f"cannot make a digest of {args.value!r}: {err}") from None
+    return 0
+
+
+def _item_digest(argv: list[str]) -> int:
+    """Print ``check(label, values, DIGEST)`` for every visible digest of one registered item."""
+    import importlib
+
+    from course_grading import items, visible
+
+    if len(argv) != 2:
+        raise GradingError("usage: python -m course_grading digest --item LESSON TEST_ID")
+    wanted, grade_id = argv
+    try:
+        module = importlib.import_module(items.module_name(wanted))
+    except ModuleNotFoundError:
+        raise GradingError(f"no trusted checks for lesson {wanted!r}") from None
+    lesson = module.ITEMS.lesson
+    registered = items.items_of(lesson)
+    if grade_id not in registered:
+        raise GradingError(f"{lesson} has no item {grade_id!r}: {', '.join(registered)}")
+    item = registered[grade_id]
+    digests = [c for c in visible.checks(item) if isinstance(c, visible.Digest)]
+    if not digests:
+        raise GradingError(f"{grade_id} declares no visible digest (course_grading.visible)")
+    for found in digests:
+        names = ", ".join(found.names)
+        print(f'check("{found.label}", ({names}), "{visible.digest_of(item, found)}")')
     return 0
 
 

@@ -17,14 +17,19 @@ Uses of ``course_lib.answers`` (the lessons' own feedback helpers, ``check`` and
 ``own_work`` item scores 0 when its answer cell has one); the last is only pointed at. A
 determined student can hide a use from any reading (``exec`` of a decoded string): this is a
 pointer for a person, never proof.
+
+:func:`borrowed` follows names between cells: a value computed with ``course_lib`` in a cell the
+student added (or in another answer cell) and only copied by the answer cell (``predicted_ratio
+= _x``) is named, as is anything computed from it in between.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from course_grading.names import Bindings, cell_tree, dotted
+from course_grading.names import Bindings, cell_tree, dotted, free_names
 
 _DYNAMIC = {
     "__import__",
@@ -110,3 +115,45 @@ def _inside_seen(node: ast.AST, found: dict[str, Use], names: Bindings) -> bool:
     ``m``)."""
     origin = dotted(node, names)
     return any(code.startswith(origin + ".") for code in found)
+
+
+def bound_names(source: str) -> set[str]:
+    """Every name ``source`` binds, at any depth (assignments, loops, ``def``, ``class``,
+    imports): what a later cell can take from it."""
+    tree = cell_tree(source)
+    if tree is None:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+    return found
+
+
+def borrowed(
+    answer: str, earlier: Sequence[tuple[str, str, frozenset[str]]], lesson: Bindings
+) -> list[str]:
+    """Names the ``answer`` cell reads that an earlier cell computed with ``course_lib``.
+
+    ``earlier``: ``(where, source, given)`` for each of the student's cells before the answer
+    cell, in order (``where``: "cell 12 (added by the student)"; ``given``: the use codes the
+    lesson's own blank of that cell already holds, which are not the student's). A cell that
+    uses ``course_lib``, or reads a name such a cell bound, taints every name it binds; a cell
+    that binds a name without either cleans it. Returns ``"`_x` (cell 12 (...) uses ...)"``.
+    """
+    tainted: dict[str, str] = {}
+    for where, source, given in earlier:
+        found = [u.code for u in uses(source, lesson) if u.definite and u.code not in given]
+        via = sorted(free_names(source) & set(tainted))
+        for name in bound_names(source):
+            if found:
+                tainted[name] = f"{where} uses {found[0]}"
+            elif via:
+                tainted[name] = tainted[via[0]]
+            else:
+                tainted.pop(name, None)
+    return [f"`{name}` ({tainted[name]})" for name in sorted(free_names(answer) & set(tainted))]

@@ -18,6 +18,7 @@ of the item's answer cell (formgrader shows it); review flags set formgrader's f
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from course_grading.functions import FunctionSandbox
 from course_grading.items import Verdict
 from course_grading.lesson import LessonSpec
 from course_grading.names import Bindings
-from course_grading.uses import uses
+from course_grading.uses import borrowed, uses
 
 #: The first words of the output a verdict appends to its test cell.
 GRADED = "Graded outside your notebook"
@@ -120,13 +121,38 @@ def grade_submission(
     values = taken_values(payload)
     if "*" in values:  # nothing could be read: every value reads as that reason
         values = {n: values["*"] for item in registered.values() for n in item.values}
-    answers = _cells_by_id(submitted)
     graded = Graded(review=course_lib_review(submitted, spec))
     for gid, item in registered.items():
-        cell = answers.get(item.answer)
-        answer = cell.source if cell is not None and cell.cell_type == "code" else None
-        graded.verdicts[gid] = decide(item, spec, student, values, answer, sandbox)
+        answer, earlier = answer_and_earlier(submitted, spec, item.answer)
+        graded.verdicts[gid] = decide(item, spec, student, values, answer, sandbox, earlier)
     return graded
+
+
+def answer_and_earlier(
+    submitted: NotebookNode, spec: LessonSpec, answer_id: str
+) -> tuple[str | None, list[tuple[str, str, frozenset[str]]]]:
+    """The answer cell's source as submitted (``None``: no such code cell), and every cell of
+    the student's before it: ``(where, source, use codes its lesson blank already holds)``."""
+    from course_grading.cheats import student_cells
+
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    cells = _cells_by_id(submitted)
+    cell = cells.get(answer_id)
+    answer = cell.source if cell is not None and cell.cell_type == "code" else None
+    stop = submitted.cells.index(cell) if cell is not None else len(submitted.cells)
+    earlier = []
+    for index, source in student_cells(submitted, spec):
+        if index >= stop:
+            break
+        gid = submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id")
+        given = (
+            frozenset(u.code for u in uses(spec.release_text.get(gid, ""), lesson))
+            if gid
+            else frozenset()
+        )
+        where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
+        earlier.append((where, source, given))
+    return answer, earlier
 
 
 def decide(
@@ -136,18 +162,18 @@ def decide(
     values: dict[str, object],
     answer: str | None,
     sandbox: FunctionSandbox,
+    earlier: Sequence[tuple[str, str, frozenset[str]]] = (),
 ) -> Verdict:
     """One item's verdict from its evidence: ``values`` (name -> plain value or
-    ``plain.NotPlain``) and ``answer``, the answer cell's source as submitted (``None``: no such
-    cell). A ``course_lib`` use in the answer that the lesson's blank does not hold, outside the
-    item's allowed modules, counts against it (``items.verdict``)."""
+    ``plain.NotPlain``), ``answer``, the answer cell's source as submitted (``None``: no such
+    cell), and ``earlier``, the student's cells before it (``answer_and_earlier``). A
+    ``course_lib`` use in the answer that the lesson's blank does not hold, outside the item's
+    allowed modules, a name copied from a cell that computed it with ``course_lib``, and code
+    built at run time count against it (``items.verdict``)."""
     lesson = Bindings.of_lesson(spec.lesson_code)
     given = {u.code for u in uses(spec.release_text.get(item.answer, ""), lesson)}
-    found = [
-        u.code
-        for u in uses(answer or "", lesson)
-        if u.definite and u.code not in given and not u.within(item.allowed)
-    ]
+    mine = [u for u in uses(answer or "", lesson) if u.code not in given]
+    found = [u.code for u in mine if u.definite and not u.within(item.allowed)]
     evidence = trusted.Evidence(
         item,
         student,
@@ -155,7 +181,13 @@ def decide(
         answer_source=answer,
         sandbox=sandbox,
     )
-    return trusted.verdict(item, evidence, found)
+    return trusted.verdict(
+        item,
+        evidence,
+        found,
+        borrowed=borrowed(answer or "", earlier, lesson),
+        unread=[u.code for u in mine if not u.definite],
+    )
 
 
 # --- the nbgrader step ------------------------------------------------------------------------

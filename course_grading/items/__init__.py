@@ -52,25 +52,51 @@ import importlib
 import json
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 
 import nbformat
 
 from course_grading import functions, plain
 from course_grading.errors import GradingError
 from course_grading.plain import describe
+from course_grading.visible import Digest, Property
+from course_lib.forms import (
+    Exact,
+    Form,
+    Integer,
+    Ordered,
+    Shape,
+    Sig,
+    Truth,
+    Unordered,
+    Unreadable,
+    Word,
+)
 
 DECLARATION = "# ITEM:"
 _BEGIN, _END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 _PYTHON_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 __all__ = [
+    "Digest",
     "Evidence",
+    "Exact",
+    "Form",
+    "Integer",
     "Item",
     "Lesson",
+    "Ordered",
+    "Property",
     "Reject",
+    "Shape",
+    "Sig",
+    "Truth",
+    "Unordered",
     "Verdict",
+    "Word",
     "call",
     "describe",
     "new",
@@ -128,10 +154,30 @@ class Item:
     allowed: tuple[str, ...] = ()  # course_lib modules staged for the function
     forbidden: tuple[str, ...] = ()  # course_lib modules its staging must never include
     own_work: bool = False  # a value item: 0 if the answer cell's source uses course_lib
+    forms: Mapping[str, Form] = field(default_factory=dict)  # value name -> how it is compared
+    returns: Form | None = None  # a function item: how each result is compared
+    expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None
+    visible: tuple[Property | Digest, ...] | None = None  # what the visible test may say
 
     @property
     def name(self) -> str:
         return self.check.__name__
+
+    @property
+    def migrated(self) -> bool:
+        """Whether the item declares its comparison and its visible test (issue 20's model)."""
+        compared = (
+            self.returns is not None if self.function else set(self.forms) == set(self.values)
+        )
+        return compared and bool(self.visible)
+
+    def expected_values(self) -> Mapping[str, object]:
+        """The declared expected values (computed once, for a callable)."""
+        if self.expected is None:
+            return {}
+        if callable(self.expected):
+            return _expected_once(self.expected)
+        return self.expected
 
     def declaration(self) -> dict:
         """What the test cell's hidden region declares (module docstring)."""
@@ -159,18 +205,32 @@ class Lesson:
         *,
         answer: str,
         points: float,
-        values: tuple[str, ...] = (),
+        values: tuple[str, ...] | Mapping[str, Form] = (),
         function: str | None = None,
+        returns: Form | None = None,
+        expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None,
+        visible: Property | Digest | tuple[Property | Digest, ...] | None = None,
         allowed: tuple[str, ...] = (),
         forbidden: tuple[str, ...] = (),
         own_work: bool = False,
     ) -> Callable:
-        """Register the decorated check for the test cell ``grade_id`` (module docstring)."""
+        """Register the decorated check for the test cell ``grade_id`` (module docstring).
+
+        ``values`` names the values taken out of the kernel; as a mapping it also says how each
+        is compared (a ``course_lib.forms.Form``), and ``returns`` does the same for a
+        function's results. ``expected`` holds the right values (or a function giving them),
+        ``visible`` the visible test's checks (``course_grading.visible``).
+        """
         if bool(values) == bool(function):
             raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
+        forms = dict(values) if isinstance(values, Mapping) else {}
         for name in [*values, *([function] if function else [])]:
             if not _PYTHON_NAME.match(name):
                 raise ValueError(f"{grade_id}: {name!r} is not a Python name")
+        shown = (visible,) if isinstance(visible, (Property, Digest)) else visible
+        for check in shown or ():
+            if isinstance(check, Digest) and not set(check.names) <= set(forms):
+                raise ValueError(f"{grade_id}: the digest names values without a form")
 
         def register(check: Callable) -> Callable:
             if grade_id in self.items:
@@ -186,10 +246,23 @@ class Lesson:
                 tuple(allowed),
                 tuple(forbidden),
                 own_work,
+                forms,
+                returns,
+                expected,
+                tuple(shown) if shown else None,
             )
             return check
 
         return register
+
+
+_COMPUTED: dict[int, Mapping[str, object]] = {}
+
+
+def _expected_once(compute: Callable[[], Mapping[str, object]]) -> Mapping[str, object]:
+    if id(compute) not in _COMPUTED:
+        _COMPUTED[id(compute)] = dict(compute())
+    return _COMPUTED[id(compute)]
 
 
 def module_name(lesson: str) -> str:
@@ -490,22 +563,73 @@ class Evidence:
         return found
 
     def number(self, name: str) -> int | float:
-        """A number (``int`` or ``float``, not ``bool``), finite."""
+        """A finite number (``int``, ``float``, ``Fraction``, ``Decimal``; not ``bool``), as an
+        ``int`` when it is whole and a ``float`` otherwise."""
         value = self.value(name)
-        if type(value) not in (int, float):
+        if type(value) not in (int, float, Fraction, Decimal):
             raise Reject(f"{name}: a number is needed, got {_kind(value)}")
-        if isinstance(value, float) and value != value:
-            raise Reject(f"{name}: a number is needed, got nan")
-        return value
+        try:
+            return Exact().value(value)
+        except Unreadable as why:
+            raise Reject(f"{name}: {why}") from None
 
     def integer(self, name: str) -> int:
-        """A whole number: an ``int`` (not ``bool``), or a ``float`` with no fraction."""
+        """A whole number: an ``int`` (not ``bool``), or a float, Fraction or Decimal with no
+        fraction."""
         value = self.number(name)
         if isinstance(value, float):
-            if not value.is_integer():
-                raise Reject(f"{name}: a whole number is needed, got {describe(value)}")
-            return int(value)
+            raise Reject(f"{name}: a whole number is needed, got {describe(value)}")
         return value
+
+    def form(self, name: str) -> Form:
+        """How ``name`` is compared (the registration's ``values``)."""
+        if name not in self.item.forms:
+            raise GradingError(f"{self.item.grade_id}: no form declared for {name!r}")
+        return self.item.forms[name]
+
+    def read(self, name: str) -> object:
+        """``name`` read by its form: a Python number, text or tuple; :class:`Reject` with the
+        form's reason if it cannot be read."""
+        value = self.value(name)
+        try:
+            return self.form(name).value(value)
+        except Unreadable as why:
+            raise Reject(f"{name}: {why}") from None
+
+    def expect(self, name: str, expected: object = None) -> object:
+        """``name`` read and compared with ``expected`` (default: the registration's) by its
+        form; :class:`Reject` saying what was checked, without the expected value."""
+        got = self.read(name)
+        if expected is None:
+            expected = self.item.expected_values()[name]
+        if not self.form(name).same(self.value(name), expected):
+            raise Reject(
+                f"{name}: your value {describe(self.value(name))}; the check needs it "
+                f"{self.form(name).needs}"
+            )
+        return got
+
+    def expect_all(self) -> str:
+        """Every declared value compared with its expected value; the full-marks message."""
+        for name in self.item.values:
+            self.expect(name)
+        return f"{', '.join(self.item.values)}: right"
+
+    def returned(self, result: Result, expected: object, wrong: str = "not right") -> object:
+        """A call's result read by the item's ``returns`` form and compared with ``expected``;
+        :class:`Reject` naming the call and what came back (never the expected value)."""
+        got = result.value()
+        form = self.item.returns
+        if form is None:
+            raise GradingError(f"{self.item.grade_id}: no form declared for the results")
+        try:
+            read = form.value(got)
+            right = form.same(got, expected)
+        except Unreadable as why:
+            raise Reject(f"{result.shown} returned {describe(got)}: {why}") from None
+        if not right:
+            raise Reject(f"{result.shown} returned {describe(got)}: {wrong}")
+        return read
 
     def text(self, name: str) -> str:
         value = self.value(name)
@@ -579,18 +703,37 @@ def _python_source(source: str) -> str:
         raise Reject(f"your answer cell is not valid Python ({type(err).__name__})") from None
 
 
-def verdict(item: Item, ev: Evidence, uses: list[str]) -> Verdict:
+def verdict(
+    item: Item,
+    ev: Evidence,
+    uses: list[str],
+    *,
+    borrowed: Sequence[str] = (),
+    unread: Sequence[str] = (),
+) -> Verdict:
     """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
 
     ``uses``: the certain ``course_lib`` uses in the answer cell (``uses.py``) outside the
     item's allowed modules. An ``own_work`` value item and every function item score 0 with
-    them.
+    them. An ``own_work`` item also scores 0 when its answer cell copies a name an earlier cell
+    of the student's computed with ``course_lib`` (``borrowed``, ``uses.borrowed``), or runs
+    code built at run time that the grader cannot read (``unread``).
     """
     try:
         if item.own_work and uses:
             raise Reject(
                 f"your answer cell uses {', '.join(uses[:3])}: this item is worked out by "
                 "hand, without course_lib"
+            )
+        if item.own_work and borrowed:
+            raise Reject(
+                f"your answer cell takes {borrowed[0]}: this item is worked out by hand, "
+                "without course_lib, in its answer cell"
+            )
+        if item.own_work and unread:
+            raise Reject(
+                f"your answer cell runs code the grader cannot read ({unread[0]}): write the "
+                "work out plainly in the answer cell"
             )
         if item.function and uses:
             raise Reject(

@@ -1,8 +1,13 @@
 """Trusted checks of lesson 1: tokens per step, and why attention memory is different.
 
-Ported from the lesson's hidden tests with the same strictness; ``own_work`` value items score 0
-when their answer cell uses ``course_lib`` (the old hidden tests' check that the work was the
-student's own).
+A point is earned by producing something that is right *and* that a lookup cannot produce, so
+the values (a prediction, three real-scale figures, a split, a check-yourself question) carry one
+point each and the derivation carries five: ``saved_per_token`` is called on block shapes drawn
+for each student, which no constant or table of the visible cases can answer, and on the shape
+the library's memory model is compared with. Each value is compared by its declared form
+(``course_lib.forms``), which the visible test reads it with too; value items are the student's
+own work (``own_work``: no ``course_lib`` in the answer cell, nor copied from a cell that used
+it).
 """
 
 from __future__ import annotations
@@ -10,7 +15,19 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-from course_grading.items import Evidence, Lesson, Reject, call, describe
+from course_grading.items import (
+    Digest,
+    Evidence,
+    Exact,
+    Integer,
+    Lesson,
+    Ordered,
+    Property,
+    Reject,
+    Shape,
+    Sig,
+    call,
+)
 
 ITEMS = Lesson("01_tokens_and_attention_memory")
 
@@ -19,17 +36,19 @@ ITEMS = Lesson("01_tokens_and_attention_memory")
     "test-predict-ratio",
     answer="predict-ratio",
     points=1,
-    values=("predicted_ratio",),
+    values={"predicted_ratio": Exact()},
+    expected={"predicted_ratio": (2 * 4 * 1024**2) / (32 * 4 * 64**2)},
+    visible=Property("predicted_ratio", "every number above 1"),
     own_work=True,
 )
 def predict_ratio(ev: Evidence) -> str:
-    ratio = ev.number("predicted_ratio")
-    ev.require(
-        abs(ratio - 16) < 1e-6,
-        f"predicted_ratio: your value {describe(ratio)}; the check needs the exact factor "
-        "(within 1e-6)",
-    )
-    return "predicted_ratio: right"
+    """The exact factor between the score elements of 2 × 1024 and 32 × 64."""
+    return ev.expect_all()
+
+
+def _kept_per_token(d_model: int, d_mlp: int, n_heads: int, seq_len: int) -> tuple[int, int]:
+    """(other, scores): values one eager TinyGPT block keeps for backward, per token."""
+    return 8 * d_model + 2 * d_mlp + 4, n_heads * seq_len
 
 
 @cache
@@ -48,84 +67,103 @@ def _library_block(d_model: int, n_heads: int, mlp_ratio: int, batch: int, seq_l
     )
 
 
-def _pair(result) -> tuple:
-    got = result.value()
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        raise Reject(f"{result.shown} returned {describe(got)}; return a pair (other, scores)")
-    return tuple(got)
+PAIR = Ordered(Integer(), Integer())
+DRAWN = 10  # block shapes drawn for each student, beyond the fixed ones
 
 
 @ITEMS.item(
     "test-saved-per-token",
     answer="saved-per-token",
-    points=3,
+    points=5,
     function="saved_per_token",
+    returns=PAIR,
+    visible=Property(
+        "saved_per_token",
+        "pairs of whole numbers whose scores double with n_heads or seq_len while the rest "
+        "does not change with them, and whose rest grows with d_model",
+    ),
 )
 def saved_per_token(ev: Evidence) -> str:
-    """The derived count on the hidden cases, fresh ones, and the library's model of a block."""
-    cases = [(64, 256, 4, 64), (32, 128, 2, 1000), (128, 512, 8, 4096), (16, 16, 1, 7)]
-    for _ in range(4):
+    """The derived count, right on block shapes drawn for each student (no table holds them)
+    and matching the library's memory model of one block."""
+    cases = [(64, 256, 4, 64), (16, 16, 1, 7)]
+    for _ in range(DRAWN):
         cases.append(
             (
-                ev.rng.choice([8, 16, 24, 48, 96, 200]),
-                ev.rng.randint(1, 1024),
-                ev.rng.randint(1, 16),
-                ev.rng.randint(1, 8192),
+                ev.rng.randint(1, 4096),
+                ev.rng.randint(1, 16384),
+                ev.rng.randint(1, 64),
+                ev.rng.randint(1, 32768),
             )
         )
     model_case = (48, 96, 3, 300)  # the library's model of one block: 2 rows of 300 tokens
     results = ev.call([call(*c) for c in [*cases, model_case]])
-    for (c, m, h, t), result in zip(cases, results):
-        other, scores = _pair(result)
-        ev.require(
-            (other, scores) == (8 * c + 2 * m + 4, h * t),
-            f"{result.shown} returned ({describe(other)}, {describe(scores)}): not what one "
-            "eager block keeps per token",
-        )
-    other, scores = _pair(results[-1])
-    ev.require(
-        4 * 600 * (other + scores) == _library_block(48, 3, 2, 2, 300),
-        f"{results[-1].shown} does not match the library's memory model of that block",
-    )
-    return f"saved_per_token: right on {len(cases) + 1} block shapes"
+    for case, result in zip(cases, results):
+        ev.returned(result, _kept_per_token(*case), "not what one eager block keeps per token")
+    other, scores = ev.returned(results[-1], _kept_per_token(*model_case))  # type: ignore[misc]
+    if 4 * 600 * (other + scores) != _library_block(48, 3, 2, 2, 300):
+        raise Reject(f"{results[-1].shown} does not match the library's memory model")
+    return f"saved_per_token: right on {len(cases) + 1} block shapes, {DRAWN} of them drawn for you"
 
 
-REAL_SCALE = {
-    "scores_gb_per_layer": 2 * 32 * 8192**2 * 2 / 1e9,
-    "scores_gb_all_layers": 32 * 2 * 32 * 8192**2 * 2 / 1e9,
-    "fused_mb_per_layer": 2 * 32 * 8192 * 4 / 1e6,
-}
+@cache
+def _real_scale() -> dict[str, float]:
+    """The 7B-class figures of section 6: 2 × 8192 tokens, 32 layers, 32 heads, bf16."""
+    per_layer = 2 * 32 * 8192**2 * 2 / 1e9  # B·H·T² probabilities of 2 bytes, in GB
+    return {
+        "scores_gb_per_layer": per_layer,
+        "scores_gb_all_layers": 32 * per_layer,
+        "fused_mb_per_layer": 2 * 32 * 8192 * 4 / 1e6,  # B·H·T fp32 log-sum-exp, in MB
+    }
 
 
 @ITEMS.item(
     "test-real-scale",
     answer="real-scale",
-    points=2,
-    values=tuple(REAL_SCALE),
+    points=1,
+    values={name: Sig(3) for name in _real_scale()},
+    expected=_real_scale,
+    visible=Digest(
+        "real-scale",
+        ("scores_gb_per_layer", "scores_gb_all_layers", "fused_mb_per_layer"),
+        space={
+            "scores_gb_per_layer": (1e-3, 1e6),
+            "scores_gb_all_layers": 1,
+            "fused_mb_per_layer": (1e-3, 1e6),
+        },
+        why=(
+            "a guess at each figure without the arithmetic: any 3-significant-figure number "
+            "from 0.001 to a million; the all-layers figure follows from the per-layer one (× 32)"
+        ),
+    ),
     own_work=True,
 )
 def real_scale(ev: Evidence) -> str:
-    for name, exact in REAL_SCALE.items():
-        got = ev.number(name)
-        ev.require(
-            abs(got - exact) <= 0.03 * exact,
-            f"{name}: your value {describe(got)}; the check needs it within 3 % of the exact "
-            "figure",
-        )
-    return "scores_gb_per_layer, scores_gb_all_layers, fused_mb_per_layer: right"
+    """The three real-scale figures, each right to 3 significant figures."""
+    return ev.expect_all()
+
+
+SPLITS = [(4096 // t, t) for t in (16, 32, 64, 128, 256, 512, 1024)]
 
 
 @ITEMS.item(
     "test-target-practice",
     answer="target-practice",
-    points=2,
-    values=("target_batch_size", "target_seq_len"),
+    points=1,
+    values={"target_batch_size": Integer(), "target_seq_len": Integer()},
+    expected={"target_batch_size": 16, "target_seq_len": 256},
+    visible=Property(
+        "target-practice",
+        f"every split of 4,096 tokens with a power-of-two row from 16 to 1,024 ({len(SPLITS)})",
+    ),
     own_work=True,
 )
 def target_practice(ev: Evidence) -> str:
-    batch, seq = ev.integer("target_batch_size"), ev.integer("target_seq_len")
+    """The split with the longest rows whose measured peak fits in 100 MiB."""
+    batch, seq = ev.read("target_batch_size"), ev.read("target_seq_len")
     ev.require(
-        batch * seq == 4096, f"{batch} × {seq} does not hold the step's 4,096 tokens exactly"
+        (batch, seq) in SPLITS,
+        f"{batch} × {seq} is not one of the splits of 4,096 tokens the question offers",
     )
     ev.require(
         (batch, seq) == (16, 256),
@@ -134,12 +172,15 @@ def target_practice(ev: Evidence) -> str:
     return "target_batch_size, target_seq_len: right"
 
 
-@ITEMS.item("test-q1", answer="q1", points=2, values=("q1_cheaper", "q1_ratio"), own_work=True)
+@ITEMS.item(
+    "test-q1",
+    answer="q1",
+    points=1,
+    values={"q1_cheaper": Shape("8x2048", "2x8192"), "q1_ratio": Exact()},
+    expected={"q1_cheaper": "8x2048", "q1_ratio": (2 * 32 * 8192**2) / (8 * 32 * 2048**2)},
+    visible=Property("q1", "either shape, with any factor above 1"),
+    own_work=True,
+)
 def q1(ev: Evidence) -> str:
-    cheaper, ratio = ev.text("q1_cheaper"), ev.number("q1_ratio")
-    ev.require(cheaper == "8x2048", f"q1_cheaper: {describe(cheaper)} is not the cheaper shape")
-    ev.require(
-        abs(ratio - 4) < 1e-6,
-        f"q1_ratio: your value {describe(ratio)}; the check needs the exact factor (within 1e-6)",
-    )
-    return "q1_cheaper, q1_ratio: right"
+    """The cheaper shape and the exact factor between the two shapes' score memory."""
+    return ev.expect_all()

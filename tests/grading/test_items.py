@@ -10,6 +10,8 @@ import json
 import math
 import subprocess
 import sys
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import nbformat
@@ -19,7 +21,7 @@ import torch
 from class_builders import FIXTURE, FIXTURE_ROOT, sandbox_problem
 
 from course_grading import course as wc
-from course_grading import functions, items, plain
+from course_grading import functions, items, plain, visible
 from course_grading.errors import GradingError
 from course_grading.items import Evidence, Reject, call
 from course_grading.names import Bindings
@@ -439,6 +441,194 @@ def test_a_call_result_names_what_went_wrong():
     assert call(1, "a")["shown"] == "1, 'a'"
 
 
+# --- forms, visible tests and the registration (issue 20) ---------------------------------------
+
+
+def _student(root: Path, lesson: str) -> dict[str, str]:
+    nb = nbformat.read(str(root / "notebooks" / lesson / f"{lesson}.ipynb"), as_version=4)
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in nb.cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    }
+
+
+@pytest.mark.parametrize(("root", "lesson"), LESSONS, ids=[lesson for _, lesson in LESSONS])
+def test_every_visible_test_matches_its_registration(root, lesson):
+    """One tolerance per item, in one place: each visible test reads every value with the form
+    the trusted check compares it with, and its digest is made from the registration."""
+    cells = _student(root, lesson)
+    found = [
+        problem
+        for gid, item in items.items_of(lesson).items()
+        for problem in visible.problems_in(item, cells[gid])
+    ]
+    assert not found, found
+
+
+LESSON_1 = "01_tokens_and_attention_memory"
+
+
+@pytest.mark.parametrize(
+    ("gid", "old", "new", "found"),
+    [
+        ("test-real-scale", "Sig(3)", "Sig(2)", "reads it as Sig(2)"),
+        ("test-real-scale", "scrypt:sig3;sig3;sig3:c", "scrypt:sig3;sig3;sig3:d", "not made from"),
+        ("test-real-scale", "scores_gb_all_layers, fused", "fused_mb_per_layer, fused", "is given"),
+        ("test-predict-ratio", "Exact())\nassert", "Sig(3))\nassert", "reads it as Sig(3)"),
+        ("test-predict-ratio", 'plausible("predicted_ratio"', 'plausible("ratio"', "0 plausible"),
+        ("test-q1", '"2x8192"), Exact())', '"2x8192"), Integer())', "a form the item does not"),
+        ("test-saved-per-token", "_pair = Ordered(Integer(), Integer())",
+         "_pair = Ordered(Integer(), Exact())", "reads it as _pair"),
+        ("test-q1", '_factor = read_answer("q1_ratio", q1_ratio, Exact())', "_factor = 4",
+         "never reads q1_ratio"),
+    ],
+)  # fmt: skip
+def test_a_visible_test_that_disagrees_with_its_registration_is_found(gid, old, new, found):
+    source = _student(REPO, LESSON_1)[gid]
+    assert old in source, old
+    problems = visible.problems_in(items.items_of(LESSON_1)[gid], source.replace(old, new))
+    assert any(found in p for p in problems), problems
+
+
+def test_an_older_digest_in_a_migrated_item_is_found():
+    source = _student(REPO, LESSON_1)["test-q1"] + '\ncheck("q1_ratio", q1_ratio, "ab", sig=3)'
+    problems = visible.problems_in(items.items_of(LESSON_1)["test-q1"], source)
+    assert any("sig=" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(("root", "lesson"), LESSONS, ids=[lesson for _, lesson in LESSONS])
+def test_no_expected_value_sits_on_a_rounding_boundary(root, lesson):
+    """A right answer typed to the stated precision must read the same as the exact one: the
+    expected value keeps its rounding a tenth of the last digit either side."""
+    for item in items.items_of(lesson).values():
+        expected = item.expected_values()
+        for name, form in item.forms.items():
+            if isinstance(form, items.Sig) and name in expected:
+                x = float(expected[name])
+                near = [x * (1 - 10 ** -(form.digits + 1)), x * (1 + 10 ** -(form.digits + 1))]
+                assert {form.canonical(v) for v in near} == {form.canonical(x)}, (item, name)
+
+
+def test_a_boundary_value_is_caught():
+    x, form = 274.877906944, items.Sig(2)  # rounds to 2.7e+02, but 275 typed reads 2.8e+02
+    near = [x * (1 - 10 ** -(form.digits + 1)), x * (1 + 10 ** -(form.digits + 1))]
+    assert {form.canonical(v) for v in near} != {form.canonical(x)}
+
+
+@pytest.mark.parametrize(
+    "value", [Fraction(16), Fraction(-3, 7), Decimal("8.59"), Decimal("-0.001"), [Fraction(1, 3)]]
+)
+def test_fractions_and_decimals_come_out_as_they_went_in(value):
+    got = _round_trip(value)
+    assert got == value and type(got) is type(value)
+
+
+class Part(Fraction):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        ('{"fraction": [1, 0]}', "malformed number"),
+        ('{"fraction": [1.5, 2]}', "malformed data"),
+        ('{"fraction": [' + "9" * 1300 + ", 1]}", "malformed"),
+        ('{"decimal": "1e999999999"}', "too large"),
+        ('{"decimal": "NaN"}', "not finite"),
+        ('{"decimal": "twelve"}', "malformed data"),
+    ],
+)
+def test_a_malformed_fraction_or_decimal_is_refused(data, why):
+    with pytest.raises(plain.NotPlain, match=why):
+        plain.decode(plain.parse(data))
+
+
+def test_a_subclassed_fraction_is_not_a_plain_value():
+    with pytest.raises(plain.NotPlain, match="not a plain value: .*Part"):
+        _round_trip(Part(16))
+
+
+def _lesson_1(gid: str, **values) -> tuple[items.Item, Evidence]:
+    item = items.items_of(LESSON_1)[gid]
+    return item, Evidence(item, "ann", values=values)
+
+
+@pytest.mark.parametrize(
+    "value", [16, 16.0, Fraction(16), Decimal("16.0"), 16.000000000000004], ids=repr
+)
+def test_every_form_of_a_right_value_scores(value):
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=value)
+    assert items.verdict(item, ev, []).full
+
+
+def test_a_failing_check_says_what_it_checked_without_the_answer():
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.04)
+    got = items.verdict(item, ev, [])
+    assert got.points == 0
+    assert got.message == "predicted_ratio: your value 16.04; the check needs it exact"
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio="16")
+    assert "write it without quotes" in items.verdict(item, ev, []).message
+    item, ev = _lesson_1("test-q1", q1_cheaper="8 × 2048", q1_ratio=Decimal("4"))
+    assert items.verdict(item, ev, []).full
+    item, ev = _lesson_1("test-q1", q1_cheaper="2 x 8192", q1_ratio=4)
+    message = items.verdict(item, ev, []).message
+    assert "'2 x 8192'; the check needs it the right shape" in message and "8x2048" not in message
+
+
+def test_evidence_reads_fractions_and_decimals_as_numbers():
+    ev = _evidence(a=Fraction(4), b=Decimal("4.5"), c=Fraction(1, 3))
+    assert ev.integer("a") == 4 and type(ev.integer("a")) is int
+    assert ev.number("b") == 4.5 and type(ev.number("b")) is float
+    with pytest.raises(Reject, match="whole number"):
+        ev.integer("c")
+
+
+def test_a_function_result_is_read_by_its_form():
+    item, ev = _lesson_1("test-saved-per-token")
+    for got in [(1028, 256), [1028, 256], (1028.0, 256)]:
+        assert ev.returned(items.Result("f(…)", got), (1028, 256)) == (1028, 256)
+    with pytest.raises(Reject, match=r"f\(…\) returned \(1028, 512\): no"):
+        ev.returned(items.Result("f(…)", (1028, 512)), (1028, 256), "no")
+    with pytest.raises(Reject, match="a tuple of 2 values is needed"):
+        ev.returned(items.Result("f(…)", 1284), (1028, 256))
+
+
+# --- values copied from a cell that used course_lib ------------------------------------------
+
+ADDED = "cell 9 (added by the student)"
+
+
+@pytest.mark.parametrize(
+    ("cells", "answer", "found"),
+    [
+        ([("from course_lib.memory import attention_elements as ae\n_x = ae(2, 4, 1024)")],
+         "predicted_ratio = _x", ["`_x`"]),
+        ([("_y = ae(2, 4, 1024)"), ("_x = _y / 2")], "r = _x", ["`_x`"]),
+        ([("import course_lib.memory as m\nf = m.attention_elements")], "r = f(1, 2, 3)", ["`f`"]),
+        ([("_x = ae(2, 4, 1024)"), ("_x = 16")], "r = _x", []),
+        ([("_x = 2 * 4 * 1024**2")], "r = _x", []),
+        ([("_x = ae(2, 4, 1024)")], "r = 16", []),
+    ],
+)  # fmt: skip
+def test_a_value_copied_from_a_cell_that_used_course_lib_is_named(cells, answer, found):
+    from course_grading.uses import borrowed
+
+    earlier = [(ADDED, source, frozenset()) for source in cells]
+    got = borrowed(answer, earlier, LESSON_IMPORTS)
+    assert [g.split(" ")[0] for g in got] == found, got
+    assert all(ADDED in g and "course_lib" in g for g in got)
+
+
+def test_a_borrowed_or_unreadable_answer_scores_zero_on_an_own_work_item():
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.0)
+    got = items.verdict(item, ev, [], borrowed=["`_x` (cell 9 uses course_lib.memory.x)"])
+    assert got.points == 0 and "takes `_x`" in got.message
+    got = items.verdict(item, ev, [], unread=["exec(...) with a name built at run time"])
+    assert got.points == 0 and "cannot read" in got.message
+    assert items.verdict(item, ev, []).full
+
+
 # --- the report ---------------------------------------------------------------------------------
 
 
@@ -465,22 +655,36 @@ def test_the_report_writes_student_text_as_text(tmp_path):
     assert csv_text("ok") == "ok" and markdown_text("a\r\nb") == "a  b"
 
 
-def test_the_digest_command_prints_the_lessons_digest():
-    out = subprocess.run(
-        [sys.executable, "-m", "course_grading", "digest", "predicted_ratio", "16", "--sig", "3"],
+def _digest(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "course_grading", "digest", *args],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
-    nb = _source(REPO, "01_tokens_and_attention_memory")
-    assert out.stdout.strip() and out.stdout.strip() in json.dumps(nb)
-    wrong = subprocess.run(
-        [sys.executable, "-m", "course_grading", "digest", "predicted_ratio", "16.5", "--sig", "3"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert wrong.stdout.strip() not in json.dumps(nb)
+
+
+def test_the_digest_command_prints_a_lessons_digest_from_its_registration():
+    out = _digest("--item", "01", "test-real-scale")
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert line.startswith('check("real-scale", (scores_gb_per_layer, ')
+    made = line.rsplit('"', 2)[1]
+    assert made.startswith("scrypt:sig3;sig3;sig3:")
+    student = REPO / "notebooks" / "01_tokens_and_attention_memory"
+    assert made in (student / "01_tokens_and_attention_memory.ipynb").read_text()
+    none = _digest("--item", "01", "test-predict-ratio")  # a property check: no digest
+    assert none.returncode == 2 and "declares no visible digest" in none.stderr
+    unknown = _digest("--item", "01", "test-nothing")
+    assert unknown.returncode == 2 and "has no item 'test-nothing'" in unknown.stderr
+
+
+def test_the_digest_command_still_makes_older_digests():
+    from course_lib.answers import digest
+
+    out = _digest("predicted_waste", "0.6349", "--sig", "3")
+    assert out.stdout.strip() == digest("predicted_waste", 0.6349, 3)
+    assert _digest("predicted_waste", "0.64", "--sig", "3").stdout.strip() != out.stdout.strip()
 
 
 def test_a_grading_error_is_one_line_and_status_2(tmp_path):

@@ -1,11 +1,18 @@
-"""The lessons' assessment holds: answer cells name what to set, visible tests tell right from
-wrong, the trusted checks score the blank, every listed wrong answer and the closest library
-call 0 and the solution full marks, no cell above a question gives its answer away, and every
-written answer has a rubric whose points add up.
+"""The lessons' assessment holds, item by item (issue 20's "Done when").
 
-One instrumented pass per lesson (``assessment.run_lesson``) runs the solution in a live kernel
-and probes every autograded item with the blank, the wrong answers and the library call listed in
-``items_NN.py``; each candidate is scored by the item's trusted check as the grader scores it.
+One instrumented pass per lesson (``assessment.run_lesson``) runs the blank student notebook in
+a live kernel and hands every autograded item its blank, its solution, the right answer in every
+other reasonable form, each listed wrong answer and wrong method, the closest library call and
+every shortcut of ``probes.SHORTCUTS``; each candidate is scored by the item's trusted check as
+the grader scores it. Per item, then: blank 0; solution full; every wrong answer, wrong method,
+library call and shortcut 0, each shortcut named in its verdict or the report; every right form
+accepted; the visible test never "right" where the grade is 0 and never failing a right answer;
+no answer shown anywhere on the blank notebook; and each visible digest costing at least an hour
+of brute force on one core (``course_grading.visible``).
+
+Items registered the older way (no forms, no declared visible test) keep the older checks:
+blank, wrong answers and library call 0, solution full, nothing given away above the question.
+A lesson whose ``items_NN.py`` says ``MIGRATED = True`` must have every item the new way.
 """
 
 from __future__ import annotations
@@ -16,20 +23,41 @@ import re
 
 import nbformat
 import pytest
-from assessment import ROOT, is_answer, lesson_paths, nbgrader_meta, run_lesson, spoilers
+from assessment import ROOT, Probe, Tried, is_answer, lesson_paths, nbgrader_meta, run_lesson
+from assessment import shortcut_pattern as named_by
+from probes import SHORTCUTS, printed_answers
+
+from course_grading import items as trusted
+from course_grading import visible
+from course_lib.answers import digest_seconds
 
 LESSONS = sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))
-MIN_WRONG_COVERAGE = 0.9  # share of autograded items whose visible test is shown a wrong value
+MIN_WRONG_COVERAGE = 0.9  # share of autograded items tried with a wrong value
 
 
 def items_of(lesson: str) -> dict:
     return importlib.import_module(f"items_{lesson[:2]}").ITEMS
 
 
+def migrated(lesson: str) -> bool:
+    return bool(getattr(importlib.import_module(f"items_{lesson[:2]}"), "MIGRATED", False))
+
+
+def registry(lesson: str) -> dict[str, trusted.Item]:
+    return trusted.items_of(lesson)
+
+
 @pytest.fixture(scope="module", params=LESSONS)
 def probed(request):
     lesson = request.param
     return lesson, items_of(lesson), run_lesson(lesson, items_of(lesson))
+
+
+def _new(run) -> dict[str, Probe]:
+    return {gid: p for gid, p in run.probes.items() if p.migrated}
+
+
+# --- static: the notebook and the registry ---------------------------------------------------
 
 
 def defined_names(source: str) -> set[str]:
@@ -69,55 +97,232 @@ def test_every_item_is_listed(lesson):
     assert set(items_of(lesson)) == graded, f"items_{lesson[:2]}.py must list exactly {graded}"
 
 
+@pytest.mark.parametrize("lesson", [lesson for lesson in LESSONS if migrated(lesson)])
+def test_a_migrated_lesson_declares_every_item(lesson):
+    old = [gid for gid, item in registry(lesson).items() if not item.migrated]
+    assert not old, f"{lesson}: register forms and visible checks for {old}"
+    for gid, entry in items_of(lesson).items():
+        assert entry.library, f"{lesson} {gid}: give the closest library call (shortcuts use it)"
+        assert len(entry.named_wrong()) >= 2, f"{lesson} {gid}: list at least two wrong ones"
+
+
+@pytest.fixture(scope="session")
+def per_candidate() -> float:
+    """CPU seconds one visible digest costs here (the least of three)."""
+    return digest_seconds(3)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_visible_digest_costs_an_hour_of_brute_force(lesson, per_candidate):
+    short = {}
+    for gid, item in registry(lesson).items():
+        for found in visible.checks(item):
+            if isinstance(found, visible.Digest):
+                seconds = found.candidates(item) * per_candidate
+                if seconds < visible.MIN_SEARCH_SECONDS:
+                    short[gid] = f"{found.candidates(item):,} candidates, {seconds:.0f} s"
+    assert not short, f"{lesson}: visible digests that are cheap oracles: {short}"
+
+
+def test_a_cheap_digest_is_caught(per_candidate):
+    item = registry("01_tokens_and_attention_memory")["test-real-scale"]
+    small = visible.Digest("x", ("scores_gb_per_layer",), {"scores_gb_per_layer": (1, 10)})
+    assert small.candidates(item) == 901  # 3 significant figures from 1 to 10
+    assert small.candidates(item) * per_candidate < visible.MIN_SEARCH_SECONDS
+
+
+# --- the pass ----------------------------------------------------------------------------------
+
+
 def test_blank_answers_fail_their_visible_test_and_score_zero(probed):
-    lesson, _, probes = probed
-    passed = [gid for gid, p in probes.items() if p.blank_visible is None]
-    assert not passed, f"{lesson}: the visible test accepts a blank answer for {passed}"
-    scored = [gid for gid, p in probes.items() if p.blank_points != 0]
-    assert not scored, f"{lesson}: a blank answer scores points on {scored}"
+    lesson, _, run = probed
+    for gid, probe in run.probes.items():
+        (blank,) = probe.of("blank")
+        assert blank.visible.startswith("failed"), f"{lesson} {gid}: the blank {blank.visible}"
+        assert blank.points == 0, f"{lesson} {gid}: a blank answer scores {blank.points}"
 
 
-def test_wrong_answers_fail_their_visible_test(probed):
-    lesson, _, probes = probed
-    accepted = [(gid, w) for gid, p in probes.items() for w, err in p.wrong_visible if err is None]
-    assert not accepted, f"{lesson}: visible tests accept wrong answers: {accepted}"
-    scored = [(gid, w, m) for gid, p in probes.items() for w, pts, m in p.wrong_points if pts]
+def test_solutions_score_full_marks_and_pass_their_visible_test(probed):
+    lesson, _, run = probed
+    assert run.probes, f"{lesson} has no autograded item"
+    for gid, probe in run.probes.items():
+        (sol,) = probe.of("solution")
+        assert sol.full, f"{lesson} {gid}: the solution scores {sol.points}: {sol.message}"
+        assert not sol.visible.startswith("failed"), f"{lesson} {gid}: visible {sol.visible}"
+
+
+def test_wrong_answers_and_wrong_methods_score_zero(probed):
+    lesson, _, run = probed
+    scored = [(gid, t.name, t.message) for gid, p in run.probes.items() for t in p.of("wrong")
+              if t.points]  # fmt: skip
     assert not scored, f"{lesson}: the trusted checks score wrong answers: {scored}"
-    covered = sum(bool(p.wrong_visible) for p in probes.values()) / len(probes)
-    assert covered >= MIN_WRONG_COVERAGE, (
-        f"{lesson}: only {covered:.0%} of the autograded items are shown a wrong value"
-    )
+    told_right = [(gid, t.name) for gid, p in run.probes.items() for t in p.of("wrong")
+                  if t.visible in ("right", "silent")]  # fmt: skip
+    assert not told_right, f"{lesson}: visible tests call wrong answers right: {told_right}"
+    covered = sum(bool(p.of("wrong")) for p in run.probes.values()) / len(run.probes)
+    assert covered >= MIN_WRONG_COVERAGE, f"{lesson}: only {covered:.0%} are tried wrong"
 
 
 def test_the_closest_library_call_scores_zero(probed):
-    lesson, items, probes = probed
+    lesson, items, run = probed
     unlisted = [gid for gid, item in items.items() if item.library is None]
     assert not unlisted, f"{lesson}: give the closest library call for {unlisted}"
-    scored = [(gid, p.library_message) for gid, p in probes.items() if p.library_points != 0]
-    assert not scored, f"{lesson}: the library call earns the points of {scored}"
-    # A library answer that cannot even run (a renamed function, an undefined name) proves
-    # nothing about the hidden tests: it must run, and the tests must reject it.
-    broken = broken_library_answers(probes)
-    assert not broken, f"{lesson}: the library answer itself fails, so it tests nothing: {broken}"
+    for gid, probe in run.probes.items():
+        (library,) = probe.of("library")
+        # a library answer that cannot even run (a renamed function) proves nothing
+        assert library.ran is None, f"{lesson} {gid}: the library answer raised {library.ran}"
+        assert library.points == 0, f"{lesson} {gid}: the library call scores: {library.message}"
 
 
-def test_solutions_score_full_marks_on_the_trusted_checks(probed):
-    lesson, _, probes = probed
-    assert probes, f"{lesson} has no autograded item"
-    missed = {
-        gid: p.solution_message
-        for gid, p in probes.items()
-        if p.solution_max and p.solution_points != p.solution_max
+def test_every_shortcut_scores_zero_and_is_named(probed):
+    lesson, _, run = probed
+    for gid, probe in _new(run).items():
+        function = any(registry(lesson)[t].function for t in _tests_of(lesson, gid))
+        expected = {s.name for s in SHORTCUTS if (s.functions if function else s.values)}
+        if function and probe.visible_calls is None:
+            expected.discard("hard-coded visible inputs, junk elsewhere")
+        tried = {t.name: t for t in probe.of("shortcut")}
+        assert set(tried) >= expected - _no_right_subclass(probe), (lesson, gid, set(tried))
+        for name, t in tried.items():
+            assert t.points == 0, f"{lesson} {gid}: '{name}' scores {t.points}: {t.message}"
+            said = " || ".join([t.message, *t.review])
+            assert re.search(named_by(name), said), f"{lesson} {gid}: '{name}' not named: {said}"
+        if "library call in an added cell, copied by the answer cell" in tried and not function:
+            flags = tried["library call in an added cell, copied by the answer cell"].review
+            assert any("added by the student" in f for f in flags), (lesson, gid, flags)
+
+
+def _tests_of(lesson: str, answer: str) -> list[str]:
+    return [gid for gid, item in registry(lesson).items() if item.answer == answer]
+
+
+def _no_right_subclass(probe: Probe) -> set[str]:
+    """A value item whose right values are all bools or tuples has no subclass to try."""
+    plain = [v for v in probe.right.values() if type(v) not in (bool, tuple, list)]
+    return set() if plain or not probe.right else {"int/float subclass of the right value"}
+
+
+def test_every_right_answer_form_is_accepted(probed):
+    lesson, _, run = probed
+    for gid, probe in _new(run).items():
+        forms = probe.of("form")
+        assert len(forms) >= 3, f"{lesson} {gid}: only {len(forms)} other forms tried"
+        rejected = [(t.name, t.message, t.visible) for t in forms
+                    if not t.full or t.visible.startswith("failed")]  # fmt: skip
+        assert not rejected, f"{lesson} {gid}: right answers rejected: {rejected}"
+
+
+def disagreements(tried: list[Tried]) -> list[str]:
+    """Where the visible test and the grade disagree: "right" to a value scored 0, or a value
+    given full marks that the visible test fails. Shortcuts that are right values reached the
+    wrong way (a library call) are judged on their method, which the visible test cannot see."""
+    found = []
+    for t in tried:
+        method = t.kind in ("library", "shortcut") and "plain value" not in t.message
+        if t.visible == "right" and not t.full and not method:
+            found.append(f"{t.kind} '{t.name}': visible says right, the grade is {t.points}")
+        if t.full and t.visible.startswith("failed"):
+            found.append(f"{t.kind} '{t.name}': full marks, the visible test {t.visible}")
+        if t.visible == "silent":
+            found.append(f"{t.kind} '{t.name}': the visible test says neither right nor plausible")
+    return found
+
+
+def test_visible_and_trusted_agree_on_every_value_tried(probed):
+    lesson, _, run = probed
+    found = {gid: disagreements(p.tried) for gid, p in _new(run).items()}
+    found = {gid: d for gid, d in found.items() if d}
+    assert not found, f"{lesson}: {found}"
+
+
+def test_property_checks_are_not_oracles(probed):
+    """A visible property check lets some wrong answer through as "plausible": it does not
+    determine the answer (each digest's cost is checked statically above)."""
+    lesson, _, run = probed
+    for gid, probe in _new(run).items():
+        tests = [registry(lesson)[t] for t in _tests_of(lesson, gid)]
+        kinds = {c.kind for item in tests for c in visible.checks(item)}
+        if kinds == {"property"}:
+            passed = [t.name for t in probe.of("wrong") if t.visible == "plausible"]
+            assert passed, f"{lesson} {gid}: no wrong answer passes the property: an oracle?"
+
+
+def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -> list[str]:
+    """Every graded answer's printed form found in what a student reads on the blank notebook,
+    outside the contexts each item allows (``Item.shown``); ``forms``: answer cell -> value
+    name -> form."""
+    found = []
+    for gid, probe in _new(run).items():
+        answers = dict(probe.right)
+        for args, _, result in _calls(probe):
+            answers[f"{gid}{args}"] = result
+        for where, text in run.texts:
+            for context in shown.get(gid, {}):
+                text = text.replace(context, " ")
+            for name, value in answers.items():
+                for form in printed_answers(value, forms.get(gid, {}).get(name), text):
+                    found.append(f"{name} shows as {form!r} in {where}")
+    return found
+
+
+def _calls(probe: Probe) -> list:
+    from assessment import calls_of
+
+    return calls_of(probe)
+
+
+def test_no_answer_is_shown_on_a_blank_notebook(probed):
+    lesson, items, run = probed
+    forms = {
+        gid: {n: f for t in _tests_of(lesson, gid) for n, f in registry(lesson)[t].forms.items()}
+        for gid in run.probes
     }
-    assert not missed, f"{lesson}: the solution loses points: {missed}"
-    assert sum(p.solution_max for p in probes.values()) > 0
+    found = spoilers_of(run, {gid: entry.shown for gid, entry in items.items()}, forms)
+    assert not found, f"{lesson}: answers shown to a student who runs on: {found}"
 
 
-def test_no_cell_above_a_question_gives_its_answer_away(probed):
-    lesson, items, probes = probed
-    found = {gid: spoilers(p, items[gid].allowed) for gid, p in probes.items()}
-    found = {gid: s for gid, s in found.items() if s}
+def test_lesson_cells_run_on_a_blank_notebook(probed):
+    lesson, _, run = probed
+    if _new(run):
+        assert not run.lesson_errors, f"{lesson}: {run.lesson_errors}"
+
+
+def test_older_items_give_nothing_away_above_their_question(probed):
+    lesson, items, run = probed
+    found = {}
+    for gid, probe in run.probes.items():
+        if not probe.migrated:
+            hits = older_spoilers(probe, items[gid].allowed)
+            if hits:
+                found[gid] = hits
     assert not found, f"{lesson}: answers shown above their question: {found}"
+
+
+def older_printed_forms(value) -> set[str]:
+    """How a constant answer could be shown (the older items' distinctive forms)."""
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, int):
+        return {str(value), f"{value:,}"} if abs(value) >= 10 else set()
+    if isinstance(value, float):
+        forms = {f"{value:.3g}", f"{value:.2f}", f"{value:.1f}", f"{value:g}"}
+        if 0 < value < 1:
+            forms |= {f"{100 * value:.1f} %", f"{100 * value:.1f}%", f"{100 * value:.0f}%"}
+        return {f for f in forms if len(f.strip("0.%-")) >= 2}
+    if isinstance(value, str):
+        return {value} if len(value) >= 3 else set()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return set().union(*(older_printed_forms(v) for v in value)) if value else set()
+    return set()
+
+
+def older_spoilers(probe: Probe, allowed: list[str]) -> list[str]:
+    found = []
+    for name, value in probe.values.items():
+        for form in sorted(older_printed_forms(value) - set(allowed)):
+            if re.search(rf"(?<![\w.]){re.escape(form)}(?![\w]|\.\d)", probe.above):
+                found.append(f"{name} = {value!r} shows as {form!r}")
+    return found
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -142,32 +347,23 @@ def test_written_answers_have_rubrics_that_add_up(lesson):
         )
 
 
-def broken_library_answers(probes: dict) -> dict[str, str]:
-    """Items whose library answer raised before its test ran (``Probe.library_full``)."""
-    return {
-        gid: p.library_full
-        for gid, p in probes.items()
-        if (p.library_full or "").startswith("answer raised")
-    }
+# --- the checks above can fail --------------------------------------------------------------
 
 
-def test_a_broken_library_answer_is_caught():
-    from assessment import Probe
+def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
+    wrong_but_right = Tried("wrong", "16.04", "x = 16.04", "right", 0, 1, "your value 16.04")
+    right_but_failed = Tried("form", "np.int64", "x = np.int64(16)", "failed: AssertionError", 1, 1)
+    method = Tried("shortcut", "library", "x = lib()", "right", 0, 1, "uses course_lib")
+    fooled = Tried("shortcut", "always", "x = A()", "right", 0, 1, "x: not a plain value: A")
+    found = disagreements([wrong_but_right, right_but_failed, method, fooled])
+    assert len(found) == 3 and "library" not in " ".join(found), found
 
-    probes = {
-        "renamed": Probe("renamed", library_full="answer raised NameError"),
-        "rejected": Probe("rejected", library_full="AssertionError"),
-    }
-    assert broken_library_answers(probes) == {"renamed": "answer raised NameError"}
+    class Fake:
+        probes = {"q": Probe("q", migrated=True, right={"predicted_ratio": 16.0})}
+        texts = [("cell setup-9", "score ratio: 16×"), ("cell setup-3", "16 × 1024 -> 16,384")]
 
-
-def test_the_probes_can_fail():
-    # A visible test that only checks the type accepts a wrong value: the pass must see that.
-    from assessment import Probe, printed_forms
-
-    p = Probe("x", wrong_visible=[("predicted_ratio = 4", None)], above="we expect 16× here")
-    assert any(err is None for _, err in p.wrong_visible)
-    p.values = {"predicted_ratio": 16.0}
-    assert "16" in printed_forms(16.0)
-    assert spoilers(p, []) == ["predicted_ratio = 16.0 shows as '16'"]
-    assert spoilers(p, ["16"]) == []
+    found = spoilers_of(Fake, {"q": {"16 × 1024": "the worked example"}}, {})
+    assert found == ["predicted_ratio shows as '16' in cell setup-9"], found
+    p = Probe("x", above="we expect 16× here", values={"predicted_ratio": 16.0})
+    assert older_spoilers(p, []) == ["predicted_ratio = 16.0 shows as '16'"]
+    assert older_spoilers(p, ["16"]) == []

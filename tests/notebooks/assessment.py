@@ -60,6 +60,7 @@ class Probe:
     wrong_points: list[tuple[str, float, str]] = field(default_factory=list)
     library_points: float | None = None
     library_message: str = ""
+    library_error: str | None = None  # exception name if the library answer itself raised
     solution_points: float | None = None
     solution_max: float = 0.0
     solution_message: str = ""
@@ -202,7 +203,8 @@ def _probe(p: Pass, cell, test_cell, item: Item, above: str) -> Probe:
         probe.wrong_points.append((wrong, *_points(p.verdicts(gid, wrong))))
         probe.wrong_visible.append((wrong, p.run(visible)[0]))
     if item.library is not None:
-        p.run(item.library)
+        err, _ = p.run(item.library)
+        probe.library_error = f"answer raised {err}" if err else None
         probe.library_points, probe.library_message = _points(p.verdicts(gid, item.library))
     err, text = p.run(cell.source)
     if err:

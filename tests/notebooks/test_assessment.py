@@ -143,20 +143,16 @@ def test_written_answers_have_rubrics_that_add_up(lesson):
 
 
 def broken_library_answers(probes: dict) -> dict[str, str]:
-    """Items whose library answer raised before its test ran (``Probe.library_full``)."""
-    return {
-        gid: p.library_full
-        for gid, p in probes.items()
-        if (p.library_full or "").startswith("answer raised")
-    }
+    """Items whose library answer raised before its check ran (``Probe.library_error``)."""
+    return {gid: p.library_error for gid, p in probes.items() if p.library_error}
 
 
 def test_a_broken_library_answer_is_caught():
     from assessment import Probe
 
     probes = {
-        "renamed": Probe("renamed", library_full="answer raised NameError"),
-        "rejected": Probe("rejected", library_full="AssertionError"),
+        "renamed": Probe("renamed", library_error="answer raised NameError"),
+        "rejected": Probe("rejected", library_points=0.0),
     }
     assert broken_library_answers(probes) == {"renamed": "answer raised NameError"}
 

@@ -18,7 +18,7 @@ ITEMS = Lesson("05_choosing_the_numbers")
 #: The lesson's parameters (its first cell), with which the autograder runs it.
 MEMORY_BUDGET_MIB, SEQ_LEN, DATASET_SIZE, MIN_TOKENS_PER_STEP = 24, 128, 800, 4000
 D_MODEL, N_HEADS, N_LAYERS, TRAIN_STEPS, SEED = 64, 4, 2, 4, 0
-BUDGET_BYTES = MEMORY_BUDGET_MIB * 2**20
+MEMORY_BUDGET = MEMORY_BUDGET_MIB * 2**20
 
 
 def _config():
@@ -38,7 +38,7 @@ def memory_model() -> dict[str, int]:
     config = _config()
     one = training_memory(config, 1, SEQ_LEN)
     guess = find_max_batch_size(
-        lambda n: training_memory(config, n, SEQ_LEN).total <= BUDGET_BYTES
+        lambda n: training_memory(config, n, SEQ_LEN).total <= MEMORY_BUDGET
     ).batch_size
     return {"fixed": one.total - one.activations, "row": one.activations, "guess": guess}
 
@@ -46,9 +46,10 @@ def memory_model() -> dict[str, int]:
 @cache
 def measured_limit() -> int:
     """The largest micro-batch that fits the pretend card, measured as the lesson measures it."""
-    from course_lib.budget import find_max_batch_size, memory_probe
+    from course_lib.budget import find_max_batch_size
+    from course_lib.memory.probe import MemoryProbe
 
-    probe = memory_probe(_config(), SEQ_LEN, BUDGET_BYTES, device="cpu", seed=SEED)
+    probe = MemoryProbe(_config(), SEQ_LEN, MEMORY_BUDGET, device="cpu", seed=SEED)
     return find_max_batch_size(probe).batch_size
 
 
@@ -61,11 +62,11 @@ def loss_tokens_per_example() -> float:
     from course_lib.token_log import TokensPerStepLogger
 
     p = plan(
-        _config(), BUDGET_BYTES, SEQ_LEN, DATASET_SIZE, min_tokens_per_step=MIN_TOKENS_PER_STEP
+        _config(), MEMORY_BUDGET, SEQ_LEN, DATASET_SIZE, min_tokens_per_step=MIN_TOKENS_PER_STEP
     )
     examples = make_instruction_dataset(DATASET_SIZE, seed=SEED, max_len=SEQ_LEN)
     collate = PaddingCollator(pad_token_id=PAD_ID)
-    order = random_batches(DATASET_SIZE, p.micro_batch_size, seed=SEED, drop_last=True)
+    order = random_batches(DATASET_SIZE, p.micro_batch, seed=SEED, drop_last=True)
     logger = TokensPerStepLogger(threshold=MIN_TOKENS_PER_STEP)
     steps = p.grad_accum_steps
     with warnings.catch_warnings():  # the logger warns the lesson's run, not the grader
@@ -97,7 +98,7 @@ def real_plan() -> dict[str, int]:
     )
     return {
         "room": 80 * 2**30 - plan.fixed - plan.gradients,
-        "plain": plan.activations_per_row["none"],
+        "plain": plan.activations_per_row["off"],
         "ckpt": plan.activations_per_row["blocks"],
     }
 
@@ -113,9 +114,9 @@ def predict_micro_batch(ev: Evidence) -> str:
     got = ev.integer("predicted_micro_batch")
     model = memory_model()
     ev.require(
-        got == (BUDGET_BYTES - model["fixed"]) // model["row"],
+        got == (MEMORY_BUDGET - model["fixed"]) // model["row"],
         f"predicted_micro_batch: {got} is not the largest n with fixed_bytes + n * row_bytes "
-        "<= budget_bytes",
+        "<= memory_budget",
     )
     return "predicted_micro_batch: right"
 

@@ -190,10 +190,20 @@ class Exact(Form):
     _needs = "exact"
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         x = number(value)
         return str(int(x)) if _integral(x) else f"{float(x):.12g}"
 
     def candidates(self, low: float, high: float) -> int:
+        """See :meth:`Form.candidates`.
+
+        Raises:
+            ValueError: no countable range (give the count explicitly).
+        """
         return Sig(12).candidates(low, high)
 
 
@@ -205,10 +215,20 @@ class Integer(Form):
     _needs = "exact (a whole number)"
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         x = number(value)
         return str(int(x)) if _integral(x) else f"~{float(x)!r}"
 
     def candidates(self, low: float, high: float) -> int:
+        """See :meth:`Form.candidates`.
+
+        Raises:
+            ValueError: no countable range (give the count explicitly).
+        """
         return max(0, math.floor(high) - math.ceil(low) + 1)
 
 
@@ -227,6 +247,11 @@ class Sig(Form):
         return f"right to {self.digits} significant figures"
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         return f"{float(number(value)):.{self.digits}g}"
 
     def candidates(self, low: float, high: float) -> int:
@@ -259,6 +284,11 @@ class Word(Form):
     _needs = "the right one (case and spaces aside)"
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         text = _text(value)
         allowed = [_text(c) for c in self.choices]
         if allowed and text not in allowed:
@@ -268,9 +298,19 @@ class Word(Form):
         return text
 
     def value(self, value: object) -> object:
+        """See :meth:`Form.value`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         return self.canonical(value)
 
     def candidates(self, low: float, high: float) -> int:
+        """See :meth:`Form.candidates`.
+
+        Raises:
+            ValueError: no countable range (give the count explicitly).
+        """
         if not self.choices:
             raise ValueError("word: give the choices, or the number of candidates explicitly")
         return len(self.choices)
@@ -289,6 +329,11 @@ class Shape(Form):
     _needs = "the right shape"
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         if isinstance(value, (tuple, list)) and type(value) in (tuple, list) and value:
             text = "x".join(Integer().canonical(v) for v in value)
         elif type(value) is str and _SHAPE.fullmatch(value):
@@ -302,9 +347,19 @@ class Shape(Form):
         return text
 
     def value(self, value: object) -> object:
+        """See :meth:`Form.value`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         return self.canonical(value)
 
     def candidates(self, low: float, high: float) -> int:
+        """See :meth:`Form.candidates`.
+
+        Raises:
+            ValueError: no countable range (give the count explicitly).
+        """
         if not self.choices:
             raise ValueError("shape: give the choices, or the number of candidates explicitly")
         return len(self.choices)
@@ -318,14 +373,29 @@ class Truth(Form):
     _needs = "the right one of True and False"
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         if type(value) is not bool:
             raise Unreadable(f"True or False is needed, got {shown(value)}")
         return "true" if value else "false"
 
     def value(self, value: object) -> object:
+        """See :meth:`Form.value`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         return self.canonical(value) == "true"
 
     def candidates(self, low: float, high: float) -> int:
+        """See :meth:`Form.candidates`.
+
+        Raises:
+            ValueError: no countable range (give the count explicitly).
+        """
         return 2
 
 
@@ -356,13 +426,28 @@ class Ordered(Form):
         return list(value)
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         items = self._items(value)
         return "(" + ";".join(p.canonical(v) for p, v in zip(self.parts, items)) + ")"
 
     def value(self, value: object) -> object:
+        """See :meth:`Form.value`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         return tuple(p.value(v) for p, v in zip(self.parts, self._items(value)))
 
     def candidates(self, low: float, high: float) -> int:
+        """See :meth:`Form.candidates`.
+
+        Raises:
+            ValueError: no countable range (give the count explicitly).
+        """
         return math.prod(p.candidates(low, high) for p in self.parts)
 
 
@@ -386,12 +471,27 @@ class Unordered(Form):
         return list(value)
 
     def canonical(self, value: object) -> str:
+        """See :meth:`Form.canonical`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         return "{" + ";".join(sorted({self.part.canonical(v) for v in self._members(value)})) + "}"
 
     def value(self, value: object) -> object:
+        """See :meth:`Form.value`.
+
+        Raises:
+            Unreadable: the value cannot be read by this form.
+        """
         return frozenset(self.part.value(v) for v in self._members(value))
 
     def candidates(self, low: float, high: float) -> int:
+        """See :meth:`Form.candidates`.
+
+        Raises:
+            ValueError: no countable range (give the count explicitly).
+        """
         return 2 ** self.part.candidates(low, high)
 
 

@@ -16,30 +16,37 @@ the test cell's metadata. The hidden region is removed before a submission runs,
 declaration enters the kernel; the release removes it from the student version.
 
 The checks live here, one module per lesson (``lesson_01.py`` ... and ``lesson_99.py`` for the
-fixture lesson of the tests), registered by test-cell grade id::
+fixture lesson of the tests), registered by test-cell grade id, each with how its answers are
+compared (a ``course_lib.forms.Form`` per value, or ``returns`` for a function's results: the
+one normalisation the visible test uses too), the expected values, and what the visible test
+may say (``course_grading.visible``: a ``Property`` that says "plausible", or a ``Digest``
+whose candidate space costs at least an hour to search)::
 
     ITEMS = Lesson("01_tokens_and_attention_memory")
 
     @ITEMS.item("test-predict-ratio", answer="predict-ratio", points=1,
-                values=("predicted_ratio",), own_work=True)
+                values={"predicted_ratio": Exact()}, expected={"predicted_ratio": 16},
+                visible=Property("predicted_ratio", "every number above 1"), own_work=True)
     def predict_ratio(ev: Evidence) -> str:
-        ratio = ev.number("predicted_ratio")
-        ev.require(abs(ratio - 16) < 1e-6,
-                   f"your value {describe(ratio)}; the check needs it exact (within 1e-6)")
-        return "predicted_ratio: right"
+        # what earns it: the exact factor between 2 × 1024 and 32 × 64
+        return ev.expect_all()   # "predicted_ratio: your value 16.04; the check needs it exact"
 
 **The API of a check.** A check is a function of one :class:`Evidence` and returns the message
 for full marks (a ``str``) or a :class:`Verdict` (partial credit, review flags). It fails an
 item by raising :class:`Reject` (``ev.require(condition, message)`` does), and the item scores
 0 with that message. Messages are the instructor's words for the student: they may quote the
-student's own value, never the expected one. ``Evidence`` gives the values (``ev.value``,
-``ev.number``, ``ev.integer``, ``ev.text``: each rejects a missing, blank or not-plain value
-with a message), the function (``ev.call([call(...), ...])``: one sandboxed run per item, every
-result plain data, see :func:`call` and the input builders :func:`tensor`, :func:`new`,
-:func:`predicate`, :func:`recorder`), a random generator seeded per student and item
-(``ev.rng``: the same grade on every re-grade), and the answer cell's source as submitted.
-``own_work=True`` on a value item scores 0 an answer cell whose source uses ``course_lib``
+student's own value, never the expected one. ``Evidence`` gives the values read by their forms
+(``ev.read``, ``ev.expect``, ``ev.expect_all``; the older ``ev.value``, ``ev.number``,
+``ev.integer``, ``ev.text``: each rejects a missing, blank or not-plain value with a message),
+the function (``ev.call([call(...), ...])``: one sandboxed run per item, every result plain
+data, compared with ``ev.returned``; see :func:`call` and the input builders :func:`tensor`,
+:func:`new`, :func:`predicate`, :func:`recorder`), a random generator seeded per student and
+item (``ev.rng``: the same grade on every re-grade), and the answer cell's source as submitted.
+``own_work=True`` on a value item scores 0 an answer cell whose source uses ``course_lib``,
+copies a name an earlier cell of the student's computed with it, or runs code built at run time
 (``uses.py``); any use of ``course_lib`` in the student's cells is also named in the report.
+An item registered with forms and a visible test is ``migrated`` (``docs/instructors.md``, "How
+to write an item"); the older registration (``values`` as a tuple of names) still works.
 
 ``tests/grading/test_items.py`` checks every declaration in every source notebook against this
 registry (names, answer cell, points) and fails on a planted mismatch.
@@ -279,7 +286,7 @@ def items_of(lesson: str) -> dict[str, Item]:
             raise
         raise GradingError(
             f"lesson {lesson} has no trusted checks: write {module_name(lesson)} "
-            "(docs/instructors.md, 'Writing a check')"
+            "(docs/instructors.md, 'How to write an item')"
         ) from None
     registered: Lesson = module.ITEMS
     if registered.lesson != lesson:

@@ -139,7 +139,8 @@ def answer_and_earlier(
     cells = _cells_by_id(submitted)
     cell = cells.get(answer_id)
     answer = cell.source if cell is not None and cell.cell_type == "code" else None
-    stop = submitted.cells.index(cell) if cell is not None else len(submitted.cells)
+    cells_in_order = list(submitted.cells)
+    stop = next((i for i, c in enumerate(cells_in_order) if c is cell), len(cells_in_order))
     earlier = []
     for index, source in student_cells(submitted, spec):
         if index >= stop:

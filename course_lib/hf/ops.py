@@ -20,18 +20,28 @@ INT64 = 8
 
 @dataclass
 class Lora:
-    """PEFT LoRA on a projection: rank ``r``, adapters in fp32 (PEFT's default autocast of
-    bf16/fp16 adapters), so the projection's input is copied to fp32 when the model is not."""
+    """PEFT LoRA on a projection: rank ``r``, adapters of ``b`` bytes per element (4: PEFT's
+    default autocast of bf16/fp16 adapters to fp32, so the projection's input is copied to fp32
+    when the model is not), and ``dropout`` (``lora_dropout > 0``: an ``nn.Dropout`` on that
+    copy; ``mask`` bytes per element of what its backward keeps: the adapter's element size on
+    the CPU, 1 on CUDA)."""
 
     r: int
+    b: int = FP32
+    dropout: bool = False
+    mask: int = FP32  # CPU: a noise tensor in the input's dtype; CUDA: native_dropout's bool mask
 
 
 class Ops:
     """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``."""
 
-    def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int) -> None:
+    def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int, quant: str = "") -> None:
         self.tape, self.b = tape, b
         self.B, self.T, self.N = batch_size, seq_len, batch_size * seq_len
+        self.quant = quant  # frozen projections stored as "nf4" or "int8" (bitsandbytes)
+        self.compute_b = b  # a quantised projection's compute dtype (fp16/bf16)
+        self.head_b = b  # the logits' element size
+        self.cuda = False  # CUDA kernels: LayerNorm statistics in fp32, eager's transient
 
     # -- linear layers ------------------------------------------------------------------------
 
@@ -53,28 +63,88 @@ class Ops:
 
     def linear(self, where, comp, x, n_in, n_out, pid, trainable, bias=False, lora=None) -> int:
         """An ``nn.Linear`` (or GPT-2's ``Conv1D``), with PEFT LoRA if ``lora``: ``base(x) +
-        B(A(x.to(fp32))) * scaling``, then ``.to(dtype)``. The sum is fp32, so the base output's
-        gradient is cast back (a copy) and ``.to(dtype)`` costs an fp32 gradient."""
-        out = self.matmul(where, comp, x, n_in, n_out, pid, trainable and not lora, bias)
+        B(A(dropout(x.to(adapter dtype)))) * scaling``. PEFT's ``Linear`` sums in the wider
+        dtype and casts the sum back (fp32 adapters on a bf16 model: the base output's gradient
+        is cast back, and ``.to(dtype)`` costs an fp32 gradient); its bitsandbytes layers clone
+        the base output and cast the adapter's output to it before the sum. A frozen projection
+        stored in 4 or 8 bits (``self.quant``) is :meth:`quant_linear`."""
+        if (not trainable or lora) and self.quant:
+            out = self.quant_linear(where, comp, x, n_in, n_out)
+            if lora:  # peft's bnb layers: result = result.clone()
+                copy = self.copy(where, comp, out, self.N * n_out * self.b)
+                self.tape.drop(out)
+                out = copy
+        else:
+            out = self.matmul(where, comp, x, n_in, n_out, pid, trainable and not lora, bias)
         if not lora:
             return out
-        t, N, b = self.tape, self.N, self.b
-        x32 = self.to(where, comp, x, n_in, FP32)
-        a = self.matmul(where + ".lora_A", comp, x32, n_in, lora.r, pid + ".A", True, b=FP32)
-        if x32 != x:
-            t.drop(x32)
-        up = self.matmul(where + ".lora_B", comp, a, lora.r, n_out, pid + ".B", True, b=FP32)
+        t, N, b, ab = self.tape, self.N, self.b, lora.b
+        x32 = self.to(where, comp, x, n_in, ab)
+        xa = x32
+        if lora.dropout:
+            xa = self.dropout(where, comp, x32, N * n_in, ab, lora.mask)
+            if x32 != x:
+                t.drop(x32)
+        a = self.matmul(where + ".lora_A", comp, xa, n_in, lora.r, pid + ".A", True, b=ab)
+        if xa != x:
+            t.drop(xa)
+        up = self.matmul(where + ".lora_B", comp, a, lora.r, n_out, pid + ".B", True, b=ab)
         t.drop(a)
-        (scaled,) = t.op(where, comp, [up], [N * n_out * FP32], (), self._dx(N * n_out * FP32))
+        (scaled,) = t.op(where, comp, [up], [N * n_out * ab], (), self._dx(N * n_out * ab))
         t.drop(up)
-        # fp32 sum; a bf16 base output gets its gradient cast back to bf16 (a copy)
-        cast = self._dx(N * n_out * b) if b != FP32 else [("grad", 0, "g")]
-        prog = cast + [("grad", 1, "g")]
-        (total,) = t.op(where, comp, [out, scaled], [N * n_out * FP32], (), prog)
+        if self.quant:  # output.to(result dtype), then result + output in the model's dtype
+            cast = self.to(where, comp, scaled, n_out, b, src=ab)
+            if cast != scaled:
+                t.drop(scaled)
+            res = self.add(where, comp, out, cast, N * n_out * b)
+            t.drop(out, cast)
+            return res
+        wide = max(b, ab)  # the sum takes the wider dtype; the narrower gradient is cast back
+        cast_base = self._dx(N * n_out * b) if b != wide else [("grad", 0, "g")]
+        cast_lora = self._dx(N * n_out * ab, 1) if ab != wide else [("grad", 1, "g")]
+        (total,) = t.op(where, comp, [out, scaled], [N * n_out * wide], (), cast_base + cast_lora)
         t.drop(out, scaled)
-        res = self.to(where, comp, total, n_out, b, src=FP32)
+        res = self.to(where, comp, total, n_out, b, src=wide)
         if res != total:
             t.drop(total)
+        return res
+
+    def dropout(self, where, comp, x, n, elem, mask) -> int:
+        """``nn.Dropout(p > 0)`` in training on ``n`` elements of ``elem`` bytes: on the CPU
+        ``x * noise`` keeps the noise (``elem`` bytes each, ``mask == elem``); on CUDA
+        ``native_dropout`` keeps a one-byte mask (``mask == 1``). The backward makes one
+        gradient."""
+        t = self.tape
+        noise = t.tensor(n * mask, False, comp, where + " (dropout mask)")
+        (out,) = t.op(where, comp, [x], [n * elem], (noise,), self._dx(n * elem))
+        t.drop(noise)
+        return out
+
+    def quant_linear(self, where, comp, x, n_in, n_out) -> int:
+        """A frozen bitsandbytes projection as training runs it. ``Linear4bit`` casts its input
+        to the compute dtype, dequantises the weight (an ``n_out x n_in`` transient, in the
+        forward and again in the backward), keeps no input (``MatMul4Bit`` saves only the packed
+        weight) and casts the output back. ``Linear8bitLt`` (``MatMul8bitLt``) makes an int8
+        copy of its fp16 input with a scale per row and keeps the fp16 input; its backward
+        dequantises the weight the same way (outlier columns are data: counted as none)."""
+        t, N, b, cb = self.tape, self.N, self.b, self.compute_b
+        w = n_in * n_out * cb
+        xc = self.to(where, comp, x, n_in, cb)
+        saves: tuple = ()
+        extra = []
+        if self.quant == "int8":
+            extra = [t.tensor(N * n_in + N * FP32, False, comp, where + " (int8 input)")]
+            saves = (xc,)
+        else:
+            extra = [t.tensor(w, False, comp, where + " (dequantised weight)")]
+        prog = [("new", "w", w), ("new", "dx", N * n_in * cb), ("del", "w"), ("grad", 0, "dx")]
+        (out,) = t.op(where, comp, [xc], [N * n_out * cb], saves, prog)
+        t.drop(*extra)
+        if xc != x:
+            t.drop(xc)
+        res = self.to(where, comp, out, n_out, b, src=cb)
+        if res != out:
+            t.drop(out)
         return res
 
     def to(self, where, comp, x, width, dst, src=None) -> int:
@@ -115,39 +185,77 @@ class Ops:
 
     # -- norms --------------------------------------------------------------------------------
 
-    def rmsnorm(self, where, comp, x, C, pid, trainable) -> int:
-        """Llama's RMSNorm, op by op: ``x32 = x.to(fp32)``; ``x32 * rsqrt(x32.pow(2).mean(-1) +
-        eps)`` in fp32; ``.to(dtype)``; ``* weight``. Saves the fp32 input (twice over: ``pow``
-        and the product), the fp32 ``rsqrt`` per token, and the normalised input if the weight
-        trains."""
+    def rmsnorm(self, where, comp, x, C, pid, trainable, groups=1, kind="llama", wsize=0) -> int:
+        """RMSNorm over ``C`` features (``groups`` norms per token: a per-head QK-norm), op by
+        op: ``x32 = x.to(fp32)``; ``x32 * rsqrt(x32.pow(2).mean(-1) + eps)`` in fp32; then the
+        weight, three ways: ``"llama"`` ``weight * h.to(dtype)``; ``"olmo2"`` ``(weight *
+        h).to(dtype)``; ``"gemma"`` ``(h * (1 + weight.float())).type_as(x)``. Saves the fp32
+        input (twice over: ``pow`` and the product), the fp32 ``rsqrt`` per row, and what the
+        weight's product needs."""
         t, N, b = self.tape, self.N, self.b
+        R = N * groups  # rows normalised
+        n32 = N * C * FP32
         x32 = self.to(where, comp, x, C, FP32)
-        sq_bwd = [("new", "a", N * C * FP32), ("new", "b", N * C * FP32)] + self._dx(N * C * FP32)
-        (sq,) = t.op(where, comp, [x32], [N * C * FP32], (x32,), sq_bwd)
-        (mean,) = t.op(where, comp, [sq], [N * FP32], (), self._dx(N * C * FP32))
+        sq_bwd = [("new", "a", n32), ("new", "b", n32)] + self._dx(n32)
+        (sq,) = t.op(where, comp, [x32], [n32], (x32,), sq_bwd)
+        (mean,) = t.op(where, comp, [sq], [R * FP32], (), self._dx(n32))
         t.drop(sq)
-        (var,) = t.op(where, comp, [mean], [N * FP32], (), [("grad", 0, "g")])
+        (var,) = t.op(where, comp, [mean], [R * FP32], (), [("grad", 0, "g")])
         t.drop(mean)
-        rs_bwd = [("new", "a", N * FP32), ("new", "b", N * FP32)] + self._dx(N * FP32)
-        (rs,) = t.op(where, comp, [var], [N * FP32], ("out",), rs_bwd)
+        rs_bwd = [("new", "a", R * FP32), ("new", "b", R * FP32)] + self._dx(R * FP32)
+        (rs,) = t.op(where, comp, [var], [R * FP32], ("out",), rs_bwd)
         t.drop(var)
-        h_bwd = self._dx(N * C * FP32, 0) + [("new", "t", N * C * FP32)] + self._dx(N * FP32, 1)
-        (h,) = t.op(where, comp, [x32, rs], [N * C * FP32], (x32, rs), h_bwd + [("del", "t")])
+        h_bwd = self._dx(n32, 0) + [("new", "t", n32)] + self._dx(R * FP32, 1)
+        (h,) = t.op(where, comp, [x32, rs], [n32], (x32, rs), h_bwd + [("del", "t")])
         if x32 != x:
             t.drop(x32)
         t.drop(rs)
-        h_b = self.to(where, comp, h, C, b, src=FP32)
-        if h_b != h:
-            t.drop(h)
-        return self.weight_mul(where, comp, h_b, C, pid, trainable)
+        if kind == "llama":
+            h_b = self.to(where, comp, h, C, b, src=FP32)
+            if h_b != h:
+                t.drop(h)
+            return self.weight_mul(where, comp, h_b, C, pid, trainable, wsize=wsize)
+        if kind == "olmo2":
+            out = self.weight_mul(where, comp, h, C, pid, trainable, FP32, wsize)
+        else:
+            out = self._gemma_scale(where, comp, h, C, pid, trainable, wsize)
+        res = self.to(where, comp, out, C, b, src=FP32)
+        if res != out:
+            t.drop(out)
+        return res
 
-    def weight_mul(self, where, comp, h, C, pid, trainable) -> int:
-        """``weight * h`` (a norm's scale): the weight's gradient is ``(g * h).sum()``, made
-        through a full-size temporary; ``h`` is saved only if the weight trains."""
+    def _gemma_scale(self, where, comp, h, C, pid, trainable, wsize=0) -> int:
+        """``h * (1.0 + weight.float())`` in fp32: ``weight.float()`` (a copy unless fp32) and
+        ``1 + w`` are ``C``-sized; the product keeps ``1 + w`` (and ``h`` if the weight trains);
+        the weight's gradient is ``(g * h)`` summed over tokens, through a full-size temporary,
+        then cast back to the weight's dtype."""
         t, N, b = self.tape, self.N, self.b
+        W = wsize or C
+        wc = [("param", pid, W * b)] if trainable else []  # the cast's backward: the grad
+        if b != FP32:  # weight.float(): a copy, whose backward casts the gradient back
+            (w,) = t.op(where, comp, [], [W * FP32], (), wc, trainable)
+            (w1,) = t.op(where, comp, [w], [W * FP32], (), [("grad", 0, "g")] * trainable)
+            t.drop(w)
+        else:  # already fp32: 1 + weight reads the parameter itself
+            (w1,) = t.op(where, comp, [], [W * FP32], (), wc, trainable)
+        n32 = N * C * FP32
+        program = self._dx(n32, 0) if t.grad(h) else []
+        if trainable:
+            program += [("new", "t", n32), ("new", "d1", W * FP32), ("del", "t"), ("grad", 1, "d1")]
+        saves = (w1, h) if trainable else (w1,)
+        (out,) = t.op(where, comp, [h, w1], [n32], saves, program)
+        t.drop(h, w1)
+        return out
+
+    def weight_mul(self, where, comp, h, C, pid, trainable, e=None, wsize=0) -> int:
+        """``weight * h`` (a norm's scale) on ``e``-byte elements (default: the model's): the
+        weight's gradient is ``(g * h).sum()``, made through a full-size temporary; ``h`` is
+        saved only if the weight trains."""
+        t, N, b = self.tape, self.N, self.b if e is None else e
         program = self._dx(N * C * b) if t.grad(h) else []
         if trainable:
-            program += [("new", "t", N * C * b), ("param", pid, C * b), ("del", "t")]
+            wb = self.b  # the parameter's own dtype
+            program += [("new", "t", N * C * b), ("param", pid, (wsize or C) * wb), ("del", "t")]
         (out,) = t.op(where, comp, [h], [N * C * b], (h,) if trainable else (), program, trainable)
         t.drop(h)
         return out
@@ -197,7 +305,30 @@ class Ops:
         t.drop(lse)
         return out
 
-    def eager_attention(self, where, comp, q, k, v, H, d, mask, fp32_softmax, copy_kv) -> int:
+    def flash(self, where, comp, q, k, v, H, K, d) -> int:
+        """FlashAttention-2 (``flash_attn_func``, CUDA): saves q, k, v, the output and an fp32
+        log-sum-exp per head and token (plus a 16-byte RNG state); no ``seq_len**2`` tensor. Its
+        backward (``mha_bwd``) makes dq, dk, dv, an fp32 ``dq_accum`` (tokens rounded up to 128,
+        head_dim to 32) and ``softmax_d`` (fp32, heads x rounded tokens); with grouped-query
+        attention dk and dv are first made for every query head, then summed."""
+        t, N, b, B = self.tape, self.N, self.b, self.B
+        T128 = -(-self.T // 128) * 128
+        d32 = -(-d // 32) * 32
+        rng = t.tensor(2 * INT64, False, comp, where)
+        prog = [("new", "q", N * H * d * b), ("new", "k", N * K * d * b),
+                ("new", "v", N * K * d * b), ("new", "acc", B * T128 * H * d32 * FP32),
+                ("new", "sd", B * H * T128 * FP32)]  # fmt: skip
+        if H != K:
+            prog += [("new", "ke", N * H * d * b), ("new", "ve", N * H * d * b)]
+            prog += [("del", "ke"), ("del", "ve")]
+        prog += [("del", "acc"), ("del", "sd"), ("grad", 0, "q"), ("grad", 1, "k"), ("grad", 2, "v")]
+        outs = [N * H * d * b, N * H * FP32]
+        out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1", rng), prog)
+        t.drop(lse, rng)
+        return out
+
+    def eager_attention(self, where, comp, q, k, v, H, d, mask, fp32_softmax, copy_kv,
+                        softcap=0.0) -> int:
         """Eager attention on ``(B, H, T, d)`` tensors: ``softmax(q @ k.T * scale + mask) @ v``.
 
         ``matmul`` folds q and k to 3-D: q (laid out as ``(B, T, H, d)`` by RoPE or the fused
@@ -214,6 +345,13 @@ class Ops:
         t.drop(qc, *([kc] if kc != k else []))
         scaled = self.scale(where, comp, scores, S * b)
         t.drop(scores)
+        if softcap:  # Gemma 2: scores / cap, tanh (keeps its output), * cap
+            div = self.scale(where, comp, scaled, S * b)
+            t.drop(scaled)
+            (th,) = t.op(where, "attention_scores", [div], [S * b], ("out",), self._dx(S * b))
+            t.drop(div)
+            scaled = self.scale(where, comp, th, S * b)
+            t.drop(th)
         (masked,) = t.op(where, comp, [scaled, mask], [S * b], (), [("grad", 0, "g")])
         t.drop(scaled)
         sm = FP32 if fp32_softmax else b

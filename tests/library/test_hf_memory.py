@@ -126,8 +126,8 @@ def plant_one_tensor_per_layer(monkeypatch):
     """A wrong model: every layer's input norm keeps one more hidden-size tensor."""
     rmsnorm = Ops.rmsnorm
 
-    def planted(self, where, comp, x, C, pid, trainable):
-        out = rmsnorm(self, where, comp, x, C, pid, trainable)
+    def planted(self, where, comp, x, C, pid, trainable, **kw):
+        out = rmsnorm(self, where, comp, x, C, pid, trainable, **kw)
         if where.endswith("input_layernorm"):
             self.tape.op(where, comp, [out], [self.N * C * self.b], ("out",), [])
         return out

@@ -1,0 +1,267 @@
+"""The decoder layers of the supported families as :mod:`~course_lib.hf.ops` ops.
+
+One Llama-like layer covers every RMSNorm family, its differences read off :class:`Arch`
+(``transformers`` 5.24 sources: ``modeling_llama.py``, ``modeling_qwen3.py``,
+``modeling_gemma2.py``, ``modeling_gemma3.py``, ``modeling_phi3.py``, ``modeling_olmo2.py``,
+``modeling_mixtral.py``):
+
+* where the norms sit: before attention and MLP (Llama), after them (OLMo 2), or both (Gemma);
+* how the norm applies its weight (``ops.rmsnorm``'s ``kind``), and a QK-norm per head (Qwen3,
+  Gemma 3) or over the whole projection (OLMo 2);
+* fused projections (Phi-3's ``qkv_proj`` split into views, ``gate_up_proj`` chunked);
+* the gated activation (SiLU or tanh-GELU), attention soft-capping (Gemma 2, eager only), a
+  sliding window per layer (its own mask), and a mixture of experts instead of the MLP.
+
+GPT-2 (learned positions, LayerNorm, ``Conv1D``) keeps its own layer.
+"""
+
+from __future__ import annotations
+
+from .ops import INT64, Ops
+from .moe import moe_block
+
+
+def window_of(arch, layer: int) -> int:
+    """The sliding window of ``layer`` (0: full attention)."""
+    return arch.windows[layer] if arch.windows else 0
+
+
+def rope_tables(ops: Ops, arch, spec) -> tuple:
+    """RoPE's ``cos`` and ``sin``: one ``(1, seq_len, head_dim)`` row each per table (Gemma 3
+    has a local and a global one), shared by all layers, and the ``position_ids`` they come from
+    (int64; a checkpointed layer keeps them too). Returns ``(cos, sin, [cos, sin,] ids)``."""
+    t, row = ops.tape, spec.seq_len * (arch.rotary_dim or arch.head_dim) * ops.b
+    ids = t.tensor(spec.seq_len * INT64, False, "embeddings", "position_ids")
+    rope = [t.tensor(row, False, "attention", "rotary_emb") for _ in range(2 * arch.rope_tables)]
+    return (*rope, ids)
+
+
+def causal_mask(ops: Ops, spec, window: int) -> int:
+    """Eager attention's additive mask, ``(batch, 1, seq_len, seq_len)`` in the model's dtype,
+    made from a boolean one (a sliding window's mask is made the same way); it lives through the
+    forward pass (and a checkpointed layer keeps it until its backward is over)."""
+    t, T = ops.tape, spec.seq_len
+    causal = t.tensor(T * T, False, "", "causal mask")  # kv_idx <= q_idx, bool
+    mask = t.tensor(spec.batch_size * T * T * ops.b, False, "", "causal mask")  # where(...)
+    t.drop(causal)
+    del window
+    return mask
+
+
+def attention_masks(ops: Ops, arch, spec) -> dict[int, int]:
+    """The masks the model builds once, by window (0: the causal one). Eager attention builds
+    one for each kind of layer it has; sdpa and flash need none (sliding windows are refused
+    there unless the window exceeds ``seq_len``, when ``transformers`` skips the mask)."""
+    if not spec.eager:
+        return {}
+    kinds = sorted({window_of(arch, i) for i in range(arch.num_hidden_layers)})
+    return {w: causal_mask(ops, spec, w) for w in kinds}
+
+
+def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
+    """One decoder layer of a Llama-like family (module docstring), in the order it runs."""
+    t, C, nc = ops.tape, arch.hidden_size, ops.N * arch.hidden_size * ops.b
+    pre, post = arch.layout in ("pre", "sandwich"), arch.layout in ("post", "sandwich")
+
+    def norm(where, z):
+        return ops.rmsnorm(f"{name}.{where}", "norms", z, C, f"{name}.{where}", full, kind=arch.norm)
+
+    h = norm("input_layernorm", x) if pre else x
+    a = attention(ops, arch, spec, f"{name}.self_attn", h, extra, mask, full, ad)
+    if h != x:
+        t.drop(h)  # self_attn's argument goes when it returns
+    if post:
+        where = "post_attention_layernorm"
+        a2 = norm(where, a)
+        t.drop(a)
+        a = a2
+    x2 = ops.add(f"{name}.residual", "residual", x, a, nc)
+    t.drop(a)
+    if pre:
+        where = "pre_feedforward_layernorm" if arch.layout == "sandwich" else "post_attention_layernorm"
+        h2 = norm(where, x2)
+    else:
+        h2 = x2
+    if arch.n_experts:
+        down = moe_block(ops, arch, spec, f"{name}.mlp", h2, full, ad, int(name.split(".")[1]))
+    else:
+        down = mlp(ops, arch, f"{name}.mlp", h2, full, ad)
+    if h2 != x2:
+        t.drop(h2)
+    if post:
+        d2 = norm("post_feedforward_layernorm", down)
+        t.drop(down)
+        down = d2
+    out = ops.add(f"{name}.residual", "residual", x2, down, nc)
+    t.drop(x2, down)
+    return out
+
+
+def _projections(ops: Ops, arch, att, h, full, ad) -> tuple[int, int, int, list]:
+    """q, k and v (or Phi-3's one ``qkv_proj``, sliced into three views)."""
+    C, d, H, K = arch.hidden_size, arch.head_dim, arch.num_attention_heads, arch.num_key_value_heads
+    if arch.fused:
+        w = (H + 2 * K) * d
+        qkv = ops.linear(f"{att}.qkv_proj", "attention", h, C, w, f"{att}.qkv_proj", full,
+                         arch.qkv_bias, ad and ad("qkv_proj"))  # fmt: skip
+        # three slices (views); each slice's backward pays a full-size zero-filled buffer
+        views = []
+        for _ in range(3):
+            (v,) = ops.tape.op(att, "attention", [qkv], [0], (), ops._dx(ops.N * w * ops.b))
+            views.append(ops.tape.view(v, qkv))
+        return (*views, [qkv])
+    q, k, v = (
+        ops.linear(f"{att}.{p}", "attention", h, C, n * d, f"{att}.{p}", full, arch.qkv_bias,
+                   ad and ad(p))  # fmt: skip
+        for p, n in (("q_proj", H), ("k_proj", K), ("v_proj", K))
+    )
+    return q, k, v, []
+
+
+def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> int:
+    """q, k, v projections, QK-norm, RoPE, attention (sdpa, flash, or eager with ``repeat_kv``),
+    ``o_proj``."""
+    t, N, b, C, d = ops.tape, ops.N, ops.b, arch.hidden_size, arch.head_dim
+    H, K = arch.num_attention_heads, arch.num_key_value_heads
+    nq, nkv = N * H * d * b, N * K * d * b
+    window = window_of(arch, int(att.split(".")[1]))
+    cos, sin = extra[:2] if not window or arch.rope_tables == 1 else extra[2:4]
+    q, k, v, fused = _projections(ops, arch, att, h, full, ad)
+    rotated = []
+    for z, n, nb, which in ((q, H, nq, "q_norm"), (k, K, nkv, "k_norm")):
+        if arch.qk_norm == "full":  # OLMo 2: over the whole projection, then the view
+            zn = ops.rmsnorm(f"{att}.{which}", "norms", z, n * d, f"{att}.{which}", full,
+                             kind=arch.norm)  # fmt: skip
+            zv = ops.view_copy(att, "attention", zn, nb)
+        elif arch.qk_norm == "head":  # per head, on the (B, T, n, d) view
+            zc = ops.view_copy(att, "attention", z, nb)
+            zv = ops.rmsnorm(f"{att}.{which}", "norms", zc, n * d, f"{att}.{which}", full,
+                             groups=n, kind=arch.norm, wsize=d)  # fmt: skip
+            zn = zv
+        else:
+            # (B, T, n*d) -> (B, n, T, d) are views, but the gradients come back from RoPE in
+            # (B, n, T, d) order and are copied to be viewed as (B, T, n*d) again.
+            zv = zn = ops.view_copy(att, "attention", z, nb)
+        rotated.append(ops.rope(f"{att}.rope", "attention", zv, n * d, cos, sin))
+        if zn != zv:
+            t.drop(zn)
+        if arch.qk_norm == "head":
+            t.drop(zv)
+    qe, ke = rotated
+    if not fused:
+        t.drop(q, k)
+    if spec.eager:
+        kr, vr = ke, ops.view_copy(att, "attention", v, nkv)
+        if H != K:  # repeat_kv: expand (its backward sums the copies), then a copying reshape
+            # (one kv head and one row: stride-0 views all the way, no copy)
+            copies = K > 1 or spec.batch_size > 1
+            kr, vr = (_repeat_kv(ops, att, z, nkv, nq if copies else 0) for z in (kr, vr))
+        o = ops.eager_attention(f"{att}.attention", "attention", qe, kr, vr, H, d, mask, True,
+                                H == K, arch.attn_softcap)  # fmt: skip
+        # (B*H, T, d) -> (B, H, T, d) -> transpose(1, 2).contiguous(): a copy, and the view's
+        # backward copies the transposed gradient.
+        oc = ops.copy(att, "attention", ops.view_copy(att, "attention", o, nq), nq)
+        t.drop(o, *((kr, vr) if H != K else ()))
+    elif spec.flash:
+        oc = ops.flash(f"{att}.flash", "attention", qe, ke, v, H, K, d)
+    else:
+        oc = ops.sdpa(f"{att}.sdpa", "attention", qe, ke, v, H, K, d)
+    a = ops.linear(f"{att}.o_proj", "attention", oc, H * d, C, f"{att}.o_proj", full, arch.o_bias,
+                   ad and ad("o_proj"))  # fmt: skip
+    t.drop(oc, qe, ke, v, *fused)  # the attention's locals go when it returns
+    return a
+
+
+def _repeat_kv(ops: Ops, att: str, kv: int, nkv: int, nq: int) -> int:
+    """``kv[:, :, None].expand(...).reshape(B, H, T, d)``: a view whose backward sums over the
+    copies, then (``nq`` bytes) a copy whose backward passes the gradient on."""
+    kv = ops.expand_sum(att, "attention", kv, nkv)
+    return ops.copy(att, "attention", kv, nq) if nq else kv
+
+
+def mlp(ops: Ops, arch, name: str, h2: int, full: bool, ad) -> int:
+    """``down_proj(act(gate_proj(x)) * up_proj(x))`` (Phi-3: ``gate_up_proj``, chunked): the
+    activation keeps its input, the product both of its factors (four ``N x intermediate``
+    tensors in all)."""
+    t, C, M, bias = ops.tape, arch.hidden_size, arch.intermediate_size, arch.mlp_bias
+    nm = ops.N * M * ops.b
+    lin = ops.linear
+    if arch.fused:  # gate, up = gate_up_proj(x).chunk(2); up * act(gate)
+        gu = lin(f"{name}.gate_up_proj", "mlp", h2, C, 2 * M, f"{name}.gate_up_proj", full, bias,
+                 ad and ad("gate_up_proj"))  # fmt: skip
+        gate, up = (t.view(t.op(name, "mlp", [gu], [0], (), ops._dx(2 * nm))[0], gu) for _ in "gu")
+        (act,) = t.op(f"{name}.act_fn", "mlp", [gate], [nm], (gate,), ops._dx(nm))
+        prod = ops.mul(f"{name}.up * act_fn", "mlp", up, act, nm)
+        t.drop(act, gu)
+    else:
+        gate = lin(f"{name}.gate_proj", "mlp", h2, C, M, f"{name}.gate_proj", full, bias,
+                   ad and ad("gate_proj"))  # fmt: skip
+        (act,) = t.op(f"{name}.act_fn", "mlp", [gate], [nm], (gate,), ops._dx(nm))
+        t.drop(gate)
+        up = lin(f"{name}.up_proj", "mlp", h2, C, M, f"{name}.up_proj", full, bias,
+                 ad and ad("up_proj"))  # fmt: skip
+        prod = ops.mul(f"{name}.act_fn * up_proj", "mlp", act, up, nm)
+        t.drop(act, up)
+    down = lin(f"{name}.down_proj", "mlp", prod, M, C, f"{name}.down_proj", full, bias,
+               ad and ad("down_proj"))  # fmt: skip
+    t.drop(prod)
+    return down
+
+
+def gpt2_positions(ops: Ops, arch, x: int, full: bool) -> tuple[int, tuple[int], int]:
+    """``wte(ids) + wpe(position_ids)``: the position table's gradient is all of it
+    (``max_position_embeddings x hidden``), and the sum's backward reduces the gradient over the
+    batch for it. Returns the sum, ``(position_ids,)`` and the position embeddings."""
+    t, T, C, b = ops.tape, ops.T, arch.hidden_size, ops.b
+    pos = t.tensor(T * INT64, False, "embeddings", "position_ids")
+    table = [("param", "wpe", arch.max_position_embeddings * C * b)]
+    (pe,) = t.op("wpe", "embeddings", [], [T * C * b], (pos,), table, full)
+    prog = [("grad", 0, "g"), ("new", "d1", T * C * b), ("grad", 1, "d1")]
+    (h,) = t.op("embeddings", "embeddings", [x, pe], [ops.N * C * b], (), prog)
+    return h, (pos,), pe
+
+
+def gpt2_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
+    """``GPT2Block`` as ops: LayerNorm, fused ``c_attn``, attention, ``c_proj``, LayerNorm,
+    ``c_fc``, tanh-GELU, ``c_proj`` (every ``Conv1D`` is an ``addmm`` with a bias)."""
+    t, N, b = ops.tape, ops.N, ops.b
+    C, M, H = arch.hidden_size, arch.intermediate_size, arch.num_attention_heads
+    d, nc = arch.head_dim, ops.N * arch.hidden_size * ops.b
+    att, mlp_ = f"{name}.attn", f"{name}.mlp"
+
+    def lin(where, x_, n_in, n_out, module):
+        return ops.linear(where, "attention" if where.startswith(att) else "mlp", x_, n_in, n_out,
+                          where, full, True, ad and ad(module))  # fmt: skip
+
+    h = ops.layernorm(f"{name}.ln_1", "norms", x, C, f"{name}.ln_1", full)
+    qkv = lin(f"{att}.c_attn", h, C, 3 * C, "c_attn")
+    # split(): three views; its backward concatenates the three gradients (3 N C).
+    q, k, v = (
+        t.view(z, qkv)
+        for z in t.op(f"{att}.split", "attention", [qkv], [0, 0, 0], (), ops._dx(3 * nc))
+    )
+    if spec.eager:  # the gradients come back as (B, H, T, d): each view's backward copies
+        k, v, q = (ops.view_copy(att, "attention", z, nc) for z in (k, v, q))
+        o = ops.eager_attention(f"{att}.attention", "attention", q, k, v, H, d, mask, False, True)
+        oc = ops.copy(att, "attention", ops.view_copy(att, "attention", o, nc), nc)
+        t.drop(o)
+    elif spec.flash:
+        oc = ops.flash(f"{att}.flash", "attention", q, k, v, H, H, d)
+    else:
+        oc = ops.sdpa(f"{att}.sdpa", "attention", q, k, v, H, H, d)
+    a = lin(f"{att}.c_proj", oc, C, C, "c_proj")
+    t.drop(oc, qkv, q, k, v)  # the attention's locals go when it returns
+    x2 = ops.add(f"{name}.residual", "residual", a, x, nc)
+    t.drop(h)  # (attn_output stays in a local until the block returns)
+    h2 = ops.layernorm(f"{name}.ln_2", "norms", x2, C, f"{name}.ln_2", full)
+    up = lin(f"{mlp_}.c_fc", h2, C, M, "c_fc")
+    if arch.activation == "gelu_new":
+        act = ops.gelu_tanh(f"{mlp_}.act", "mlp", up, M)
+    else:  # one fused op: saves its input
+        (act,) = t.op(f"{mlp_}.act", "mlp", [up], [N * M * b], (up,), ops._dx(N * M * b))
+    t.drop(up)
+    down = lin(f"{mlp_}.c_proj", act, M, C, "c_proj")
+    t.drop(act)
+    out = ops.add(f"{name}.residual", "residual", x2, down, nc)
+    t.drop(x2, down, h2, a)
+    return out

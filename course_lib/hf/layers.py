@@ -17,8 +17,8 @@ GPT-2 (learned positions, LayerNorm, ``Conv1D``) keeps its own layer.
 
 from __future__ import annotations
 
-from .ops import INT64, Ops
 from .moe import moe_block
+from .ops import INT64, Ops
 
 
 def window_of(arch, layer: int) -> int:
@@ -30,7 +30,8 @@ def rope_tables(ops: Ops, arch, spec) -> tuple:
     """RoPE's ``cos`` and ``sin``: one ``(1, seq_len, head_dim)`` row each per table (Gemma 3
     has a local and a global one), shared by all layers, and the ``position_ids`` they come from
     (int64; a checkpointed layer keeps them too). Returns ``(cos, sin, [cos, sin,] ids)``."""
-    t, row = ops.tape, spec.seq_len * (arch.rotary_dim or arch.head_dim) * ops.b
+    e = 4 if arch.model_type == "olmo2" else ops.b  # OLMo 2 keeps its tables in fp32
+    t, row = ops.tape, spec.seq_len * (arch.rotary_dim or arch.head_dim) * e
     ids = t.tensor(spec.seq_len * INT64, False, "embeddings", "position_ids")
     rope = [t.tensor(row, False, "attention", "rotary_emb") for _ in range(2 * arch.rope_tables)]
     return (*rope, ids)
@@ -64,7 +65,9 @@ def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     pre, post = arch.layout in ("pre", "sandwich"), arch.layout in ("post", "sandwich")
 
     def norm(where, z):
-        return ops.rmsnorm(f"{name}.{where}", "norms", z, C, f"{name}.{where}", full, kind=arch.norm)
+        return ops.rmsnorm(
+            f"{name}.{where}", "norms", z, C, f"{name}.{where}", full, kind=arch.norm
+        )
 
     h = norm("input_layernorm", x) if pre else x
     a = attention(ops, arch, spec, f"{name}.self_attn", h, extra, mask, full, ad)
@@ -78,7 +81,9 @@ def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     x2 = ops.add(f"{name}.residual", "residual", x, a, nc)
     t.drop(a)
     if pre:
-        where = "pre_feedforward_layernorm" if arch.layout == "sandwich" else "post_attention_layernorm"
+        where = (
+            "pre_feedforward_layernorm" if arch.layout == "sandwich" else "post_attention_layernorm"
+        )
         h2 = norm(where, x2)
     else:
         h2 = x2
@@ -102,8 +107,17 @@ def _projections(ops: Ops, arch, att, h, full, ad) -> tuple[int, int, int, list]
     C, d, H, K = arch.hidden_size, arch.head_dim, arch.num_attention_heads, arch.num_key_value_heads
     if arch.fused:
         w = (H + 2 * K) * d
-        qkv = ops.linear(f"{att}.qkv_proj", "attention", h, C, w, f"{att}.qkv_proj", full,
-                         arch.qkv_bias, ad and ad("qkv_proj"))  # fmt: skip
+        qkv = ops.linear(
+            f"{att}.qkv_proj",
+            "attention",
+            h,
+            C,
+            w,
+            f"{att}.qkv_proj",
+            full,
+            arch.qkv_bias,
+            ad and ad("qkv_proj"),
+        )
         # three slices (views); each slice's backward pays a full-size zero-filled buffer
         views = []
         for _ in range(3):
@@ -111,8 +125,9 @@ def _projections(ops: Ops, arch, att, h, full, ad) -> tuple[int, int, int, list]
             views.append(ops.tape.view(v, qkv))
         return (*views, [qkv])
     q, k, v = (
-        ops.linear(f"{att}.{p}", "attention", h, C, n * d, f"{att}.{p}", full, arch.qkv_bias,
-                   ad and ad(p))  # fmt: skip
+        ops.linear(
+            f"{att}.{p}", "attention", h, C, n * d, f"{att}.{p}", full, arch.qkv_bias, ad and ad(p)
+        )
         for p, n in (("q_proj", H), ("k_proj", K), ("v_proj", K))
     )
     return q, k, v, []
@@ -130,19 +145,30 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> int:
     rotated = []
     for z, n, nb, which in ((q, H, nq, "q_norm"), (k, K, nkv, "k_norm")):
         if arch.qk_norm == "full":  # OLMo 2: over the whole projection, then the view
-            zn = ops.rmsnorm(f"{att}.{which}", "norms", z, n * d, f"{att}.{which}", full,
-                             kind=arch.norm)  # fmt: skip
+            zn = ops.rmsnorm(
+                f"{att}.{which}", "norms", z, n * d, f"{att}.{which}", full, kind=arch.norm
+            )
             zv = ops.view_copy(att, "attention", zn, nb)
         elif arch.qk_norm == "head":  # per head, on the (B, T, n, d) view
             zc = ops.view_copy(att, "attention", z, nb)
-            zv = ops.rmsnorm(f"{att}.{which}", "norms", zc, n * d, f"{att}.{which}", full,
-                             groups=n, kind=arch.norm, wsize=d)  # fmt: skip
+            zv = ops.rmsnorm(
+                f"{att}.{which}",
+                "norms",
+                zc,
+                n * d,
+                f"{att}.{which}",
+                full,
+                groups=n,
+                kind=arch.norm,
+                wsize=d,
+            )
             zn = zv
         else:
             # (B, T, n*d) -> (B, n, T, d) are views, but the gradients come back from RoPE in
             # (B, n, T, d) order and are copied to be viewed as (B, T, n*d) again.
             zv = zn = ops.view_copy(att, "attention", z, nb)
-        rotated.append(ops.rope(f"{att}.rope", "attention", zv, n * d, cos, sin))
+        wide = 4 if arch.model_type == "olmo2" and ops.b != 4 else 0
+        rotated.append(ops.rope(f"{att}.rope", "attention", zv, n * d, cos, sin, wide, arch.fused))
         if zn != zv:
             t.drop(zn)
         if arch.qk_norm == "head":
@@ -156,8 +182,9 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> int:
             # (one kv head and one row: stride-0 views all the way, no copy)
             copies = K > 1 or spec.batch_size > 1
             kr, vr = (_repeat_kv(ops, att, z, nkv, nq if copies else 0) for z in (kr, vr))
-        o = ops.eager_attention(f"{att}.attention", "attention", qe, kr, vr, H, d, mask, True,
-                                H == K, arch.attn_softcap)  # fmt: skip
+        o = ops.eager_attention(
+            f"{att}.attention", "attention", qe, kr, vr, H, d, mask, True, H == K, arch.attn_softcap
+        )
         # (B*H, T, d) -> (B, H, T, d) -> transpose(1, 2).contiguous(): a copy, and the view's
         # backward copies the transposed gradient.
         oc = ops.copy(att, "attention", ops.view_copy(att, "attention", o, nq), nq)
@@ -166,8 +193,17 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> int:
         oc = ops.flash(f"{att}.flash", "attention", qe, ke, v, H, K, d)
     else:
         oc = ops.sdpa(f"{att}.sdpa", "attention", qe, ke, v, H, K, d)
-    a = ops.linear(f"{att}.o_proj", "attention", oc, H * d, C, f"{att}.o_proj", full, arch.o_bias,
-                   ad and ad("o_proj"))  # fmt: skip
+    a = ops.linear(
+        f"{att}.o_proj",
+        "attention",
+        oc,
+        H * d,
+        C,
+        f"{att}.o_proj",
+        full,
+        arch.o_bias,
+        ad and ad("o_proj"),
+    )
     t.drop(oc, qe, ke, v, *fused)  # the attention's locals go when it returns
     return a
 
@@ -187,23 +223,51 @@ def mlp(ops: Ops, arch, name: str, h2: int, full: bool, ad) -> int:
     nm = ops.N * M * ops.b
     lin = ops.linear
     if arch.fused:  # gate, up = gate_up_proj(x).chunk(2); up * act(gate)
-        gu = lin(f"{name}.gate_up_proj", "mlp", h2, C, 2 * M, f"{name}.gate_up_proj", full, bias,
-                 ad and ad("gate_up_proj"))  # fmt: skip
+        gu = lin(
+            f"{name}.gate_up_proj",
+            "mlp",
+            h2,
+            C,
+            2 * M,
+            f"{name}.gate_up_proj",
+            full,
+            bias,
+            ad and ad("gate_up_proj"),
+        )
         gate, up = (t.view(t.op(name, "mlp", [gu], [0], (), ops._dx(2 * nm))[0], gu) for _ in "gu")
         (act,) = t.op(f"{name}.act_fn", "mlp", [gate], [nm], (gate,), ops._dx(nm))
         prod = ops.mul(f"{name}.up * act_fn", "mlp", up, act, nm)
         t.drop(act, gu)
     else:
-        gate = lin(f"{name}.gate_proj", "mlp", h2, C, M, f"{name}.gate_proj", full, bias,
-                   ad and ad("gate_proj"))  # fmt: skip
+        gate = lin(
+            f"{name}.gate_proj",
+            "mlp",
+            h2,
+            C,
+            M,
+            f"{name}.gate_proj",
+            full,
+            bias,
+            ad and ad("gate_proj"),
+        )
         (act,) = t.op(f"{name}.act_fn", "mlp", [gate], [nm], (gate,), ops._dx(nm))
         t.drop(gate)
-        up = lin(f"{name}.up_proj", "mlp", h2, C, M, f"{name}.up_proj", full, bias,
-                 ad and ad("up_proj"))  # fmt: skip
+        up = lin(
+            f"{name}.up_proj", "mlp", h2, C, M, f"{name}.up_proj", full, bias, ad and ad("up_proj")
+        )
         prod = ops.mul(f"{name}.act_fn * up_proj", "mlp", act, up, nm)
         t.drop(act, up)
-    down = lin(f"{name}.down_proj", "mlp", prod, M, C, f"{name}.down_proj", full, bias,
-               ad and ad("down_proj"))  # fmt: skip
+    down = lin(
+        f"{name}.down_proj",
+        "mlp",
+        prod,
+        M,
+        C,
+        f"{name}.down_proj",
+        full,
+        bias,
+        ad and ad("down_proj"),
+    )
     t.drop(prod)
     return down
 
@@ -230,8 +294,17 @@ def gpt2_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     att, mlp_ = f"{name}.attn", f"{name}.mlp"
 
     def lin(where, x_, n_in, n_out, module):
-        return ops.linear(where, "attention" if where.startswith(att) else "mlp", x_, n_in, n_out,
-                          where, full, True, ad and ad(module))  # fmt: skip
+        return ops.linear(
+            where,
+            "attention" if where.startswith(att) else "mlp",
+            x_,
+            n_in,
+            n_out,
+            where,
+            full,
+            True,
+            ad and ad(module),
+        )
 
     h = ops.layernorm(f"{name}.ln_1", "norms", x, C, f"{name}.ln_1", full)
     qkv = lin(f"{att}.c_attn", h, C, 3 * C, "c_attn")

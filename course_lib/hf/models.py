@@ -123,10 +123,9 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     # returns the final hidden state; that and the logits live until the loss is computed.
     embeds = [("param", "embed", V * C * b)]
     x = x0 = tape.op("embed_tokens", "embeddings", [], [N * C * b], (), embeds, full)[0]
-    if arch.embed_scale:  # Gemma: * embed_scale.to(dtype) (a 0-d tensor the product keeps)
-        scale = tape.tensor(b, False, "embeddings", "embed_scale")
-        (x,) = tape.op("embed_tokens", "embeddings", [x0], [N * C * b], (scale,), ops._dx(N * C * b))
-        tape.drop(x0, scale)
+    if arch.embed_scale:  # Gemma: * embed_scale (a buffer already in the model's dtype)
+        (x,) = tape.op("embed_tokens", "embeddings", [x0], [N * C * b], (), ops._dx(N * C * b))
+        tape.drop(x0)
         x0 = x
     if spec.checkpointing and not full:
         # enable_input_require_grads(): the embedding output becomes a leaf that needs a

@@ -22,14 +22,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._checks import checkpointing_mode, one_of, positive_int
+from . import families
+from .families import SUPPORTED_MODEL_TYPES, lora_targets_for
 from .models import Arch, StepSpec, record_step
 from .replay import replay
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2")
+__all__ = ["SUPPORTED_MODEL_TYPES", "HFStepBreakdown", "predict_hf_step", "architecture"]
+
 CHECKED_WITH = "transformers 5.24, peft 0.21, torch 2.13 (CPU)"  # where the recipes were read
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
-_ACTIVATIONS = {"llama": ("silu",), "gpt2": ("gelu_new", "gelu", "gelu_pytorch_tanh")}
+ATTENTION = ("eager", "sdpa", "flash")
+WEIGHTS = ("16bit", "int8", "nf4")
+LOSSES = ("standard", "chunked")
+LOOPS = ("trainer", "plain")
+DEVICES = ("cpu", "cuda")
 
 
 def dtype_name(dtype) -> str:
@@ -55,87 +62,36 @@ def config_dict(config) -> dict:
 
 
 def architecture(config) -> Arch:
-    """The fields of ``config`` the memory model reads, checked.
+    """The fields of ``config`` the memory model reads, checked
+    (:func:`course_lib.hf.families.architecture`)."""
+    return families.architecture(config_dict(config))
 
-    Raises ``ValueError`` for an unsupported ``model_type`` (naming it and the supported ones),
-    a missing field, or an MLP activation other than the family's (SiLU; GPT-2's tanh GELU).
+
+def notes_for(config, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
+    """What the prediction assumes that this config says otherwise; raises ``ValueError`` where
+    the difference is too large to pass over.
+
+    Sliding windows: eager attention builds one ``(batch, 1, seq_len, seq_len)`` mask per kind of
+    layer (counted); flash takes the window natively (nothing to count); sdpa is refused when a
+    window is not longer than ``seq_len``, because ``transformers`` then builds a dense mask
+    that sdpa turns into a float copy per layer (``seq_len == window`` included: only a window
+    longer than the rows lets it use ``is_causal`` and skip the mask).
     """
     c = config_dict(config)
-    model_type = c.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    arch = architecture(c)
+    short = [w for w in arch.windows if w and w <= seq_len]
+    if short and attn_impl == "sdpa":
         raise ValueError(
-            f"model_type {model_type!r} is not supported; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"sliding-window attention over {min(short)} tokens with seq_len={seq_len} makes "
+            "transformers build a seq_len x seq_len mask that sdpa copies in every layer; this "
+            "is not modelled: use seq_len < sliding_window, attn_impl='eager' (masks counted) "
+            "or 'flash' (the window is native)"
         )
-    family = "gpt2" if model_type == "gpt2" else "llama"
-    act = (
-        c.get("activation_function", "gelu_new")
-        if family == "gpt2"
-        else c.get("hidden_act", "silu")
-    )
-    if act not in _ACTIVATIONS[family]:
-        raise ValueError(
-            f"{model_type} with activation {act!r} is not modelled (only {_ACTIVATIONS[family]})"
-        )
-    try:
-        return _gpt2_arch(c) if family == "gpt2" else _llama_arch(c, model_type)
-    except KeyError as missing:
-        raise ValueError(f"the {model_type} config has no field {missing}") from None
-
-
-def _llama_arch(c: dict, model_type: str) -> Arch:
-    C, H = c["hidden_size"], c["num_attention_heads"]
-    bias = bool(c.get("attention_bias", False))
-    return Arch(
-        family="llama",
-        hidden_size=C,
-        intermediate_size=c["intermediate_size"],
-        num_attention_heads=H,
-        num_key_value_heads=c.get("num_key_value_heads") or H,
-        head_dim=c.get("head_dim") or C // H,
-        num_hidden_layers=c["num_hidden_layers"],
-        vocab_size=c["vocab_size"],
-        max_position_embeddings=c.get("max_position_embeddings", 0),
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
-        qkv_bias=model_type == "qwen2" or bias,
-        o_bias=model_type != "qwen2" and bias,
-        mlp_bias=bool(c.get("mlp_bias", False)),
-    )
-
-
-def _gpt2_arch(c: dict) -> Arch:
-    C, H = c["n_embd"], c["n_head"]
-    return Arch(
-        family="gpt2",
-        hidden_size=C,
-        intermediate_size=c.get("n_inner") or 4 * C,
-        num_attention_heads=H,
-        num_key_value_heads=H,
-        head_dim=C // H,
-        num_hidden_layers=c["n_layer"],
-        vocab_size=c["vocab_size"],
-        max_position_embeddings=c["n_positions"],
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", True)),
-        qkv_bias=True,
-        o_bias=True,
-        mlp_bias=True,
-        activation=c.get("activation_function", "gelu_new"),
-    )
-
-
-def notes_for(config, seq_len: int) -> list[str]:
-    """What the prediction assumes that this config says otherwise; raises ``ValueError`` where
-    the difference is too large to pass over (a sliding window shorter than ``seq_len``)."""
-    c = config_dict(config)
-    window = c.get("sliding_window")
-    sliding = window is not None and (c.get("model_type") != "qwen2" or c.get("use_sliding_window"))
-    if sliding and seq_len > window:
-        raise ValueError(
-            f"sliding-window attention over {window} tokens, shorter than seq_len={seq_len}, is "
-            "not modelled (its mask changes what attention keeps); use seq_len <= sliding_window"
-        )
-    drops = {k: c[k] for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout")
-             if c.get(k)}  # fmt: skip
+    drops = {
+        k: c[k]
+        for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout")
+        if c.get(k)
+    }
     if drops:
         return [f"dropout is taken as off (the config says {drops}): set it to 0 for fine-tuning"]
     return []
@@ -170,6 +126,8 @@ class HFStepBreakdown:
     forward_peak: int
     saved: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    lora_targets: tuple = ()  # the projections that got an adapter
+    settings: dict = field(default_factory=dict)  # every keyword as the prediction read it
 
     def components(self) -> dict[str, int]:
         """The four parts of ``total``, in bytes."""
@@ -181,29 +139,82 @@ class HFStepBreakdown:
         return sum(self.saved.values())
 
 
-def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing):
-    """Check the arguments of :func:`predict_hf_step`: ``(Arch, StepSpec, dtype name, mode)``."""
-    arch = architecture(config)
-    positive_int("batch_size", batch_size)
-    positive_int("seq_len", seq_len)
-    one_of("attn_impl", attn_impl, ("sdpa", "eager"))
-    if lora_rank is not None:
-        positive_int("lora_rank", lora_rank, "or None for a full fine-tune")
-    mode = checkpointing_mode(checkpointing)
+def _mode(checkpointing) -> str:
+    """``"none"`` or ``"blocks"`` (``"off"``, ``False``, ``None`` / ``"on"``, ``True``)."""
+    alias = {"off": False, "on": True}
+    value = (
+        alias.get(checkpointing, checkpointing) if isinstance(checkpointing, str) else checkpointing
+    )
+    mode = checkpointing_mode(value)
     if mode == "attention":
         raise ValueError(
             "checkpointing='attention' is TinyGPT's; Hugging Face models checkpoint whole decoder "
             "layers: use 'blocks' (True) or 'none'"
         )
+    return mode
+
+
+def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw):
+    """Check the arguments of :func:`predict_hf_step`: ``(Arch, StepSpec, dtype name, mode)``.
+
+    Without keywords (the planner's call) LoRA goes on every projection; :func:`predict_hf_step`
+    passes ``lora_targets`` and the other settings through ``kw``.
+    """
+    arch = architecture(config)
+    positive_int("batch_size", batch_size)
+    positive_int("seq_len", seq_len)
+    attn_impl = "flash" if attn_impl == "flash_attention_2" else attn_impl
+    one_of("attn_impl", attn_impl, ATTENTION)
+    if lora_rank is not None:
+        positive_int("lora_rank", lora_rank, "or None for a full fine-tune")
+    mode = _mode(checkpointing)
     if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
         raise ValueError(
             f"seq_len={seq_len} exceeds GPT-2's n_positions={arch.max_position_embeddings}"
         )
     name = dtype_name(dtype if dtype is not None else _config_dtype(config_dict(config)))
+    b = DTYPE_BYTES[name]
+    weights = one_of("weights", kw.get("weights", "16bit"), WEIGHTS)
+    upcast = kw.get("kbit_prepare")
+    upcast = weights != "16bit" if upcast is None else bool(upcast)
+    if weights != "16bit" and lora_rank is None:
+        raise ValueError(
+            f"weights={weights!r} are frozen: a quantised model trains adapters "
+            "only (pass lora_rank), or use weights='16bit' for a full fine-tune"
+        )
+    if arch.attn_softcap and attn_impl == "sdpa":
+        raise ValueError(
+            f"{arch.model_type} soft-caps its attention scores, which sdpa cannot "
+            "do (transformers refuses it): use attn_impl='eager' or 'flash'"
+        )
+    every = positive_int("checkpoint_every", kw.get("checkpoint_every", 1))
+    dropout = float(kw.get("lora_dropout", 0.0))
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"lora_dropout={dropout!r} must be in [0, 1)")
     spec = StepSpec(
-        batch_size, seq_len, DTYPE_BYTES[name], attn_impl == "eager", lora_rank, mode == "blocks"
+        batch_size,
+        seq_len,
+        FP32_B if upcast else b,
+        attn_impl == "eager",
+        lora_rank,
+        mode == "blocks",
+        lora_targets=kw.get("targets", ()),
+        lora_dropout=dropout > 0,
+        adapter_b=DTYPE_BYTES[dtype_name(kw.get("adapter_dtype") or "float32")],
+        flash=attn_impl == "flash",
+        loss=one_of("loss", kw.get("loss", "standard"), LOSSES),
+        loop=one_of("loop", kw.get("loop", "trainer"), LOOPS),
+        device=one_of("device", kw.get("device", "cpu"), DEVICES),
+        checkpoint_every=every,
+        quant="" if weights == "16bit" else weights,
+        upcast=upcast,
+        compute_b=b,
+        expert_tokens=tuple(kw.get("expert_tokens") or ()),
     )
     return arch, spec, name, mode
+
+
+FP32_B = 4
 
 
 def _config_dtype(c: dict) -> str:
@@ -219,38 +230,85 @@ def predict_hf_step(
     dtype=None,
     lora_rank: int | None = None,
     checkpointing="none",
+    lora_targets=None,
+    lora_dropout: float = 0.0,
+    adapter_dtype="float32",
+    weights: str = "16bit",
+    kbit_prepare: bool | None = None,
+    loss: str = "standard",
+    loop: str = "trainer",
+    device: str = "cpu",
+    checkpoint_every: int = 1,
+    expert_tokens=None,
 ) -> HFStepBreakdown:
     """Predict the peak bytes of one training step of a Hugging Face causal LM.
 
     Args:
         config: a ``PretrainedConfig`` or its dict, ``model_type`` in
-            :data:`SUPPORTED_MODEL_TYPES` (grouped-query attention, tied or untied embeddings).
+            :data:`SUPPORTED_MODEL_TYPES`.
         batch_size, seq_len: the micro-batch, full rows of ``seq_len`` tokens, every one a label.
-        attn_impl: ``"sdpa"`` (fused: no ``seq_len**2`` tensor kept) or ``"eager"`` (keeps the
-            ``batch x heads x seq_len**2`` probabilities per layer; in bf16 also their fp32 copy).
+        attn_impl: ``"sdpa"`` (fused: no ``seq_len**2`` tensor kept), ``"eager"`` (keeps the
+            ``batch x heads x seq_len**2`` probabilities per layer; in bf16 also their fp32 copy)
+            or ``"flash"`` (FlashAttention-2 on CUDA: the log-sum-exp kept, its backward's
+            workspaces counted).
         dtype: the model's dtype (``torch.bfloat16`` or ``"bf16"``...); default: the config's.
-        lora_rank: PEFT LoRA of this rank on every attention and MLP projection (base frozen,
-            adapters in fp32); ``None``: a full fine-tune.
-        checkpointing: ``"none"``/``False`` or ``"blocks"``/``True`` (every decoder layer).
+            With 4/8-bit weights: the compute dtype.
+        lora_rank: PEFT LoRA of this rank (base frozen); ``None``: a full fine-tune.
+        checkpointing: ``"none"``/``"off"``/``False`` or ``"blocks"``/``"on"``/``True``.
+        lora_targets: ``None`` (PEFT's default for the family, e.g. ``q_proj, v_proj``),
+            ``"all-linear"``, or module names.
+        lora_dropout: PEFT's ``lora_dropout`` (> 0 adds a dropout on each adapter's input).
+        adapter_dtype: the adapters' dtype (``"float32"``: PEFT's autocast of 16-bit adapters).
+        weights: ``"16bit"``, ``"int8"`` (LLM.int8) or ``"nf4"`` (QLoRA; storage is
+            :mod:`~course_lib.hf.quant`'s).
+        kbit_prepare: ``prepare_model_for_kbit_training`` casts the unquantised weights
+            (embeddings, norms, head) to fp32, so the hidden states are fp32; default: on for
+            4/8-bit weights.
+        loss: ``"standard"`` (fp32 log-probabilities of the full logits) or ``"chunked"``
+            (fused linear cross-entropy, :mod:`~course_lib.hf.losses`).
+        loop: ``"trainer"`` (the outputs are dropped before backward, as ``Trainer`` does) or
+            ``"plain"`` (``outputs = model(...)`` held: its logits live through backward).
+        device: ``"cpu"`` (the counted bytes on the CPU) or ``"cuda"`` (CUDA's kernels: a
+            one-byte dropout mask, fp32 LayerNorm statistics, eager attention's transient).
+        checkpoint_every: with checkpointing, every ``n``-th decoder layer (0, n, 2n...).
+        expert_tokens: mixture of experts: tokens each expert receives, one list per layer
+            (default: the worst case, :mod:`~course_lib.hf.moe`).
 
     Returns:
         :class:`HFStepBreakdown`, ``.total`` in bytes above the parameters.
 
     Raises:
-        ValueError: an unsupported model type (naming it and the supported ones), a bad size,
-            dtype, attention path or checkpointing mode.
+        ValueError: an unsupported model type (naming the nearest supported one), a bad size,
+            dtype, attention path, LoRA target or setting.
     """
-    arch, spec, name, mode = step_spec(
-        config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing
+    arch = architecture(config)
+    targets = lora_targets_for(arch, lora_targets) if lora_rank is not None else ()
+    kw = dict(
+        targets=targets,
+        lora_dropout=lora_dropout,
+        adapter_dtype=adapter_dtype,
+        weights=weights,
+        kbit_prepare=kbit_prepare,
+        loss=loss,
+        loop=loop,
+        device=device,
+        checkpoint_every=checkpoint_every,
+        expert_tokens=expert_tokens,
     )
-    notes = notes_for(config, seq_len)
+    arch, spec, name, mode = step_spec(
+        config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw
+    )
+    notes = notes_for(config, seq_len, spec.attn)
+    if lora_rank is not None and lora_targets is None:
+        notes.append(f"LoRA on {', '.join(targets)}: PEFT's default for {arch.model_type}")
     r = replay(record_step(arch, spec))
+    settings = {"attn_impl": spec.attn, "checkpoint_every": spec.checkpoint_every, **kw}
     return HFStepBreakdown(
-        model_type=config_dict(config)["model_type"],
+        model_type=arch.model_type,
         batch_size=batch_size,
         seq_len=seq_len,
         dtype=name,
-        attn_impl=attn_impl,
+        attn_impl=spec.attn,
         lora_rank=lora_rank,
         checkpointing=mode,
         activations=r.activations,
@@ -262,4 +320,6 @@ def predict_hf_step(
         forward_peak=r.forward_peak,
         saved=r.saved,
         notes=notes,
+        lora_targets=targets,
+        settings=settings,
     )

@@ -16,22 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from ..hf.predict import predict_hf_step
-from .meter import LiveBytesTracker, measure_step, pick_device
+from ..hf.tiny import CLASSES, TINY  # noqa: E402
+from .meter import LiveBytesTracker, measure, pick_device, training_step
 
-# Small enough to measure in milliseconds, shaped like the real thing: GQA (or MQA), tied and
-# untied embeddings, a head_dim that is not hidden / heads where the family allows it.
-TINY = {
-    "llama": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                  num_key_value_heads=1, num_hidden_layers=2, vocab_size=300),
-    "mistral": dict(hidden_size=96, intermediate_size=160, num_attention_heads=6,
-                    num_key_value_heads=2, num_hidden_layers=3, vocab_size=200,
-                    sliding_window=None),
-    "qwen2": dict(hidden_size=128, intermediate_size=192, num_attention_heads=8,
-                  num_key_value_heads=2, head_dim=16, num_hidden_layers=2, vocab_size=256,
-                  tie_word_embeddings=True),
-    "gpt2": dict(n_embd=64, n_head=4, n_layer=3, vocab_size=256, n_positions=256,
-                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-}  # fmt: skip
 LORA_TARGETS = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -42,28 +29,43 @@ def tiny_config(model_type: str, **overrides):
     """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``)."""
     import transformers
 
-    classes = {
-        "llama": transformers.LlamaConfig,
-        "mistral": transformers.MistralConfig,
-        "qwen2": transformers.Qwen2Config,
-        "gpt2": transformers.GPT2Config,
-    }
-    return classes[model_type](**{**TINY[model_type], **overrides})
+    return getattr(transformers, CLASSES[model_type])(**{**TINY[model_type], **overrides})
 
 
-def build_model(config, *, dtype, attn_impl, lora_rank=None, checkpointing="none", seed=0):
-    """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it."""
+def build_model(
+    config,
+    *,
+    dtype,
+    attn_impl,
+    lora_rank=None,
+    checkpointing="none",
+    seed=0,
+    lora_targets=None,
+    lora_dropout=0.0,
+    weights="16bit",
+):
+    """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
+    PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
+    weights through bitsandbytes with ``prepare_model_for_kbit_training`` (the QLoRA recipe)."""
     import transformers
+
+    from ..hf.predict import architecture, lora_targets_for
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         auto = transformers.AutoModelForCausalLM
         model = auto.from_config(config, attn_implementation=attn_impl).to(dtype)
+        if weights != "16bit":
+            model = _quantise(model, weights, dtype)
     if model.config._attn_implementation != attn_impl:
         raise AssertionError(
             f"asked for {attn_impl} attention, got {model.config._attn_implementation}"
         )
-    if checkpointing not in (None, False, "none"):
+    if weights != "16bit":
+        import peft
+
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    if checkpointing not in (None, False, "none", "off"):
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5
             model.activation_checkpointing_enable()
         else:  # transformers 4: the same, spelled out
@@ -73,13 +75,59 @@ def build_model(config, *, dtype, attn_impl, lora_rank=None, checkpointing="none
     if lora_rank is not None:
         import peft
 
-        family = "gpt2" if config.model_type == "gpt2" else "llama"
+        targets = list(lora_targets_for(architecture(config), lora_targets))
         lora = peft.LoraConfig(
-            r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, task_type="CAUSAL_LM",
-            target_modules=LORA_TARGETS[family], fan_in_fan_out=family == "gpt2",  # Conv1D
-        )  # fmt: skip
+            r=lora_rank,
+            lora_alpha=2 * lora_rank,
+            lora_dropout=lora_dropout,
+            task_type="CAUSAL_LM",
+            target_modules=targets,
+            fan_in_fan_out=config.model_type == "gpt2",  # Conv1D
+        )
         model = peft.get_peft_model(model, lora)
     return model.train()
+
+
+def _quantise(model, weights, dtype):
+    """Swap every projection but the head for bitsandbytes' ``Linear4bit`` (NF4, double
+    quantisation) or ``Linear8bitLt``, on the CPU."""
+    import bitsandbytes as bnb
+
+    for _name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if not isinstance(child, torch.nn.Linear) or child_name == "lm_head":
+                continue
+            if weights == "nf4":
+                new = bnb.nn.Linear4bit(
+                    child.in_features,
+                    child.out_features,
+                    bias=child.bias is not None,
+                    compute_dtype=dtype,
+                    compress_statistics=True,
+                    quant_type="nf4",
+                )
+                new.weight = bnb.nn.Params4bit(
+                    child.weight.data,
+                    requires_grad=False,
+                    quant_type="nf4",
+                    compress_statistics=True,
+                )
+            else:
+                new = bnb.nn.Linear8bitLt(
+                    child.in_features,
+                    child.out_features,
+                    bias=child.bias is not None,
+                    has_fp16_weights=False,
+                )
+                new.weight = bnb.nn.Int8Params(
+                    child.weight.data, requires_grad=False, has_fp16_weights=False
+                )
+            if child.bias is not None:
+                new.bias = child.bias
+            setattr(module, child_name, new.to("cpu"))
+    model.is_loaded_in_4bit = weights == "nf4"
+    model.is_loaded_in_8bit = weights == "int8"
+    return model
 
 
 @dataclass
@@ -112,24 +160,85 @@ class HFComparison:
         return f"{self.dtype} {self.attn_impl} {lora} checkpointing={self.checkpointing}"
 
 
-def compare_hf(config, shapes, *, dtype, attn_impl, lora_rank=None, checkpointing="none",
-               device=None, seed=0) -> list[HFComparison]:  # fmt: skip
-    """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction."""
+BUILD_KEYS = ("lora_targets", "lora_dropout", "weights")
+
+
+def _step(model, batch, loop: str):
+    """One training step: ``"trainer"`` drops the outputs before backward, ``"plain"`` holds
+    them (``outputs = model(...)``; ``outputs.loss.backward()``)."""
+    if loop == "plain":
+        outputs = model(**batch)
+        outputs.loss.backward()
+        return float(outputs.loss.detach())
+    return training_step(model, batch)
+
+
+def every_nth(model, n: int) -> None:
+    """Keep checkpointing on decoder layers 0, n, 2n... only."""
+    for i, layer in enumerate(_layers(model)):
+        if i % n:
+            layer.gradient_checkpointing = False
+
+
+def _layers(model):
+    for module in model.modules():
+        if type(module).__name__.endswith(("DecoderLayer", "Block")) and hasattr(
+            module, "gradient_checkpointing"
+        ):
+            yield module
+
+
+def compare_hf(
+    config,
+    shapes,
+    *,
+    dtype,
+    attn_impl,
+    lora_rank=None,
+    checkpointing="none",
+    device=None,
+    seed=0,
+    loop="trainer",
+    checkpoint_every=1,
+    **settings,
+) -> list[HFComparison]:
+    """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction;
+    ``settings`` are :func:`~course_lib.hf.predict.predict_hf_step`'s keywords."""
     dev = pick_device(device)
+    build = {k: settings[k] for k in BUILD_KEYS if k in settings}
     model = build_model(
-        config, dtype=dtype, attn_impl=attn_impl, lora_rank=lora_rank,
-        checkpointing=checkpointing, seed=seed,
-    ).to(dev)  # fmt: skip
+        config,
+        dtype=dtype,
+        attn_impl=attn_impl,
+        lora_rank=lora_rank,
+        checkpointing=checkpointing,
+        seed=seed,
+        **build,
+    ).to(dev)
+    if checkpoint_every > 1:
+        every_nth(model, checkpoint_every)
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for batch_size, seq_len in shapes:
         ids = torch.randint(config.vocab_size, (batch_size, seq_len), generator=gen).to(dev)
         batch = {"input_ids": ids, "labels": ids, "use_cache": False}
-        report = measure_step(model, batch, device=dev)
+        model.zero_grad(set_to_none=True)
+        try:
+            report = measure(lambda b=batch: _step(model, b, loop), device=dev)
+        finally:
+            model.zero_grad(set_to_none=True)
         p = predict_hf_step(
-            config, batch_size, seq_len, attn_impl=attn_impl, dtype=dtype,
-            lora_rank=lora_rank, checkpointing=checkpointing,
-        )  # fmt: skip
+            config,
+            batch_size,
+            seq_len,
+            attn_impl=attn_impl,
+            dtype=dtype,
+            lora_rank=lora_rank,
+            checkpointing=checkpointing,
+            loop=loop,
+            checkpoint_every=checkpoint_every,
+            **settings,
+        )
         rows.append(
             HFComparison(
                 config.model_type,
@@ -146,7 +255,7 @@ def compare_hf(config, shapes, *, dtype, attn_impl, lora_rank=None, checkpointin
                 p.peak_at,
                 report.method,
                 report.counted_peak_bytes,
-            )  # fmt: skip
+            )
         )
     return rows
 

@@ -1,0 +1,153 @@
+"""Attention as recorded ops: RoPE, sdpa, FlashAttention-2 and eager attention.
+
+A mixin of :class:`~course_lib.hf.ops.Ops` (the same conventions: sizes in bytes, ``N =
+batch_size * seq_len`` tokens, ``b`` bytes per element of the model's dtype).
+"""
+
+from __future__ import annotations
+
+FP32 = 4
+INT64 = 8
+
+
+class AttentionOps:
+    """The attention ops of :class:`~course_lib.hf.ops.Ops`."""
+
+    tape: object
+    N: int
+    B: int
+    T: int
+    b: int
+    cuda: bool
+
+    def rope(self, where, comp, x, width, cos, sin, wide=0, phi3=False) -> int:
+        """``x * cos + rotate_half(x) * sin`` on ``N x width`` elements; ``rotate_half`` is two
+        slices (views whose backward each pays a full-size buffer), a negation and a ``cat``.
+        Saves only ``cos`` and ``sin`` (one row of positions, shared by every layer). ``wide``:
+        OLMo 2's tables stay fp32, so the products are fp32 (their backward casts the gradient
+        back) and the sum is cast to the model's dtype. ``phi3``: Phi-3 slices ``x[...,
+        :rotary_dim]`` first and concatenates the (empty) rest after (a copy)."""
+        t, n = self.tape, self.N * width * self.b
+        nw = self.N * width * (wide or self.b)
+        src = x
+        if phi3:
+            x = t.view(t.op(where, comp, [x], [0], (), self._dx(n))[0], x)  # x[..., :rotary_dim]
+        mix = self._dx(nw) + ([("new", "c", n), ("grad", 0, "c")] if wide else [])
+        mix = [("new", "d0", nw), ("new", "c", n), ("del", "d0"), ("grad", 0, "c")] if wide \
+            else self._dx(n)  # fmt: skip
+        (xc,) = t.op(where, comp, [x, cos], [nw], (cos,), mix)
+        x1 = t.view(t.op(where, comp, [x], [0], (), self._dx(n))[0], x)  # x[..., : d/2]
+        x2 = t.view(t.op(where, comp, [x], [0], (), self._dx(n))[0], x)  # x[..., d/2 :]
+        (neg,) = t.op(where, comp, [x2], [n // 2], (), self._dx(n // 2))
+        (cat,) = t.op(where, comp, [neg, x1], [n], (), [("grad", 0, "g"), ("grad", 1, "g")])
+        t.drop(neg)
+        (xs,) = t.op(where, comp, [cat, sin], [nw], (sin,), mix)
+        t.drop(cat)
+        out = self.add(where, comp, xc, xs, nw)
+        t.drop(xc, xs)
+        if wide:
+            res = self.to(where, comp, out, width, self.b, src=wide)
+            t.drop(out)
+            out = res
+        if phi3:  # torch.cat([rotated, x[..., rotary_dim:]], -1): a copy; its backward slices
+            (cat2,) = t.op(where, comp, [out], [n], (), [("grad", 0, "g")])
+            t.drop(out)
+            out = cat2
+        del src
+        return out
+
+    def sdpa(self, where, comp, q, k, v, H, K, d) -> int:
+        """``scaled_dot_product_attention(is_causal=True)`` on the CPU's fused flash kernel, with
+        ``H`` query and ``K`` key/value heads of ``d`` (grouped-query attention natively:
+        ``enable_gqa``): saves q, k, v, the output and a log-sum-exp per head and token (fp32);
+        no ``seq_len**2`` buffer at all."""
+        t, N, b = self.tape, self.N, self.b
+        program = self._dx(N * H * d * b, 0) + self._dx(N * K * d * b, 1)
+        program += self._dx(N * K * d * b, 2)
+        outs = [N * H * d * b, self.N * H * FP32]
+        out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1"), program)
+        t.drop(lse)
+        return out
+
+    def flash(self, where, comp, q, k, v, H, K, d) -> int:
+        """FlashAttention-2 (``flash_attn_func``, CUDA): saves q, k, v, the output and an fp32
+        log-sum-exp per head and token (plus a 16-byte RNG state); no ``seq_len**2`` tensor. Its
+        backward (``mha_bwd``) makes dq, dk, dv, an fp32 ``dq_accum`` (tokens rounded up to 128,
+        head_dim to 32) and ``softmax_d`` (fp32, heads x rounded tokens); with grouped-query
+        attention dk and dv are first made for every query head, then summed."""
+        t, N, b, B = self.tape, self.N, self.b, self.B
+        T128 = -(-self.T // 128) * 128
+        d32 = -(-d // 32) * 32
+        rng = t.tensor(2 * INT64, False, comp, where)
+        prog = [("new", "q", N * H * d * b), ("new", "k", N * K * d * b),
+                ("new", "v", N * K * d * b), ("new", "acc", B * T128 * H * d32 * FP32),
+                ("new", "sd", B * H * T128 * FP32)]  # fmt: skip
+        if H != K:
+            prog += [("new", "ke", N * H * d * b), ("new", "ve", N * H * d * b)]
+            prog += [("del", "ke"), ("del", "ve")]
+        prog += [
+            ("del", "acc"),
+            ("del", "sd"),
+            ("grad", 0, "q"),
+            ("grad", 1, "k"),
+            ("grad", 2, "v"),
+        ]
+        outs = [N * H * d * b, N * H * FP32]
+        out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1", rng), prog)
+        t.drop(lse, rng)
+        return out
+
+    def eager_attention(
+        self, where, comp, q, k, v, H, d, mask, fp32_softmax, copy_kv, softcap=0.0
+    ) -> int:
+        """Eager attention on ``(B, H, T, d)`` tensors: ``softmax(q @ k.T * scale + mask) @ v``.
+
+        ``matmul`` folds q and k to 3-D: q (laid out as ``(B, T, H, d)`` by RoPE or the fused
+        projection) is copied, and so are ``k`` and, after the softmax, ``v``, unless
+        ``repeat_kv`` already made them contiguous (``copy_kv``). Llama-like models take the softmax
+        in fp32 and cast back (``fp32_softmax``): in bf16 both probability tensors are kept. Saves
+        the q, k and v copies and the ``B x H x T x T`` probabilities: the quadratic term.
+        Returns the ``(B*H, T, d)`` output."""
+        t, N, b, S = self.tape, self.N, self.b, self.B * H * self.T * self.T
+        n = N * H * d * b
+        qc = self.copy(where, comp, q, n)
+        kc = self.copy(where, comp, k, n) if copy_kv else k
+        (scores,) = self._bmm(where, comp, qc, kc, S * b, n, n)
+        t.drop(qc, *([kc] if kc != k else []))
+        scaled = self.scale(where, comp, scores, S * b)
+        t.drop(scores)
+        if softcap:  # Gemma 2: scores / cap, tanh (keeps its output), * cap
+            div = self.scale(where, comp, scaled, S * b)
+            t.drop(scaled)
+            (th,) = t.op(where, "attention_scores", [div], [S * b], ("out",), self._dx(S * b))
+            t.drop(div)
+            scaled = self.scale(where, comp, th, S * b)
+            t.drop(th)
+        (masked,) = t.op(where, comp, [scaled, mask], [S * b], (), [("grad", 0, "g")])
+        t.drop(scaled)
+        sm = FP32 if fp32_softmax else b
+        m32 = masked if sm == b else self._to_n(where, comp, masked, S, sm)
+        if m32 != masked:
+            t.drop(masked)
+        sm_bwd = self._dx(S * sm)
+        if self.cuda:  # measured, not found in the source: one more S-sized buffer on CUDA
+            sm_bwd = [("new", "cuda", S * b), ("del", "cuda")] + sm_bwd  # (eager CUDA transient)
+        (p32,) = t.op(where, "attention_scores", [m32], [S * sm], ("out",), sm_bwd)
+        t.drop(m32)
+        probs = p32 if sm == b else self._to_n(where, "attention_scores", p32, S, b, src=sm)
+        if probs != p32:
+            t.drop(p32)
+        vc = self.copy(where, comp, v, n) if copy_kv else v
+        (out,) = self._bmm(where, "attention_scores", probs, vc, n, S * b, n)
+        t.drop(probs)
+        if vc != v:
+            t.drop(vc)
+        return out
+
+    def _bmm(self, where, comp, x, y, out_bytes, nx, ny):
+        """A batched matmul ``x @ y``: each input's gradient is made only if it needs one, and
+        each is saved only for the other's gradient (as autograd's ``BmmBackward0`` does)."""
+        t = self.tape
+        saves = tuple(v for v, other in ((x, y), (y, x)) if t.grad(other))
+        prog = (self._dx(nx, 0) if t.grad(x) else []) + (self._dx(ny, 1) if t.grad(y) else [])
+        return t.op(where, comp, [x, y], [out_bytes], saves, prog)

@@ -22,7 +22,7 @@ transformers = pytest.importorskip(
 
 from course_lib.hf.models import lora_parameter_count  # noqa: E402
 from course_lib.hf.ops import Ops  # noqa: E402
-from course_lib.hf.predict import CHECKED_WITH, SUPPORTED_MODEL_TYPES, architecture  # noqa: E402
+from course_lib.hf.predict import CHECKED_WITH, architecture  # noqa: E402
 from course_lib.memory import HFStepBreakdown, attention_elements, predict_hf_step  # noqa: E402
 from course_lib.memory.hf_check import (  # noqa: E402
     build_model,

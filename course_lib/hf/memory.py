@@ -1,0 +1,159 @@
+"""One fine-tuning step's memory per device: the fixed bytes plus the step, then the card.
+
+:func:`predict_hf_memory` is what the plan calls: :func:`~course_lib.hf.predict.predict_hf_step`
+for the step (every keyword passed through) and :mod:`~course_lib.hf.states` for the bytes that
+do not depend on the batch, divided over devices as the sharding does, and
+:func:`~course_lib.hf.cards.device_bytes` for what the card shows.
+
+The peak is the larger of two moments: the backward (weights, adapters, optimiser states and the
+step's own peak, which counts the gradients as they are made after ``zero_grad(set_to_none=
+True)``) and the optimiser step (weights, states, every gradient, the step's temporaries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cards import device_bytes
+from .families import lora_targets_for
+from .models import Arch, parameter_count
+from .predict import DTYPE_BYTES, architecture, dtype_name, predict_hf_step
+from .states import (
+    SHARDING,
+    Sharding,
+    int8_bytes,
+    nf4_bytes,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
+)
+
+
+def projections(arch: Arch) -> list[tuple[str, int, int]]:
+    """``(PEFT name, in, out)`` of every projection of one layer."""
+    C, M, d = arch.hidden_size, arch.intermediate_size, arch.head_dim
+    if arch.family == "gpt2":
+        return [("c_attn", C, 3 * C), ("c_proj", C, C), ("c_fc", C, M), ("c_proj", M, C)]
+    q, kv = arch.num_attention_heads * d, arch.num_key_value_heads * d
+    if arch.fused:
+        attn = [("qkv_proj", C, q + 2 * kv), ("o_proj", q, C)]
+        return attn + [("gate_up_proj", C, 2 * M), ("down_proj", M, C)]
+    attn = [("q_proj", C, q), ("k_proj", C, kv), ("v_proj", C, kv), ("o_proj", q, C)]
+    return attn + [("gate_proj", C, M), ("up_proj", C, M), ("down_proj", M, C)]
+
+
+@dataclass
+class HFMemory:
+    """Predicted bytes per device of one fine-tuning step (:func:`predict_hf_memory`)."""
+
+    peak_bytes: int  # allocated: the tensor count at the peak
+    device_bytes: int  # what the card shows: allocator reserve and CUDA context added
+    components: dict[str, int]
+    peak_at: str
+    step: object  # the HFStepBreakdown
+    notes: list[str] = field(default_factory=list)
+
+
+def predict_hf_memory(
+    config,
+    batch_size: int,
+    seq_len: int,
+    *,
+    lora_rank: int | None = None,
+    dtype=None,
+    optimizer: str = "adamw",
+    foreach: bool = True,
+    devices: int = 1,
+    sharding: str = "none",
+    offload: bool = False,
+    double_quant: bool = True,
+    card: str | None = None,
+    **step_kwargs,
+) -> HFMemory:
+    """Peak bytes per device of one step of a fine-tune (module docstring).
+
+    Args:
+        config, batch_size, seq_len, lora_rank, dtype: as :func:`predict_hf_step`.
+        optimizer: one of :data:`~course_lib.hf.states.OPTIMIZERS` (``"adamw"``: moments in
+            the parameters' dtype, as ``torch.optim.AdamW``).
+        foreach: AdamW's multi-tensor step (CUDA's default): one copy of the second moment.
+        devices, sharding: ``"none"`` (data parallel), ``"zero1"``, ``"zero2"``, ``"zero3"``,
+            ``"fsdp"`` (= ZeRO-3: states, gradients and weights divided; one layer gathered).
+        offload: the optimiser states live on the CPU.
+        double_quant: NF4 weights' second-level quantisation constants.
+        card: a shipped card name, for its CUDA context.
+        **step_kwargs: passed to :func:`predict_hf_step` (``attn_impl``, ``lora_targets``,
+            ``weights``, ``loss``, ``loop``, ``device`` (default ``"cuda"``), ...).
+
+    Raises:
+        ValueError: a bad value (naming it), as :func:`predict_hf_step`.
+    """
+    if sharding not in SHARDING:
+        raise ValueError(f"sharding={sharding!r} is not one of {SHARDING}")
+    if not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"devices must be a positive int, got {devices!r}")
+    step_kwargs.setdefault("device", "cuda")
+    step = predict_hf_step(
+        config, batch_size, seq_len, lora_rank=lora_rank, dtype=dtype, **step_kwargs
+    )
+    arch = architecture(config)
+    b = DTYPE_BYTES[dtype_name(step.dtype)]
+    weights = step_kwargs.get("weights", "16bit")
+    upcast = step_kwargs.get("kbit_prepare")
+    upcast = weights != "16bit" if upcast is None else upcast
+    shard = Sharding(devices, sharding, offload)
+    L, P = arch.num_hidden_layers, parameter_count(arch)
+    proj = projections(arch)
+    proj_n = L * sum(i * o for _, i, o in proj)
+    if weights == "nf4":
+        stored = L * sum(nf4_bytes(i * o, double_quant) for _, i, o in proj)
+        stored += (P - proj_n) * (4 if upcast else b)
+    elif weights == "int8":
+        stored = L * sum(int8_bytes(i, o) for _, i, o in proj) + (P - proj_n) * (4 if upcast else b)
+    else:
+        stored = P * b
+    if lora_rank is None:
+        shapes = [P]
+        grad_b = b
+        adapters = 0
+    else:
+        targets = set(lora_targets_for(arch, step_kwargs.get("lora_targets")))
+        shapes = [
+            n for name, i, o in proj if name in targets for n in (lora_rank * i, o * lora_rank)
+        ] * L
+        adapter_b = DTYPE_BYTES[dtype_name(step_kwargs.get("adapter_dtype") or "float32")]
+        grad_b = adapter_b
+        adapters = sum(shapes) * adapter_b
+    grads = sum(shapes) * grad_b
+    paged = optimizer == "paged-adamw-8bit"
+    states = shard.states(optimizer_state_bytes(shapes, optimizer, grad_b))
+    temps = optimizer_step_bytes(shapes, optimizer, grad_b, foreach)
+    layer_w = sum(i * o for _, i, o in proj) * b
+    gathered = shard.gathered_layer(layer_w * (2 if lora_rank is None else 1))
+    w = shard.weights(stored) + adapters
+    grad_share = shard.gradients(grads)
+    backward = w + (0 if paged else states) + step.total - grads + grad_share + gathered
+    opt_step = w + (0 if paged else states) + grad_share + (0 if offload else temps)
+    components = {
+        "weights": shard.weights(stored),
+        "adapters": adapters,
+        "optimizer_states": 0 if paged else states,
+        "gradients": grad_share,
+        "activations": step.activations,
+        "logits_and_loss": step.logits_and_loss,
+        "transient": step.transient,
+        "gathered_layer": gathered,
+        "optimizer_step": temps,
+    }
+    notes = list(step.notes)
+    if paged:
+        notes.append(f"paged 8-bit states ({states:,} bytes) live in CUDA unified memory, "
+                     "outside the allocator's count")  # fmt: skip
+    peak, at = (backward, step.peak_at) if backward >= opt_step else (opt_step, "optimizer.step")
+    return HFMemory(
+        peak_bytes=peak,
+        device_bytes=device_bytes(peak, step.attn_impl, card) + (states if paged else 0),
+        components=components,
+        peak_at=at,
+        step=step,
+        notes=notes,
+    )

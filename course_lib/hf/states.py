@@ -1,0 +1,105 @@
+"""The bytes that do not depend on the batch: weights, adapters, gradients, optimiser states.
+
+Each figure is the allocation code's own arithmetic, read from the library that allocates it:
+
+* **weights** ``"16bit"``: ``P x b``. ``"nf4"`` (bitsandbytes ``Params4bit``, QLoRA): every
+  projection but the head packed two values a byte (``n / 2``), a quantisation constant per
+  block of 64 (fp32, 4 bytes: ``n / 16``), or with double quantisation a uint8 per block plus
+  an fp32 constant per 256 blocks and a 256-entry fp32 code per tensor; the other weights
+  (embeddings, norms, head) in the model's dtype, or fp32 after
+  ``prepare_model_for_kbit_training``. ``"int8"`` (``Int8Params``): one byte per value and an
+  fp32 scale per output row.
+* **optimisers** (per trainable parameter ``n``): ``"adamw"`` ``torch.optim.AdamW``, two moments
+  in the parameter's dtype; ``"adamw-mixed"`` fp32 master weights and fp32 moments (``4 + 8``
+  bytes) beside 16-bit weights; ``"adamw-8bit"`` / ``"paged-adamw-8bit"`` bitsandbytes'
+  block-wise state: two uint8 states and an fp32 ``absmax`` per 256 values each (tensors under
+  4,096 values keep fp32 states); the paged one allocates them in CUDA unified memory, outside
+  the PyTorch allocator; ``"sgd"`` none (``"sgd-momentum"``: one buffer).
+* **the optimiser step's temporaries**: ``foreach`` AdamW (CUDA's default) makes
+  ``torch._foreach_sqrt(exp_avg_sq)``: one more copy of the second moment, freed after the step;
+  the fused and single-tensor paths make none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPTIMIZERS = ("adamw", "adamw-mixed", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum")
+BNB_BLOCK = 256  # bitsandbytes' 8-bit optimiser block
+BNB_MIN_8BIT = 4096  # tensors smaller than this keep 32-bit states (min_8bit_size)
+NF4_BLOCK = 64
+NF4_NESTED_BLOCK = 256
+
+
+def nf4_bytes(n: int, double_quant: bool = True) -> int:
+    """Storage of one ``n``-value weight in NF4: the packed values and its constants."""
+    blocks = -(-n // NF4_BLOCK)
+    packed = -(-n // 2)
+    if not double_quant:
+        return packed + blocks * 4
+    return packed + blocks + -(-blocks // NF4_NESTED_BLOCK) * 4 + 256 * 4 + 4
+
+
+def int8_bytes(n_in: int, n_out: int) -> int:
+    """Storage of one ``n_out x n_in`` LLM.int8 weight: the values and a scale per row."""
+    return n_in * n_out + n_out * 4
+
+
+def optimizer_state_bytes(shapes: list[int], optimizer: str, param_b: int) -> int:
+    """Optimiser state for trainable tensors of ``shapes`` (element counts), ``param_b`` bytes
+    per parameter element (module docstring)."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
+    total = 0
+    for n in shapes:
+        if optimizer == "adamw":
+            total += 2 * n * param_b
+        elif optimizer == "adamw-mixed":
+            total += 4 * n + 8 * n  # fp32 master copy + two fp32 moments
+        elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):
+            if n < BNB_MIN_8BIT:
+                total += 2 * n * 4
+            else:
+                total += 2 * (n + -(-n // BNB_BLOCK) * 4)
+        elif optimizer == "sgd-momentum":
+            total += n * param_b
+    return total
+
+
+def optimizer_step_bytes(shapes: list[int], optimizer: str, param_b: int, foreach: bool) -> int:
+    """The step's own temporaries: ``foreach`` AdamW's copy of the second moment (and, with
+    fp32 master weights, the fp32 copy of each gradient the step makes first)."""
+    n = sum(shapes)
+    if optimizer == "adamw" and foreach:
+        return n * param_b
+    if optimizer == "adamw-mixed":
+        return n * 4 + (n * 4 if foreach else 0)
+    return 0
+
+
+@dataclass
+class Sharding:
+    """How states, gradients and weights divide over ``devices`` (per rank)."""
+
+    devices: int = 1
+    mode: str = "none"  # "none" (DDP), "zero1", "zero2", "zero3", "fsdp"
+    offload: bool = False  # optimizer states (and master weights) kept on the CPU
+
+    def weights(self, total: int) -> int:
+        return -(-total // self.devices) if self.mode in ("zero3", "fsdp") else total
+
+    def gradients(self, total: int) -> int:
+        return -(-total // self.devices) if self.mode in ("zero2", "zero3", "fsdp") else total
+
+    def states(self, total: int) -> int:
+        if self.offload:
+            return 0
+        return -(-total // self.devices) if self.mode != "none" else total
+
+    def gathered_layer(self, layer_bytes: int) -> int:
+        """ZeRO-3 / FSDP all-gather one layer's full weights for its forward and backward
+        (and, for a full fine-tune, its full gradient before the reduce-scatter)."""
+        return layer_bytes if self.mode in ("zero3", "fsdp") and self.devices > 1 else 0
+
+
+SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp")

@@ -19,6 +19,7 @@ class AttentionOps:
     T: int
     b: int
     cuda: bool
+    half: bool
 
     def rope(self, where, comp, x, width, cos, sin, wide=0, phi3=False) -> int:
         """``x * cos + rotate_half(x) * sin`` on ``N x width`` elements; ``rotate_half`` is two
@@ -98,22 +99,25 @@ class AttentionOps:
         return out
 
     def eager_attention(
-        self, where, comp, q, k, v, H, d, mask, fp32_softmax, copy_kv, softcap=0.0
+        self, where, comp, q, k, v, H, d, mask, fp32_softmax, copy_kv, softcap=0.0, copy_q=True
     ) -> int:
         """Eager attention on ``(B, H, T, d)`` tensors: ``softmax(q @ k.T * scale + mask) @ v``.
 
         ``matmul`` folds q and k to 3-D: q (laid out as ``(B, T, H, d)`` by RoPE or the fused
-        projection) is copied, and so are ``k`` and, after the softmax, ``v``, unless
-        ``repeat_kv`` already made them contiguous (``copy_kv``). Llama-like models take the softmax
+        projection) is copied (``copy_q``: with more than one row), and so are ``k`` and,
+        after the softmax, ``v`` (``copy_kv``: unless ``repeat_kv`` already made them
+        contiguous). Llama-like models take the softmax
         in fp32 and cast back (``fp32_softmax``): in bf16 both probability tensors are kept. Saves
         the q, k and v copies and the ``B x H x T x T`` probabilities: the quadratic term.
-        Returns the ``(B*H, T, d)`` output."""
+        Returns the ``(B*H, T, d)`` output and the probabilities (the attention module returns
+        them as its weights, and every decoder layer holds them, ``hidden_states, _ =
+        self.self_attn(...)``, until it returns: the caller drops them)."""
         t, N, b, S = self.tape, self.N, self.b, self.B * H * self.T * self.T
         n = N * H * d * b
-        qc = self.copy(where, comp, q, n)
+        qc = self.copy(where, comp, q, n) if copy_q else q
         kc = self.copy(where, comp, k, n) if copy_kv else k
         (scores,) = self._bmm(where, comp, qc, kc, S * b, n, n)
-        t.drop(qc, *([kc] if kc != k else []))
+        t.drop(*([qc] if qc != q else []), *([kc] if kc != k else []))
         scaled = self.scale(where, comp, scores, S * b)
         t.drop(scores)
         if softcap:  # Gemma 2: scores / cap, tanh (keeps its output), * cap
@@ -126,23 +130,33 @@ class AttentionOps:
         (masked,) = t.op(where, comp, [scaled, mask], [S * b], (), [("grad", 0, "g")])
         t.drop(scaled)
         sm = FP32 if fp32_softmax else b
-        m32 = masked if sm == b else self._to_n(where, comp, masked, S, sm)
-        if m32 != masked:
-            t.drop(masked)
-        sm_bwd = self._dx(S * sm)
-        if self.cuda:  # measured, not found in the source: one more S-sized buffer on CUDA
-            sm_bwd = [("new", "cuda", S * b), ("del", "cuda")] + sm_bwd  # (eager CUDA transient)
+        # softmax(x, dtype=float32): on CUDA a float16 input takes one fused kernel
+        # (``_softmax(half_to_float=True)``, aten/src/ATen/native/SoftMax.cpp); everywhere else
+        # (the CPU, bfloat16) the scores are first copied to fp32 (``toType``).
+        fused = self.cuda and self.half and sm != b
+        m32 = masked if sm == b or fused else self._to_n(where, comp, masked, S, sm)
+        in_b = b if fused else sm  # the softmax input's element size: its gradient's
+        if self.cuda:
+            # softmax_backward_cuda_out (aten/src/ATen/native/cuda/SoftMax.cu) allocates the
+            # input's gradient, then ``tmp = grad * output`` (the output's dtype) beside it.
+            sm_bwd = [("new", "d0", S * in_b), ("new", "tmp", S * sm), ("del", "tmp"),
+                      ("grad", 0, "d0")]  # fmt: skip
+        else:
+            sm_bwd = self._dx(S * in_b)
         (p32,) = t.op(where, "attention_scores", [m32], [S * sm], ("out",), sm_bwd)
-        t.drop(m32)
+        if m32 != masked:
+            t.drop(m32)  # the fp32 copy is softmax's own local
         probs = p32 if sm == b else self._to_n(where, "attention_scores", p32, S, b, src=sm)
+        # ``attn_weights = softmax(attn_weights, ...).to(dtype)``: the masked scores stay
+        # referenced until the cast's result replaces them.
+        t.drop(masked)
         if probs != p32:
             t.drop(p32)
         vc = self.copy(where, comp, v, n) if copy_kv else v
         (out,) = self._bmm(where, "attention_scores", probs, vc, n, S * b, n)
-        t.drop(probs)
         if vc != v:
             t.drop(vc)
-        return out
+        return out, probs
 
     def _bmm(self, where, comp, x, y, out_bytes, nx, ny):
         """A batched matmul ``x @ y``: each input's gradient is made only if it needs one, and

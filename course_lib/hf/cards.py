@@ -29,6 +29,17 @@ CARDS = {
     "H100 80GB": 80 * GIB,
     "H200": 141 * 10**9,
 }
+# compute capability (major, minor) of each card: it picks cuBLAS's workspace size
+CAPABILITY = {
+    "T4": (7, 5),
+    "L4": (8, 9),
+    "A10G": (8, 6),
+    "RTX 4090": (8, 9),
+    "A100 40GB": (8, 0),
+    "A100 80GB": (8, 0),
+    "H100 80GB": (9, 0),
+    "H200": (9, 0),
+}
 CONTEXT = {"T4": int(140.875 * MIB)}
 DEFAULT_CONTEXT = int(140.875 * MIB)
 # reserved / allocated on the fitcheck-llm 0.3.1 T4 rows (fp16, LoRA r32, checkpointing),
@@ -36,13 +47,36 @@ DEFAULT_CONTEXT = int(140.875 * MIB)
 RESERVE = {"sdpa": 1.10, "flash": 1.10, "eager": 1.18}
 
 
+def card_name(name: str) -> str:
+    """A shipped card's name as :data:`CARDS` spells it (case and spaces ignored)."""
+    key = name.replace(" ", "").lower()
+    for card in CARDS:
+        if card.replace(" ", "").lower() == key:
+            return card
+    raise ValueError(f"unknown card {name!r}: one of {', '.join(CARDS)}, or give the memory")
+
+
 def card_memory(name: str) -> int:
     """The memory of a shipped card name (case and spaces ignored)."""
-    key = name.replace(" ", "").lower()
-    for card, size in CARDS.items():
-        if card.replace(" ", "").lower() == key:
-            return size
-    raise ValueError(f"unknown card {name!r}: one of {', '.join(CARDS)}, or give the memory")
+    return CARDS[card_name(name)]
+
+
+def cublas_workspace_bytes(card: str | None = None) -> int:
+    """One cuBLAS workspace, as PyTorch sizes it (``parseChosenWorkspaceSize`` in
+    ``aten/src/ATen/cuda/CublasHandlePool.cpp``, no ``CUBLAS_WORKSPACE_CONFIG``): 32 MiB on
+    compute capability 9.x, 10.x and 12.x, else ``4096 KiB x 2 + 16 KiB x 8``. It comes from the
+    caching allocator, so ``max_memory_allocated`` counts it. Unknown card: the smaller one."""
+    major = CAPABILITY[card_name(card)][0] if card else 8
+    return 4096 * 8 * 1024 if major in (9, 10, 12) else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def cublas_workspaces(card: str | None = None) -> int:
+    """The workspaces a training step holds: the map of workspaces is per thread
+    (``cublas_stream_to_workspace`` is ``thread_local``), and autograd runs the backward (and
+    a checkpointed layer's recomputation) on its own device thread: two of them, on one stream.
+    On the fitcheck-llm T4 rows this is the constant 16.25 MiB between the allocated peak and
+    the tensors of the step."""
+    return 2 * cublas_workspace_bytes(card)
 
 
 def device_bytes(peak_allocated: int, attn_impl: str, card: str | None = None) -> int:

@@ -70,7 +70,7 @@ def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
         )
 
     h = norm("input_layernorm", x) if pre else x
-    a = attention(ops, arch, spec, f"{name}.self_attn", h, extra, mask, full, ad)
+    a, weights = attention(ops, arch, spec, f"{name}.self_attn", h, extra, mask, full, ad)
     if h != x:
         t.drop(h)  # self_attn's argument goes when it returns
     if post:
@@ -98,7 +98,7 @@ def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
         t.drop(down)
         down = d2
     out = ops.add(f"{name}.residual", "residual", x2, down, nc)
-    t.drop(x2, down)
+    t.drop(x2, down, *weights)  # the layer's locals (eager's attention weights too) go
     return out
 
 
@@ -133,9 +133,9 @@ def _projections(ops: Ops, arch, att, h, full, ad) -> tuple[int, int, int, list]
     return q, k, v, []
 
 
-def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> int:
+def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> tuple[int, tuple]:
     """q, k, v projections, QK-norm, RoPE, attention (sdpa, flash, or eager with ``repeat_kv``),
-    ``o_proj``."""
+    ``o_proj``. Returns the output and the attention weights it hands back (eager only)."""
     t, N, b, C, d = ops.tape, ops.N, ops.b, arch.hidden_size, arch.head_dim
     H, K = arch.num_attention_heads, arch.num_key_value_heads
     nq, nkv = N * H * d * b, N * K * d * b
@@ -178,13 +178,18 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> int:
         t.drop(q, k)
     if spec.eager:
         kr, vr = ke, ops.view_copy(att, "attention", v, nkv)
-        if H != K:  # repeat_kv: expand (its backward sums the copies), then a copying reshape
-            # (one kv head and one row: stride-0 views all the way, no copy)
-            copies = K > 1 or spec.batch_size > 1
-            kr, vr = (_repeat_kv(ops, att, z, nkv, nq if copies else 0) for z in (kr, vr))
-        o = ops.eager_attention(
-            f"{att}.attention", "attention", qe, kr, vr, H, d, mask, True, H == K, arch.attn_softcap
-        )
+        # repeat_kv: expand (its backward sums the copies), then a reshape that copies only
+        # when each of several key/value heads is repeated (one kv head stays a stride-0 view).
+        repeat_copies = H != K and K > 1
+        if H != K:
+            kr, vr = (_repeat_kv(ops, att, z, nkv, nq if repeat_copies else 0) for z in (kr, vr))
+        # matmul folds (B, H, ...) into one batch dimension: a copy for more than one row
+        # (the heads of a row are interleaved with its tokens), unless repeat_kv made it.
+        rows = spec.batch_size > 1
+        o, probs = ops.eager_attention(
+            f"{att}.attention", "attention", qe, kr, vr, H, d, mask, True,
+            rows and not repeat_copies, arch.attn_softcap, copy_q=rows,
+        )  # fmt: skip
         # (B*H, T, d) -> (B, H, T, d) -> transpose(1, 2).contiguous(): a copy, and the view's
         # backward copies the transposed gradient.
         oc = ops.copy(att, "attention", ops.view_copy(att, "attention", o, nq), nq)
@@ -205,7 +210,7 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> int:
         ad and ad("o_proj"),
     )
     t.drop(oc, qe, ke, v, *fused)  # the attention's locals go when it returns
-    return a
+    return a, ((probs,) if spec.eager else ())
 
 
 def _repeat_kv(ops: Ops, att: str, kv: int, nkv: int, nq: int) -> int:
@@ -315,7 +320,10 @@ def gpt2_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     )
     if spec.eager:  # the gradients come back as (B, H, T, d): each view's backward copies
         k, v, q = (ops.view_copy(att, "attention", z, nc) for z in (k, v, q))
-        o = ops.eager_attention(f"{att}.attention", "attention", q, k, v, H, d, mask, False, True)
+        rows = spec.batch_size > 1  # matmul's fold copies q, k and v (layers.attention)
+        o, probs = ops.eager_attention(
+            f"{att}.attention", "attention", q, k, v, H, d, mask, False, rows, copy_q=rows
+        )
         oc = ops.copy(att, "attention", ops.view_copy(att, "attention", o, nc), nc)
         t.drop(o)
     elif spec.flash:
@@ -336,5 +344,5 @@ def gpt2_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     down = lin(f"{mlp_}.c_proj", act, M, C, "c_proj")
     t.drop(act)
     out = ops.add(f"{name}.residual", "residual", x2, down, nc)
-    t.drop(x2, down, h2, a)
+    t.drop(x2, down, h2, a, *((probs,) if spec.eager else ()))  # attn_output, _ = self.attn(...)
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cards import device_bytes
+from .cards import cublas_workspaces, device_bytes
 from .families import lora_targets_for
 from .models import Arch, parameter_count
 from .predict import DTYPE_BYTES, architecture, dtype_name, predict_hf_step
@@ -51,6 +51,7 @@ class HFMemory:
     peak_at: str
     step: object  # the HFStepBreakdown
     notes: list[str] = field(default_factory=list)
+    moments: dict[str, int] = field(default_factory=dict)  # "backward", "optimizer.step"
 
 
 def predict_hf_memory(
@@ -131,8 +132,27 @@ def predict_hf_memory(
     gathered = shard.gathered_layer(layer_w * (2 if lora_rank is None else 1))
     w = shard.weights(stored) + adapters
     grad_share = shard.gradients(grads)
-    backward = w + (0 if paged else states) + step.total - grads + grad_share + gathered
-    opt_step = w + (0 if paged else states) + grad_share + (0 if offload else temps)
+    # On CUDA: cuBLAS's two workspaces (cards.cublas_workspaces) and the batch itself
+    # (input_ids and labels, int64), both live through the step.
+    cuda = step.settings["device"] == "cuda"
+    workspaces = cublas_workspaces(card) if cuda else 0
+    batch = 2 * batch_size * seq_len * 8
+    fixed = w + (0 if paged else states) + workspaces + batch
+    backward = fixed + step.total - grads + grad_share + gathered
+    # The plain loop's ``outputs`` outlive the backward and are still referenced while the
+    # optimiser steps: the logits (in the head's dtype), and, through ``outputs.loss.grad_fn``,
+    # the graph's nodes (their saved tensors are freed, the nodes are not). With LoRA and
+    # checkpointing, ``enable_input_require_grads`` made the embeddings' output a leaf: its
+    # ``AccumulateGrad`` node keeps it, and its ``.grad``, alive.
+    held = 0
+    if step.settings["loop"] == "plain":
+        e = 4 if upcast else b
+        tokens = batch_size * seq_len
+        if step.settings["loss"] == "standard":
+            held += tokens * arch.vocab_size * e
+        if lora_rank is not None and step.checkpointing == "blocks":
+            held += 2 * tokens * arch.hidden_size * e
+    opt_step = fixed + grad_share + (0 if offload else temps) + held
     components = {
         "weights": shard.weights(stored),
         "adapters": adapters,
@@ -143,6 +163,8 @@ def predict_hf_memory(
         "transient": step.transient,
         "gathered_layer": gathered,
         "optimizer_step": temps,
+        "cublas_workspaces": workspaces,
+        "batch": batch,
     }
     notes = list(step.notes)
     if paged:
@@ -156,4 +178,5 @@ def predict_hf_memory(
         peak_at=at,
         step=step,
         notes=notes,
+        moments={"backward": backward, "optimizer.step": opt_step},
     )

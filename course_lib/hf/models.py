@@ -85,6 +85,7 @@ class StepSpec:
     upcast: bool = False  # prepare_model_for_kbit_training: the other weights cast to fp32
     compute_b: int = 0  # a quantised projection's compute dtype (0: the model's)
     expert_tokens: tuple = ()  # tokens each expert receives, per layer (MoE)
+    half: bool = False  # the model's dtype is float16 (not bfloat16)
 
     @property
     def attn(self) -> str:
@@ -111,6 +112,7 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     ops = Ops(tape, spec.batch_size, spec.seq_len, spec.b, spec.quant)
     ops.compute_b = spec.compute_b or spec.b
     ops.cuda = spec.device == "cuda"
+    ops.half = spec.half
     full = spec.lora_rank is None
     ad = None
     if not full:

@@ -39,7 +39,8 @@ class Ops(AttentionOps):
         self.quant = quant  # frozen projections stored as "nf4" or "int8" (bitsandbytes)
         self.compute_b = b  # a quantised projection's compute dtype (fp16/bf16)
         self.head_b = b  # the logits' element size
-        self.cuda = False  # CUDA kernels: LayerNorm statistics in fp32, eager's transient
+        self.cuda = False  # CUDA kernels: LayerNorm statistics in fp32, softmax's backward
+        self.half = False  # the model's dtype is float16 (CUDA fuses its fp32 softmax)
 
     # -- linear layers ------------------------------------------------------------------------
 
@@ -77,15 +78,15 @@ class Ops(AttentionOps):
         if not lora:
             return out
         t, N, b, ab = self.tape, self.N, self.b, lora.b
+        # x = x.to(adapter dtype) rebinds PEFT's local: the copy lives until forward returns
         x32 = self.to(where, comp, x, n_in, ab)
         xa = x32
         if lora.dropout:
             xa = self.dropout(where, comp, x32, N * n_in, ab, lora.mask)
-            if x32 != x:
-                t.drop(x32)
         a = self.matmul(where + ".lora_A", comp, xa, n_in, lora.r, pid + ".A", True, b=ab)
-        if xa != x:
-            t.drop(xa)
+        if xa != x32:
+            t.drop(xa)  # dropout's output is a temporary
+        keep = [x32] if x32 != x else []
         up = self.matmul(where + ".lora_B", comp, a, lora.r, n_out, pid + ".B", True, b=ab)
         t.drop(a)
         (scaled,) = t.op(where, comp, [up], [N * n_out * ab], (), self._dx(N * n_out * ab))
@@ -95,7 +96,7 @@ class Ops(AttentionOps):
             if cast != scaled:
                 t.drop(scaled)
             res = self.add(where, comp, out, cast, N * n_out * b)
-            t.drop(out, cast)
+            t.drop(out, cast, *keep)
             return res
         wide = max(b, ab)  # the sum takes the wider dtype; the narrower gradient is cast back
         cast_base = self._dx(N * n_out * b) if b != wide else [("grad", 0, "g")]
@@ -105,6 +106,7 @@ class Ops(AttentionOps):
         res = self.to(where, comp, total, n_out, b, src=wide)
         if res != total:
             t.drop(total)
+        t.drop(*keep)
         return res
 
     def dropout(self, where, comp, x, n, elem, mask) -> int:

@@ -210,6 +210,7 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
         upcast=upcast,
         compute_b=b,
         expert_tokens=tuple(kw.get("expert_tokens") or ()),
+        half=name == "float16" and not upcast,
     )
     return arch, spec, name, mode
 

@@ -1,14 +1,27 @@
 """The memory planner against published measured GPU peaks, beside the peer tools.
 
-    python benchmarks/planner_vs_published.py            # every row, then the summary
-    python benchmarks/planner_vs_published.py --reserve  # reserved / allocated per backend
+    python benchmarks/planner_vs_published.py            # every row, then the summaries
+    python benchmarks/planner_vs_published.py --reserve  # also reserved / allocated per backend
 
-Rows come from ``published_peaks.json`` beside this file, each with its source. For every row
-the planner can express (a transformers + PEFT run whose setting it models) it prints the
-measured allocated peak, :func:`course_lib.hf.memory.predict_hf_memory`'s prediction and their
-ratio; then, where installed, ``fitcheck-llm``'s estimate (the ``bench`` extra; run offline from
-the row's config) and accelerate's weights-only figure. Rows it cannot express are listed with
-the reason. The summary gives the median and worst |error| per tool on the rows each expresses.
+Rows come from ``published_peaks.json`` beside this file, each with its source, the card, the
+setting and what was measured (``measured_kind``: ``allocated`` = ``max_memory_allocated``,
+``reserved`` = ``max_memory_reserved``, ``device`` = what the process holds, as nvidia-smi
+shows it). For every row the planner expresses it prints, side by side:
+
+* the planner: :func:`course_lib.hf.memory.predict_hf_memory`, its ``peak_bytes`` against an
+  allocated figure, its ``reserved_bytes`` against a reserved one, its ``device_bytes``
+  against a process / nvidia-smi one;
+* ``fitcheck-llm`` 0.3.1 (the ``bench`` extra), run offline: its ``estimate()`` from a
+  ``ModelConfig`` built here (the one embedded in each fitcheck row; else fitcheck's own
+  ``config.json`` parser and parameter formula on the row's config, since its
+  ``fetch_model_config`` needs the Hub), compared tier by tier as its own ``measure.py``
+  does: ``total - overhead`` with allocated, ``total - 500 MiB`` with reserved, ``total``
+  with a process figure;
+* accelerate's ``estimate-memory`` figure (weights only, for 16-bit rows).
+
+Rows the planner cannot express are listed with the reason. The summaries give the median and
+worst |predicted / measured - 1| per tool over the rows each expresses, and on the rows both
+the planner and each peer express.
 """
 
 from __future__ import annotations
@@ -24,16 +37,88 @@ from course_lib.hf.memory import predict_hf_memory
 
 MIB = 2**20
 HERE = Path(__file__).resolve().parent
+# course_lib.hf.cards names -> fitcheck.gpu_db keys
+FITCHECK_GPU = {"T4": "t4", "L4": "l4", "A10G": "a10", "RTX 4090": "4090", "RTX 3090": "3090",
+                "A100 40GB": "a100-40", "A100 80GB": "a100-80", "H100 80GB": "h100",
+                "H200": "h200"}  # fmt: skip
+FITCHECK_OPTIMIZER = {"adamw": "adamw", "adamw-8bit": "adam8bit", "sgd": "sgd",
+                      "sgd-momentum": "sgd-momentum"}  # fmt: skip
+
+
+def measured_bytes(row: dict) -> tuple[int, str]:
+    kind = row.get("measured_kind", "allocated")
+    return int(row[f"peak_{kind}_mib"] * MIB), kind
 
 
 def planner(row: dict) -> int:
     s = row["setting"]
-    return predict_hf_memory(
+    p = predict_hf_memory(
         row["config"], s["batch_size"], s["seq_len"], lora_rank=s["lora_rank"],
         dtype=s["dtype"], attn_impl=s["attn_impl"], checkpointing=s["checkpointing"],
         lora_targets=s["lora_targets"], loop=s["loop"], weights=s["weights"],
         double_quant=s["double_quant"], optimizer=s["optimizer"], card=row["card"],
-    ).peak_bytes  # fmt: skip
+        devices=s.get("devices", 1), sharding=s.get("sharding", "none"),
+        loss=s.get("loss", "standard"),
+    )  # fmt: skip
+    kind = row.get("measured_kind", "allocated")
+    return {"allocated": p.peak_bytes, "reserved": p.reserved_bytes, "device": p.device_bytes}[kind]
+
+
+def fitcheck_model_config(row: dict):
+    """fitcheck's ModelConfig for the row: the one its own measurement embedded, else its
+    config.json parser and parameter formula (what it falls back to without the Hub)."""
+    from fitcheck.config_parser import ModelConfig, _count_params, _parse_fields
+
+    if row.get("fitcheck_model_config"):
+        return ModelConfig(**row["fitcheck_model_config"]), "embedded"
+    fields = _parse_fields(row["config"])
+    name = row["model"]
+    return ModelConfig(name=name, num_params=_count_params(fields), **vars(fields)), "derived"
+
+
+def fitcheck(row: dict) -> int | None:
+    """fitcheck-llm's figure for the row's measured kind (module docstring), or None where
+    its estimator cannot express the setting."""
+    if importlib.util.find_spec("fitcheck") is None:
+        return None
+    from fitcheck.estimator import TrainingConfig, estimate
+    from fitcheck.gpu_db import get_gpu
+
+    s = row["setting"]
+    if s.get("devices", 1) != 1 or s["optimizer"] not in FITCHECK_OPTIMIZER:
+        return None  # single-device only; no mixed / paged optimisers
+    if s.get("loss", "standard") != "standard" or row["card"] not in FITCHECK_GPU:
+        return None
+    weights = {"16bit": "none", "nf4": "nf4", "int8": "int8"}[s["weights"]]
+    targets = s["lora_targets"] if isinstance(s["lora_targets"], list) else None
+    if s["lora_rank"] is not None and targets is None:
+        return None
+    precision = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(
+        s["dtype"], s["dtype"]
+    )
+    # torch.optim.AdamW keeps a full fine-tune's moments in the parameters' dtype
+    opt_dtype = "fp32" if s["lora_rank"] is not None or precision == "fp32" else "bf16"
+    training = TrainingConfig(
+        precision=precision, quantization=weights,
+        double_quant=bool(s["double_quant"]) and weights == "nf4",
+        optimizer=FITCHECK_OPTIMIZER[s["optimizer"]],
+        optimizer_dtype=opt_dtype if s["optimizer"] == "adamw" else "fp32",
+        batch_size=s["batch_size"], seq_len=s["seq_len"], lora_rank=s["lora_rank"],
+        lora_targets=targets or [], grad_checkpoint=bool(s["checkpointing"]),
+        flash_attn=s["attn_impl"] != "eager",
+    )  # fmt: skip
+    config, _ = fitcheck_model_config(row)
+    try:
+        report = estimate(config, training, get_gpu(FITCHECK_GPU[row["card"]]))
+    except ValueError:
+        return None
+    kind = row.get("measured_kind", "allocated")
+    mib = {
+        "allocated": report.total_mib - report.overhead_mib,
+        "reserved": report.total_mib - 500.0,
+        "device": report.total_mib,
+    }[kind]
+    return int(mib * MIB)
 
 
 def accelerate_weights(row: dict) -> int | None:
@@ -52,50 +137,71 @@ def accelerate_weights(row: dict) -> int | None:
     return sum(p.numel() for p in model.parameters()) * 2
 
 
+def summary(name: str, errors: list[float]) -> str:
+    if not errors:
+        return f"  {name:<34} rows   0"
+    return (f"  {name:<34} rows {len(errors):>3}  median {statistics.median(errors):6.1%}  "
+            f"worst {max(errors):6.1%}")  # fmt: skip
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reserve", action="store_true")
     args = parser.parse_args(argv)
     rows = json.loads((HERE / "published_peaks.json").read_text())["rows"]
-    errors: dict[str, list[float]] = {"planner": [], "accelerate": []}
-    t4: list[float] = []
-    print(f"{'model':<30} {'setting':<34} {'measured':>9} {'planner':>9} {'ratio':>6} "
-          f"{'accel.':>9}")  # fmt: skip
+    tools = ("planner", "fitcheck", "accelerate")
+    ratios: dict[str, dict[int, float]] = {t: {} for t in tools}
     reserve: dict[str, list[float]] = {}
-    for row in rows:
+    print(f"{'model':<26} {'setting':<40} {'kind':<9} {'measured':>8} {'planner':>7} "
+          f"{'fitchk':>7} {'accel.':>7}  source")  # fmt: skip
+    for i, row in enumerate(rows):
         if not row.get("setting"):
             continue
         s = row["setting"]
-        measured = row["peak_allocated_mib"] * MIB
-        predicted = planner(row)
-        ratio = predicted / measured
-        errors["planner"].append(abs(ratio - 1))
-        t4.append(ratio)
-        acc = accelerate_weights(row)
-        if acc:
-            errors["accelerate"].append(abs(acc / measured - 1))
-        reserve.setdefault(s["attn_impl"], []).append(
-            row["peak_reserved_mib"] / row["peak_allocated_mib"]
-        )
-        label = (f"{s['weights']} r{s['lora_rank']} {s['attn_impl']} {s['batch_size']}x"
-                 f"{s['seq_len']} {s['dtype']}")  # fmt: skip
-        print(f"{row['model'].split('/')[-1][:30]:<30} {label:<34} {measured / MIB:>9.0f} "
-              f"{predicted / MIB:>9.0f} {ratio:>6.3f} "
-              f"{(acc or 0) / MIB:>9.0f}")  # fmt: skip
+        measured, kind = measured_bytes(row)
+        cells = {}
+        for tool, fn in (("planner", planner), ("fitcheck", fitcheck),
+                         ("accelerate", accelerate_weights)):  # fmt: skip
+            value = fn(row)
+            if value:
+                ratios[tool][i] = value / measured
+                cells[tool] = f"{value / measured:7.3f}"
+            else:
+                cells[tool] = f"{'-':>7}"
+        if row.get("peak_reserved_mib") and kind == "allocated":
+            ratio = row["peak_reserved_mib"] / row["peak_allocated_mib"]
+            reserve.setdefault(s["attn_impl"], []).append(ratio)
+        lora = f"r{s['lora_rank']}" if s["lora_rank"] else "full"
+        dev = f" x{s['devices']} {s['sharding']}" if s.get("devices", 1) > 1 else ""
+        label = (f"{s['weights']} {lora} {s['attn_impl']} {s['batch_size']}x{s['seq_len']} "
+                 f"{s['dtype']}{dev}")  # fmt: skip
+        print(f"{row['model'].split('/')[-1][:26]:<26} {label[:40]:<40} {kind:<9} "
+              f"{measured / MIB:>8.0f} {cells['planner']} {cells['fitcheck']} "
+              f"{cells['accelerate']}  {row['source'].split(',')[0][:40]}")  # fmt: skip
     print("\nrows the planner cannot express:")
     for row in rows:
         if row.get("expressible") is False:
-            print(f"  {row['model']} on {row['card']}, {row['published_gib']:.2f} GiB "
-                  f"({row['source']}): {row['why_not']}")  # fmt: skip
-    print("\nsummary (|predicted / measured - 1| over the rows each tool expresses):")
-    for tool, e in errors.items():
-        if e:
-            print(f"  {tool:<11} rows {len(e):>3}  median {statistics.median(e):.1%}  "
-                  f"worst {max(e):.1%}")  # fmt: skip
+            print(f"  {row['model']} on {row['card']} ({row['source']}): {row['why_not']}")
+    print("\nsummary: |predicted / measured - 1| over the rows each tool expresses")
+    for tool in tools:
+        print(summary(tool, [abs(r - 1) for r in ratios[tool].values()]))
+    print("on the rows both the planner and a peer express:")
+    for peer in ("fitcheck", "accelerate"):
+        both = sorted(set(ratios["planner"]) & set(ratios[peer]))
+        print(summary(f"planner (rows {peer} expresses)", [abs(ratios["planner"][i] - 1)
+                                                           for i in both]))  # fmt: skip
+        print(summary(peer, [abs(ratios[peer][i] - 1) for i in both]))
     if importlib.util.find_spec("fitcheck") is None:
-        print("  fitcheck-llm: not installed (pip install fitcheck-llm==0.3.1, the bench extra)")
-    within = sum(abs(r - 1) <= 0.05 for r in t4)
-    print(f"  T4 rows within +-5%: {within} of {len(t4)}")
+        print("  fitcheck-llm: not installed (pip install -e '.[bench]')")
+    by_source: dict[str, list[float]] = {}
+    for i, r in ratios["planner"].items():
+        key = rows[i]["source"].split(" ")[0]
+        by_source.setdefault(key, []).append(abs(r - 1))
+    print("planner by source:")
+    for key, errors in by_source.items():
+        print(summary(key, errors))
+    t4 = [abs(r - 1) for i, r in ratios["planner"].items() if rows[i]["card"] == "T4"]
+    print(f"  T4 rows within +-5%: {sum(e <= 0.05 for e in t4)} of {len(t4)}")
     if args.reserve:
         for attn, r in reserve.items():
             print(f"  reserved / allocated, {attn}: median {statistics.median(r):.3f} "

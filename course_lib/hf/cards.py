@@ -79,8 +79,14 @@ def cublas_workspaces(card: str | None = None) -> int:
     return 2 * cublas_workspace_bytes(card)
 
 
+def reserved_bytes(peak_allocated: int, attn_impl: str) -> int:
+    """The caching allocator's reserve at the peak (``max_memory_reserved``): the allocated
+    peak times the measured ratio for the attention backend (module docstring)."""
+    return int(peak_allocated * RESERVE.get(attn_impl, RESERVE["eager"]))
+
+
 def device_bytes(peak_allocated: int, attn_impl: str, card: str | None = None) -> int:
     """What the device shows at the peak: the allocator's reserve over the allocated peak,
     plus the CUDA context (module docstring for each figure's source)."""
     context = CONTEXT.get(card or "", DEFAULT_CONTEXT)
-    return int(peak_allocated * RESERVE.get(attn_impl, RESERVE["eager"])) + context
+    return reserved_bytes(peak_allocated, attn_impl) + context

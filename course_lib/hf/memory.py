@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cards import cublas_workspaces, device_bytes
+from .cards import cublas_workspaces, device_bytes, reserved_bytes
 from .families import lora_targets_for
 from .models import Arch, parameter_count
 from .predict import DTYPE_BYTES, architecture, dtype_name, predict_hf_step
@@ -47,6 +47,7 @@ class HFMemory:
 
     peak_bytes: int  # allocated: the tensor count at the peak
     device_bytes: int  # what the card shows: allocator reserve and CUDA context added
+    reserved_bytes: int  # the caching allocator's reserve (max_memory_reserved)
     components: dict[str, int]
     peak_at: str
     step: object  # the HFStepBreakdown
@@ -174,6 +175,7 @@ def predict_hf_memory(
     return HFMemory(
         peak_bytes=peak,
         device_bytes=device_bytes(peak, step.attn_impl, card) + (states if paged else 0),
+        reserved_bytes=reserved_bytes(peak, step.attn_impl),
         components=components,
         peak_at=at,
         step=step,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from .models import Arch
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2")
+LLAMA_LIKE = (
+    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "mixtral",
+)  # fmt: skip
 SUPPORTED_MODEL_TYPES = (*LLAMA_LIKE, "gpt2")
 LOADS_AS = {
     "llama": "SmolLM2, TinyLlama, Llama 2/3, DeepSeek-Coder 1.3B, Vicuna",
@@ -25,11 +27,13 @@ NEAREST = {
     "olmo3": ("olmo2", "OLMo 3 adds sliding-window layers"),
     "olmo": ("olmo2", "OLMo 1 uses a non-parametric LayerNorm"),
     "granite": ("llama", "Granite scales embeddings, residuals, attention and logits"),
-    "qwen2_moe": ("qwen3_moe", "Qwen2-MoE adds a shared expert"),
+    "qwen2_moe": ("mixtral", "Qwen2-MoE adds a shared expert"),
     "phi4": ("phi3", "Phi-4 loads as phi3 where its config says so"),
     "gemma3": ("gemma3_text", "pass the config's text_config"),
-    "mixtral": ("mistral", "the routed experts are not modelled yet"),
-    "qwen3_moe": ("qwen3", "the routed experts are not modelled yet"),
+    "qwen3_moe": (
+        "mixtral",
+        "Qwen3-MoE's router renormalises only with norm_topk_prob, and it adds QK-norm",
+    ),
 }
 _ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 
@@ -86,6 +90,7 @@ def _llama_like(c: dict, model_type: str) -> Arch:
     gemma = model_type in ("gemma2", "gemma3_text")
     moe = model_type in ("mixtral", "qwen3_moe")
     L = c["num_hidden_layers"]
+    wins = windows(c, model_type, L)
     return Arch(
         family="llama",
         hidden_size=C,
@@ -109,12 +114,14 @@ def _llama_like(c: dict, model_type: str) -> Arch:
         else "full"
         if model_type == "olmo2"
         else "",
+        qk_norm_each=model_type in ("qwen3", "olmo2", "qwen3_moe"),
         fused=model_type == "phi3",
         embed_scale=gemma,
         attn_softcap=float(c.get("attn_logit_softcapping") or 0.0) if gemma else 0.0,
         final_softcap=float(c.get("final_logit_softcapping") or 0.0) if gemma else 0.0,
-        windows=windows(c, model_type, L),
-        rope_tables=2 if model_type == "gemma3_text" else 1,
+        windows=wins,
+        # Gemma 3: a local and a global RoPE table, one per kind of layer present
+        rope_tables=2 if model_type == "gemma3_text" and len(set(wins or (0,))) > 1 else 1,
         n_experts=c.get("num_local_experts") or c.get("num_experts") or 0 if moe else 0,
         top_k=c.get("num_experts_per_tok", 0) if moe else 0,
         moe_intermediate=c.get("moe_intermediate_size") or c["intermediate_size"] if moe else 0,
@@ -179,7 +186,9 @@ def lora_modules(arch: Arch) -> tuple[str, ...]:
         return ("c_attn", "c_proj", "c_fc")
     attn = ("qkv_proj", "o_proj") if arch.fused else ("q_proj", "k_proj", "v_proj", "o_proj")
     if arch.n_experts:
-        return (*attn, "gate")  # the router; transformers 5 stores experts as 3-D parameters
+        # PEFT's all-linear takes nn.Linear modules only: the router (a bare nn.Parameter, which
+        # PEFT can wrap when named, not modelled here) and the experts (3-D parameters) stay out
+        return attn
     mlp = ("gate_up_proj", "down_proj") if arch.fused else ("gate_proj", "up_proj", "down_proj")
     return attn + mlp
 

@@ -37,6 +37,13 @@ def rope_tables(ops: Ops, arch, spec) -> tuple:
     return (*rope, ids)
 
 
+def layer_tables(arch, extra: tuple, layer: int) -> tuple[int, int]:
+    """The ``(cos, sin)`` pair ``layer`` is given: Gemma 3 hands each layer the table of its
+    kind (``position_embeddings[layer_type]``), the others the one pair."""
+    window = window_of(arch, layer)
+    return extra[:2] if not window or arch.rope_tables == 1 else extra[2:4]
+
+
 def causal_mask(ops: Ops, spec, window: int) -> int:
     """Eager attention's additive mask, ``(batch, 1, seq_len, seq_len)`` in the model's dtype,
     made from a boolean one (a sliding window's mask is made the same way); it lives through the
@@ -102,35 +109,87 @@ def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     return out
 
 
-def _projections(ops: Ops, arch, att, h, full, ad) -> tuple[int, int, int, list]:
-    """q, k and v (or Phi-3's one ``qkv_proj``, sliced into three views)."""
+def _projection(ops: Ops, arch, att, h, full, ad, p: str, n_out: int) -> int:
+    """One of ``q_proj``, ``k_proj``, ``v_proj`` (a LoRA adapter if ``p`` is a target)."""
+    return ops.linear(
+        f"{att}.{p}", "attention", h, arch.hidden_size, n_out, f"{att}.{p}", full,
+        arch.qkv_bias, ad and ad(p),
+    )  # fmt: skip
+
+
+def _fused_qkv(ops: Ops, arch, att, h, full, ad) -> tuple[int, int, int, int]:
+    """Phi-3's one ``qkv_proj``, sliced into three views; each slice's backward pays a
+    full-size zero-filled buffer. Returns ``(q, k, v, qkv)``."""
     C, d, H, K = arch.hidden_size, arch.head_dim, arch.num_attention_heads, arch.num_key_value_heads
+    w = (H + 2 * K) * d
+    qkv = ops.linear(f"{att}.qkv_proj", "attention", h, C, w, f"{att}.qkv_proj", full,
+                     arch.qkv_bias, ad and ad("qkv_proj"))  # fmt: skip
+    views = []
+    for _ in range(3):
+        (v,) = ops.tape.op(att, "attention", [qkv], [0], (), ops._dx(ops.N * w * ops.b))
+        views.append(ops.tape.view(v, qkv))
+    return (*views, qkv)
+
+
+def _qk_norm(ops: Ops, arch, att, z, n: int, which: str, full) -> int:
+    """A QK-norm: per head on the ``(B, T, n, d)`` view (Qwen3, Gemma 3), or over the whole
+    projection (OLMo 2, whose view follows)."""
+    d, nb = arch.head_dim, ops.N * n * arch.head_dim * ops.b
+    if arch.qk_norm == "full":
+        return ops.rmsnorm(f"{att}.{which}", "norms", z, n * d, f"{att}.{which}", full,
+                           kind=arch.norm)  # fmt: skip
+    zc = ops.view_copy(att, "attention", z, nb)
+    return ops.rmsnorm(f"{att}.{which}", "norms", zc, n * d, f"{att}.{which}", full, groups=n,
+                       kind=arch.norm, wsize=d)  # fmt: skip
+
+
+def _rotated_qk(ops: Ops, arch, att, h, extra, full, ad) -> tuple[int, int, int, list]:
+    """q, k and v as each family makes them, in its order (node order is backward order):
+
+    * no QK-norm: the three projections (or Phi-3's fused one), then RoPE on q, then k;
+    * Qwen3 and OLMo 2: ``q_norm(q_proj(x))``, ``k_norm(k_proj(x))``, ``v_proj(x)``, RoPE;
+    * Gemma 3: the three projections, ``q_norm``, ``k_norm``, RoPE.
+
+    ``apply_rotary_pos_emb`` returns both, so what they replace goes only after both.
+    Returns ``(q rotated, k rotated, v, [tensors the attention still holds])``."""
+    t, d = ops.tape, arch.head_dim
+    H, K = arch.num_attention_heads, arch.num_key_value_heads
+    cos, sin = layer_tables(arch, extra, int(att.split(".")[1]))
+    wide = 4 if arch.model_type == "olmo2" and ops.b != 4 else 0
+    held: list = []
     if arch.fused:
-        w = (H + 2 * K) * d
-        qkv = ops.linear(
-            f"{att}.qkv_proj",
-            "attention",
-            h,
-            C,
-            w,
-            f"{att}.qkv_proj",
-            full,
-            arch.qkv_bias,
-            ad and ad("qkv_proj"),
-        )
-        # three slices (views); each slice's backward pays a full-size zero-filled buffer
-        views = []
-        for _ in range(3):
-            (v,) = ops.tape.op(att, "attention", [qkv], [0], (), ops._dx(ops.N * w * ops.b))
-            views.append(ops.tape.view(v, qkv))
-        return (*views, [qkv])
-    q, k, v = (
-        ops.linear(
-            f"{att}.{p}", "attention", h, C, n * d, f"{att}.{p}", full, arch.qkv_bias, ad and ad(p)
-        )
-        for p, n in (("q_proj", H), ("k_proj", K), ("v_proj", K))
-    )
-    return q, k, v, []
+        q, k, v, qkv = _fused_qkv(ops, arch, att, h, full, ad)
+        held = [qkv]
+    elif arch.qk_norm and arch.qk_norm_each:  # Qwen3, OLMo 2
+        q = _projection(ops, arch, att, h, full, ad, "q_proj", H * d)
+        qn = _qk_norm(ops, arch, att, q, H, "q_norm", full)
+        t.drop(q)
+        k = _projection(ops, arch, att, h, full, ad, "k_proj", K * d)
+        kn = _qk_norm(ops, arch, att, k, K, "k_norm", full)
+        t.drop(k)
+        v = _projection(ops, arch, att, h, full, ad, "v_proj", K * d)
+        q, k = qn, kn
+    else:
+        q, k, v = (_projection(ops, arch, att, h, full, ad, p, n * d)
+                   for p, n in (("q_proj", H), ("k_proj", K), ("v_proj", K)))  # fmt: skip
+        if arch.qk_norm:  # Gemma 3: each norm replaces its projection
+            qn = _qk_norm(ops, arch, att, q, H, "q_norm", full)
+            t.drop(q)
+            kn = _qk_norm(ops, arch, att, k, K, "k_norm", full)
+            t.drop(k)
+            q, k = qn, kn
+    rotated = []
+    for z, n in ((q, H), (k, K)):
+        if arch.qk_norm == "head":
+            zv = z  # the norm's output is already the (B, T, n, d) view
+        else:
+            # (B, T, n*d) -> (B, n, T, d) are views, but the gradients come back from RoPE in
+            # (B, n, T, d) order and are copied to be viewed as (B, T, n*d) again.
+            zv = ops.view_copy(att, "attention", z, ops.N * n * d * ops.b)
+        rotated.append(ops.rope(f"{att}.rope", "attention", zv, n * d, cos, sin, wide, arch.fused))
+    if not arch.fused:
+        t.drop(q, k)
+    return (*rotated, v, held)
 
 
 def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> tuple[int, tuple]:
@@ -139,43 +198,7 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> tuple[int,
     t, N, b, C, d = ops.tape, ops.N, ops.b, arch.hidden_size, arch.head_dim
     H, K = arch.num_attention_heads, arch.num_key_value_heads
     nq, nkv = N * H * d * b, N * K * d * b
-    window = window_of(arch, int(att.split(".")[1]))
-    cos, sin = extra[:2] if not window or arch.rope_tables == 1 else extra[2:4]
-    q, k, v, fused = _projections(ops, arch, att, h, full, ad)
-    rotated = []
-    for z, n, nb, which in ((q, H, nq, "q_norm"), (k, K, nkv, "k_norm")):
-        if arch.qk_norm == "full":  # OLMo 2: over the whole projection, then the view
-            zn = ops.rmsnorm(
-                f"{att}.{which}", "norms", z, n * d, f"{att}.{which}", full, kind=arch.norm
-            )
-            zv = ops.view_copy(att, "attention", zn, nb)
-        elif arch.qk_norm == "head":  # per head, on the (B, T, n, d) view
-            zc = ops.view_copy(att, "attention", z, nb)
-            zv = ops.rmsnorm(
-                f"{att}.{which}",
-                "norms",
-                zc,
-                n * d,
-                f"{att}.{which}",
-                full,
-                groups=n,
-                kind=arch.norm,
-                wsize=d,
-            )
-            zn = zv
-        else:
-            # (B, T, n*d) -> (B, n, T, d) are views, but the gradients come back from RoPE in
-            # (B, n, T, d) order and are copied to be viewed as (B, T, n*d) again.
-            zv = zn = ops.view_copy(att, "attention", z, nb)
-        wide = 4 if arch.model_type == "olmo2" and ops.b != 4 else 0
-        rotated.append(ops.rope(f"{att}.rope", "attention", zv, n * d, cos, sin, wide, arch.fused))
-        if zn != zv:
-            t.drop(zn)
-        if arch.qk_norm == "head":
-            t.drop(zv)
-    qe, ke = rotated
-    if not fused:
-        t.drop(q, k)
+    qe, ke, v, fused = _rotated_qk(ops, arch, att, h, extra, full, ad)
     if spec.eager:
         kr, vr = ke, ops.view_copy(att, "attention", v, nkv)
         # repeat_kv: expand (its backward sums the copies), then a reshape that copies only
@@ -198,6 +221,13 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> tuple[int,
         oc = ops.flash(f"{att}.flash", "attention", qe, ke, v, H, K, d)
     else:
         oc = ops.sdpa(f"{att}.sdpa", "attention", qe, ke, v, H, K, d)
+        if arch.fused and not ops.cuda:
+            # Phi-3's RoPE ends in torch.cat, so q is contiguous as (B, H, T, d); the CPU
+            # kernel lays its output out like q, and transpose(1, 2).contiguous() copies it
+            # (Llama-like q keeps the projection's (B, T, H, d) order: no copy there)
+            out = oc
+            oc = ops.copy(att, "attention", out, nq)
+            t.drop(out)
     a = ops.linear(
         f"{att}.o_proj",
         "attention",

@@ -19,6 +19,7 @@ from .layers import (
     decoder_layer,
     gpt2_layer,
     gpt2_positions,
+    layer_tables,
     rope_tables,
     window_of,
 )
@@ -50,6 +51,7 @@ class Arch:
     norm: str = "llama"  # RMSNorm's weight: "llama", "olmo2" or "gemma" (ops.rmsnorm)
     layout: str = "pre"  # norms: "pre" (Llama), "post" (OLMo 2), "sandwich" (Gemma 2 and 3)
     qk_norm: str = ""  # "head" (Qwen3, Gemma 3: per head) or "full" (OLMo 2: whole projection)
+    qk_norm_each: bool = False  # the norm follows each projection (Qwen3, OLMo 2), not all three
     fused: bool = False  # Phi-3: one qkv_proj and one gate_up_proj
     embed_scale: bool = False  # Gemma: the embeddings times sqrt(hidden_size)
     attn_softcap: float = 0.0  # Gemma 2: tanh soft-capping of the attention scores (eager)
@@ -86,6 +88,7 @@ class StepSpec:
     compute_b: int = 0  # a quantised projection's compute dtype (0: the model's)
     expert_tokens: tuple = ()  # tokens each expert receives, per layer (MoE)
     half: bool = False  # the model's dtype is float16 (not bfloat16)
+    experts: str = "grouped_mm"  # mixture of experts: transformers' experts_implementation
 
     @property
     def attn(self) -> str:
@@ -149,7 +152,9 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
         if ckpt:
             # GPT-2 passes the mask positionally (saved with the input), Llama as a keyword
             m = (mask,) if mask >= 0 else ()
-            args, captured = ((x, *m), extra) if gpt2 else ((x,), (*extra, *m))
+            # the layer's own keyword arguments: its RoPE pair, the position ids, its mask
+            own = extra if gpt2 else (*layer_tables(arch, extra, i), extra[-1])
+            args, captured = ((x, *m), own) if gpt2 else ((x,), (*own, *m))
             tape.begin_checkpoint(args, captured)
         layer = gpt2_layer if gpt2 else decoder_layer
         out = layer(ops, arch, spec, f"layers.{i}", x, extra, mask, full, ad)

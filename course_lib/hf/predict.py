@@ -25,6 +25,7 @@ from .._checks import checkpointing_mode, one_of, positive_int
 from . import families
 from .families import SUPPORTED_MODEL_TYPES, lora_targets_for
 from .models import Arch, StepSpec, record_step
+from .moe import IMPLEMENTATIONS, routing
 from .replay import replay
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "HFStepBreakdown", "predict_hf_step", "architecture"]
@@ -209,13 +210,40 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
         quant="" if weights == "16bit" else weights,
         upcast=upcast,
         compute_b=b,
-        expert_tokens=tuple(kw.get("expert_tokens") or ()),
+        expert_tokens=expert_counts(arch, batch_size * seq_len, kw.get("expert_tokens")),
         half=name == "float16" and not upcast,
+        experts=one_of("experts", kw.get("experts", "grouped_mm"), IMPLEMENTATIONS),
     )
     return arch, spec, name, mode
 
 
 FP32_B = 4
+
+
+def expert_counts(arch: Arch, tokens: int, expert_tokens) -> tuple:
+    """Tokens per expert for every layer: ``"worst"`` (default) or ``"uniform"``
+    (:func:`~course_lib.hf.moe.routing`), one list of ``n_experts`` counts for every layer, or
+    one list per layer; each list must add up to ``tokens x top_k``."""
+    if not arch.n_experts:
+        if expert_tokens not in (None, "worst", "uniform"):
+            raise ValueError(
+                f"expert_tokens is for a mixture of experts; {arch.model_type} has no experts"
+            )
+        return ()
+    L, E, k = arch.num_hidden_layers, arch.n_experts, arch.top_k
+    if expert_tokens is None or isinstance(expert_tokens, str):
+        return (routing(tokens, E, k, expert_tokens or "worst"),) * L
+    rows = [tuple(expert_tokens)] * L if all(isinstance(n, int) for n in expert_tokens) \
+        else [tuple(r) for r in expert_tokens]  # fmt: skip
+    for r in rows:
+        if len(r) != E or sum(r) != tokens * k or min(r) < 0:
+            raise ValueError(
+                f"expert_tokens {list(r)} must give {E} counts adding up to tokens x top_k = "
+                f"{tokens * k}, or say 'worst' or 'uniform'"
+            )
+    if len(rows) != L:
+        raise ValueError(f"expert_tokens has {len(rows)} layers; the model has {L}")
+    return tuple(rows)
 
 
 def _config_dtype(c: dict) -> str:
@@ -241,6 +269,7 @@ def predict_hf_step(
     device: str = "cpu",
     checkpoint_every: int = 1,
     expert_tokens=None,
+    experts: str = "grouped_mm",
 ) -> HFStepBreakdown:
     """Predict the peak bytes of one training step of a Hugging Face causal LM.
 
@@ -272,8 +301,12 @@ def predict_hf_step(
         device: ``"cpu"`` (the counted bytes on the CPU) or ``"cuda"`` (CUDA's kernels: a
             one-byte dropout mask, fp32 LayerNorm statistics, eager attention's transient).
         checkpoint_every: with checkpointing, every ``n``-th decoder layer (0, n, 2n...).
-        expert_tokens: mixture of experts: tokens each expert receives, one list per layer
-            (default: the worst case, :mod:`~course_lib.hf.moe`).
+        expert_tokens: mixture of experts: tokens each expert receives, ``"worst"`` (every
+            token to the same ``top_k`` experts; the default), ``"uniform"``, or counts (one
+            list for every layer, or one per layer); see :mod:`~course_lib.hf.moe`.
+        experts: mixture of experts: ``transformers``' ``experts_implementation``,
+            ``"grouped_mm"`` (its default; the routing changes no tensor's size) or ``"eager"``
+            (one matmul per expert: its transients follow the most loaded expert).
 
     Returns:
         :class:`HFStepBreakdown`, ``.total`` in bytes above the parameters.
@@ -295,6 +328,7 @@ def predict_hf_step(
         device=device,
         checkpoint_every=checkpoint_every,
         expert_tokens=expert_tokens,
+        experts=experts,
     )
     arch, spec, name, mode = step_spec(
         config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw

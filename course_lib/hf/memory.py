@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .cards import cublas_workspaces, device_bytes, reserved_bytes
 from .families import lora_targets_for
-from .models import Arch, parameter_count
+from .models import Arch, layer_dims, parameter_dims, root_dims
 from .predict import DTYPE_BYTES, architecture, dtype_name, predict_hf_step
 from .states import (
     SHARDING,
@@ -103,42 +103,46 @@ def predict_hf_memory(
     upcast = step_kwargs.get("kbit_prepare")
     upcast = weights != "16bit" if upcast is None else upcast
     shard = Sharding(devices, sharding, offload)
-    L, P = arch.num_hidden_layers, parameter_count(arch)
+    L, dims = arch.num_hidden_layers, parameter_dims(arch)
+    P = sum(r * c for r, c in dims)
     proj = projections(arch)
     proj_n = L * sum(i * o for _, i, o in proj)
     if weights == "nf4":
         stored = L * sum(nf4_bytes(i * o, double_quant) for _, i, o in proj)
         stored += (P - proj_n) * (4 if upcast else b)
+        stored = shard.weights(stored)
     elif weights == "int8":
         stored = L * sum(int8_bytes(i, o) for _, i, o in proj) + (P - proj_n) * (4 if upcast else b)
+        stored = shard.weights(stored)
     else:
-        stored = P * b
+        stored = sum(shard.local(dims)) * b
     if lora_rank is None:
-        shapes = [P]
+        trainable = dims
         grad_b = b
         adapters = 0
     else:
         targets = set(lora_targets_for(arch, step_kwargs.get("lora_targets")))
-        shapes = [
-            n for name, i, o in proj if name in targets for n in (lora_rank * i, o * lora_rank)
-        ] * L
-        adapter_b = DTYPE_BYTES[dtype_name(step_kwargs.get("adapter_dtype") or "float32")]
-        grad_b = adapter_b
-        adapters = sum(shapes) * adapter_b
-    grads = sum(shapes) * grad_b
+        trainable = [d for name, i, o in proj if name in targets
+                     for d in ((lora_rank, i), (o, lora_rank))] * L  # fmt: skip
+        grad_b = DTYPE_BYTES[dtype_name(step_kwargs.get("adapter_dtype") or "float32")]
+        adapters = sum(shard.local(trainable)) * grad_b
+    grads = sum(r * c for r, c in trainable) * grad_b  # what the step makes, all of it
+    mine = shard.state_shapes(trainable)
     paged = optimizer == "paged-adamw-8bit"
-    states = shard.states(optimizer_state_bytes(shapes, optimizer, grad_b))
-    temps = optimizer_step_bytes(shapes, optimizer, grad_b, foreach)
-    layer_w = sum(i * o for _, i, o in proj) * b
-    gathered = shard.gathered_layer(layer_w * (2 if lora_rank is None else 1))
-    w = shard.weights(stored) + adapters
-    grad_share = shard.gradients(grads)
+    states = 0 if offload else optimizer_state_bytes(mine, optimizer, grad_b)
+    temps = optimizer_step_bytes(mine, optimizer, grad_b, foreach)
+    layer_w = sum(r * c for r, c in layer_dims(arch)) * b
+    root_w = sum(r * c for r, c in root_dims(arch)) * b
+    gathered = shard.gathered(root_w, layer_w, layer_w * grad_b // b if lora_rank is None else 0)
+    w = stored + adapters
+    grad_share = shard.gradients(trainable, grad_b)
+    buckets = shard.ddp_buckets(grads)
     # On CUDA: cuBLAS's two workspaces (cards.cublas_workspaces) and the batch itself
     # (input_ids and labels, int64), both live through the step.
     cuda = step.settings["device"] == "cuda"
     workspaces = cublas_workspaces(card) if cuda else 0
     batch = 2 * batch_size * seq_len * 8
-    fixed = w + (0 if paged else states) + workspaces + batch
+    fixed = w + (0 if paged else states) + workspaces + batch + buckets
     backward = fixed + step.total - grads + grad_share + gathered
     # The plain loop's ``outputs`` outlive the backward and are still referenced while the
     # optimiser steps: the logits (in the head's dtype), and, through ``outputs.loss.grad_fn``,
@@ -155,17 +159,18 @@ def predict_hf_memory(
             held += 2 * tokens * arch.hidden_size * e
     opt_step = fixed + grad_share + (0 if offload else temps) + held
     components = {
-        "weights": shard.weights(stored),
+        "weights": stored,
         "adapters": adapters,
         "optimizer_states": 0 if paged else states,
         "gradients": grad_share,
         "activations": step.activations,
         "logits_and_loss": step.logits_and_loss,
         "transient": step.transient,
-        "gathered_layer": gathered,
+        "gathered": gathered,
         "optimizer_step": temps,
         "cublas_workspaces": workspaces,
         "batch": batch,
+        "ddp_buckets": buckets,
     }
     notes = list(step.notes)
     if paged:

@@ -183,20 +183,60 @@ def lora_shapes(arch: Arch) -> list[tuple[int, int]]:
     return [(C, q), (C, kv), (C, kv), (q, C), (C, M), (C, M), (M, C)]
 
 
+def layer_dims(arch: Arch) -> list[tuple[int, int]]:
+    """``(rows, row length)`` of every parameter tensor of one decoder layer, as
+    ``transformers`` holds them (dim 0 and the product of the others)."""
+    C, M = arch.hidden_size, arch.intermediate_size
+    if arch.family == "gpt2":  # Conv1D keeps (in, out)
+        return [(C, 1), (C, 1), (C, 3 * C), (3 * C, 1), (C, C), (C, 1), (C, 1), (C, 1),
+                (C, M), (M, 1), (M, C), (C, 1)]  # fmt: skip
+    d, H, K = arch.head_dim, arch.num_attention_heads, arch.num_key_value_heads
+    q, kv = H * d, K * d
+    layer = [(C, 1)] * {"pre": 2, "post": 2, "sandwich": 4}[arch.layout]
+    if arch.fused:
+        layer += [(q + 2 * kv, C)] + [(q + 2 * kv, 1)] * arch.qkv_bias
+    else:
+        layer += [(q, C), (kv, C), (kv, C)] + [(q, 1), (kv, 1), (kv, 1)] * arch.qkv_bias
+    layer += [(C, q)] + [(C, 1)] * arch.o_bias
+    if arch.qk_norm == "head":
+        layer += [(d, 1), (d, 1)]
+    elif arch.qk_norm == "full":
+        layer += [(q, 1), (kv, 1)]
+    if arch.n_experts:
+        E, Me = arch.n_experts, arch.moe_intermediate
+        layer += [(E, C), (E, 2 * Me * C), (E, C * Me)]  # router, gate_up_proj, down_proj
+    elif arch.fused:
+        layer += [(2 * M, C), (C, M)] + [(2 * M, 1), (C, 1)] * arch.mlp_bias
+    else:
+        layer += [(M, C), (M, C), (C, M)] + [(M, 1), (M, 1), (C, 1)] * arch.mlp_bias
+    return layer
+
+
+def root_dims(arch: Arch) -> list[tuple[int, int]]:
+    """The parameters outside the decoder layers: the embeddings (GPT-2: and its positions),
+    the final norm (GPT-2: LayerNorm's weight and bias) and an untied head."""
+    C, V = arch.hidden_size, arch.vocab_size
+    head = [] if arch.tie_word_embeddings else [(V, C)]
+    if arch.family == "gpt2":
+        return [(V, C), (arch.max_position_embeddings, C), (C, 1), (C, 1)] + head
+    return [(V, C), (C, 1)] + head
+
+
+def parameter_dims(arch: Arch) -> list[tuple[int, int]]:
+    """Every parameter tensor's ``(rows, row length)`` (a tied embedding once): what FSDP's
+    dim-0 sharding divides (:func:`root_dims` and :func:`layer_dims` for every layer)."""
+    return root_dims(arch) + layer_dims(arch) * arch.num_hidden_layers
+
+
+def parameter_shapes(arch: Arch) -> list[int]:
+    """The element count of every parameter tensor (:func:`parameter_dims`): what a
+    per-tensor optimiser state, ZeRO's partition or bitsandbytes' ``min_8bit_size`` sees."""
+    return [rows * cols for rows, cols in parameter_dims(arch)]
+
+
 def parameter_count(arch: Arch) -> int:
     """Parameters of the model (a tied embedding counted once)."""
-    C, M, V, L = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_hidden_layers
-    weights = sum(i * o for i, o in lora_shapes(arch))
-    if arch.family == "gpt2":
-        biases = 3 * C + C + M + C
-        layer = weights + biases + 4 * C  # two LayerNorms, weight and bias
-        extra = arch.max_position_embeddings * C + 2 * C  # position table, final LayerNorm
-    else:
-        q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
-        biases = (q + 2 * kv) * arch.qkv_bias + C * arch.o_bias + (2 * M + C) * arch.mlp_bias
-        layer = weights + biases + 2 * C  # two RMSNorm weights
-        extra = C  # final RMSNorm
-    return V * C * (1 if arch.tie_word_embeddings else 2) + L * layer + extra
+    return sum(parameter_shapes(arch))
 
 
 def lora_parameter_count(arch: Arch, rank: int) -> int:

@@ -67,39 +67,89 @@ def optimizer_state_bytes(shapes: list[int], optimizer: str, param_b: int) -> in
 
 
 def optimizer_step_bytes(shapes: list[int], optimizer: str, param_b: int, foreach: bool) -> int:
-    """The step's own temporaries: ``foreach`` AdamW's copy of the second moment (and, with
-    fp32 master weights, the fp32 copy of each gradient the step makes first)."""
+    """The step's own temporaries: ``foreach`` AdamW's ``_foreach_sqrt(exp_avg_sq)`` (one copy of
+    the second moment); the single-tensor AdamW makes ``exp_avg_sq.sqrt() / bias_correction``
+    for one tensor at a time (two of the largest; the previous tensor's ``denom``, still bound
+    to its local, is left out); with fp32 master weights, the fp32 copy of each gradient."""
     n = sum(shapes)
-    if optimizer == "adamw" and foreach:
-        return n * param_b
+    if optimizer == "adamw":
+        return n * param_b if foreach else 2 * max(shapes, default=0) * param_b
     if optimizer == "adamw-mixed":
         return n * 4 + (n * 4 if foreach else 0)
     return 0
 
 
+def greedy_partition(shapes: list[int], devices: int) -> list[list[int]]:
+    """``torch.distributed.optim.ZeroRedundancyOptimizer``'s partition: whole tensors, largest
+    first, each to the rank holding the fewest elements so far (the first such rank)."""
+    ranks: list[list[int]] = [[] for _ in range(devices)]
+    sizes = [0] * devices
+    for n in sorted(shapes, reverse=True):  # sorted() is stable, as the optimiser's is
+        r = sizes.index(min(sizes))
+        ranks[r].append(n)
+        sizes[r] += n
+    return ranks
+
+
 @dataclass
 class Sharding:
-    """How states, gradients and weights divide over ``devices`` (per rank)."""
+    """How states, gradients and weights divide over ``devices`` (per rank).
+
+    ``"none"``: data parallel (``DistributedDataParallel``). ``"zero1"`` / ``"zero2"``: the
+    optimiser states (and for zero2 the gradients) divided; states as PyTorch's
+    ``ZeroRedundancyOptimizer`` divides them (:func:`greedy_partition`; the most loaded rank
+    counts), gradients as an even flat split. ``"zero3"`` / ``"fsdp"``: everything divided as
+    FSDP2's ``fully_shard`` does: each tensor on dim 0, padded so every rank holds
+    ``ceil(rows / devices)`` rows.
+    """
 
     devices: int = 1
     mode: str = "none"  # "none" (DDP), "zero1", "zero2", "zero3", "fsdp"
     offload: bool = False  # optimizer states (and master weights) kept on the CPU
 
+    @property
+    def dim0(self) -> bool:
+        return self.mode in ("zero3", "fsdp") and self.devices > 1
+
+    def local(self, dims: list[tuple[int, int]]) -> list[int]:
+        """The elements of each tensor this rank holds."""
+        if self.dim0:
+            return [-(-rows // self.devices) * cols for rows, cols in dims]
+        return [rows * cols for rows, cols in dims]
+
     def weights(self, total: int) -> int:
-        return -(-total // self.devices) if self.mode in ("zero3", "fsdp") else total
+        """Stored bytes that cannot be split by tensor (4/8-bit storage): an even split."""
+        return -(-total // self.devices) if self.dim0 else total
 
-    def gradients(self, total: int) -> int:
-        return -(-total // self.devices) if self.mode in ("zero2", "zero3", "fsdp") else total
+    def gradients(self, dims: list[tuple[int, int]], b: int) -> int:
+        if self.mode == "zero2" and self.devices > 1:
+            return -(-sum(r * c for r, c in dims) * b // self.devices)
+        return sum(self.local(dims)) * b
 
-    def states(self, total: int) -> int:
-        if self.offload:
+    def state_shapes(self, dims: list[tuple[int, int]]) -> list[int]:
+        """The tensors whose optimiser state this rank keeps (the most loaded rank)."""
+        if self.mode in ("zero1", "zero2") and self.devices > 1:
+            ranks = greedy_partition([r * c for r, c in dims], self.devices)
+            return max(ranks, key=sum)
+        return self.local(dims)
+
+    def ddp_buckets(self, grad_bytes: int) -> int:
+        """``DistributedDataParallel`` (data parallel, and under a ZeRO-1 optimiser) keeps its
+        gradient buckets beside the gradients (``gradient_as_bucket_view=False``, the
+        default): one more copy of every trainable gradient, made when it wraps the model."""
+        return grad_bytes if self.devices > 1 and self.mode in ("none", "zero1") else 0
+
+    def gathered(self, root_bytes: int, layer_bytes: int, layer_grad_bytes: int) -> int:
+        """What FSDP2 (``fully_shard`` on each decoder layer and the root) holds unsharded in
+        the backward, by its design (``torch/distributed/fsdp/_fully_shard``): the root's
+        parameters (embeddings, final norm, head: gathered at the first forward, resharded only
+        after the backward), the current layer and the one prefetched for the backward, and for
+        a full fine-tune that layer's unsharded gradients and its reduce-scatter input. Checked
+        per rank against counted bytes (``tests/library/test_hf_sharding.py``): conservative,
+        since not all of them are live at once."""
+        if not self.dim0:
             return 0
-        return -(-total // self.devices) if self.mode != "none" else total
-
-    def gathered_layer(self, layer_bytes: int) -> int:
-        """ZeRO-3 / FSDP all-gather one layer's full weights for its forward and backward
-        (and, for a full fine-tune, its full gradient before the reduce-scatter)."""
-        return layer_bytes if self.mode in ("zero3", "fsdp") and self.devices > 1 else 0
+        return root_bytes + 2 * layer_bytes + 2 * layer_grad_bytes
 
 
 SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp")

@@ -9,7 +9,7 @@ import torch
 
 from course_lib.hf.cards import card_memory, device_bytes
 from course_lib.hf.memory import predict_hf_memory
-from course_lib.hf.states import Sharding, nf4_bytes, optimizer_state_bytes
+from course_lib.hf.states import Sharding, greedy_partition, nf4_bytes, optimizer_state_bytes
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
@@ -53,10 +53,18 @@ def test_nf4_storage_matches_bitsandbytes():
 
 
 def test_sharding_divides_what_each_stage_shards():
-    s = Sharding(4, "zero2")
-    assert (s.states(100), s.gradients(100), s.weights(100)) == (25, 25, 100)
-    assert Sharding(4, "fsdp").weights(100) == 25 and Sharding(4, "zero3").gathered_layer(8) == 8
-    assert Sharding(4, "none").states(100) == 100 and Sharding(2, "zero1", True).states(100) == 0
+    dims = [(300, 64), (64, 1), (96, 64), (7, 1)]  # 7 rows: FSDP pads to 4 per rank
+    fsdp, zero2 = Sharding(2, "fsdp"), Sharding(2, "zero2")
+    assert fsdp.local(dims) == [150 * 64, 32, 48 * 64, 4]
+    assert fsdp.gradients(dims, 2) == 2 * (150 * 64 + 32 + 48 * 64 + 4)
+    assert zero2.gradients(dims, 2) == -(-(300 * 64 + 64 + 96 * 64 + 7) * 2 // 2)
+    assert zero2.local(dims) == [300 * 64, 64, 96 * 64, 7]  # weights stay whole
+    # ZeroRedundancyOptimizer: whole tensors, largest first, to the emptiest rank
+    assert greedy_partition([10, 7, 5, 3, 2], 2) == [[10, 3], [7, 5, 2]]
+    assert Sharding(2, "zero1").state_shapes(dims) == [300 * 64]  # the most loaded rank
+    assert Sharding(2, "none").ddp_buckets(100) == 100 == Sharding(2, "zero1").ddp_buckets(100)
+    assert Sharding(2, "fsdp").ddp_buckets(100) == 0 == Sharding(1, "none").ddp_buckets(100)
+    assert fsdp.gathered(10, 4, 4) == 10 + 2 * 4 + 2 * 4 and zero2.gathered(10, 4, 4) == 0
 
 
 def test_cards_and_device_bytes():

@@ -70,19 +70,43 @@ class AttentionOps:
         t.drop(lse)
         return out
 
-    def flash(self, where, comp, q, k, v, H, K, d) -> int:
+    def sdpa_masked(self, where, comp, q, k, v, H, d, mask) -> int:
+        """``scaled_dot_product_attention(attn_mask=bool_mask)`` (packed documents: the model's
+        block-diagonal causal mask, so no ``is_causal``): ATen converts the boolean mask to a
+        float copy in q's dtype (``convert_boolean_attn_mask``), which the CPU flash kernel
+        saves with q, k, v (here already repeated to ``H`` heads), the output and the
+        log-sum-exp: ``batch x seq_len**2`` per layer."""
+        t, N, b, S = self.tape, self.N, self.b, self.B * self.T * self.T
+        fmask = t.tensor(S * b, False, comp, where + " (float mask)")
+        n = N * H * d * b
+        program = self._dx(n, 0) + self._dx(n, 1) + self._dx(n, 2)
+        outs = [n, N * H * FP32]
+        out, lse = t.op(where, comp, [q, k, v, mask], outs, (q, k, v, fmask, "out", "out1"),
+                        program)  # fmt: skip
+        t.drop(lse, fmask)
+        return out
+
+    def flash(self, where, comp, q, k, v, H, K, d, documents: int = 0) -> int:
         """FlashAttention-2 (``flash_attn_func``, CUDA): saves q, k, v, the output and an fp32
         log-sum-exp per head and token (plus a 16-byte RNG state); no ``seq_len**2`` tensor. Its
         backward (``mha_bwd``) makes dq, dk, dv, an fp32 ``dq_accum`` (tokens rounded up to 128,
         head_dim to 32) and ``softmax_d`` (fp32, heads x rounded tokens); with grouped-query
-        attention dk and dv are first made for every query head, then summed."""
+        attention dk and dv are first made for every query head, then summed.
+
+        ``documents`` per row (packed, position ids reset): transformers calls
+        ``flash_attn_varlen_func`` with ``cu_seq_lens``, and ``mha_varlen_bwd`` sizes
+        ``dq_accum`` as ``(tokens + 128 x sequences) x heads x head_dim rounded`` and
+        ``softmax_d`` as ``sequences x heads x longest rounded`` (the longest document is taken
+        as the whole row: an upper bound) (flash-attn ``csrc/flash_attn/flash_api.cpp``)."""
         t, N, b, B = self.tape, self.N, self.b, self.B
         T128 = -(-self.T // 128) * 128
         d32 = -(-d // 32) * 32
         rng = t.tensor(2 * INT64, False, comp, where)
+        seqs = B * documents
+        acc = (N + 128 * seqs) * H * d32 * FP32 if documents else B * T128 * H * d32 * FP32
+        sd = (seqs if documents else B) * H * T128 * FP32
         prog = [("new", "q", N * H * d * b), ("new", "k", N * K * d * b),
-                ("new", "v", N * K * d * b), ("new", "acc", B * T128 * H * d32 * FP32),
-                ("new", "sd", B * H * T128 * FP32)]  # fmt: skip
+                ("new", "v", N * K * d * b), ("new", "acc", acc), ("new", "sd", sd)]  # fmt: skip
         if H != K:
             prog += [("new", "ke", N * H * d * b), ("new", "ve", N * H * d * b)]
             prog += [("del", "ke"), ("del", "ve")]

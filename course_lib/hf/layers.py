@@ -31,7 +31,9 @@ def rope_tables(ops: Ops, arch, spec) -> tuple:
     has a local and a global one), shared by all layers, and the ``position_ids`` they come from
     (int64; a checkpointed layer keeps them too). Returns ``(cos, sin, [cos, sin,] ids)``."""
     e = 4 if arch.model_type == "olmo2" else ops.b  # OLMo 2 keeps its tables in fp32
-    t, row = ops.tape, spec.seq_len * (arch.rotary_dim or arch.head_dim) * e
+    # packed rows come with position ids of their own, (batch, seq_len): one table row each
+    rows = spec.batch_size if spec.documents else 1
+    t, row = ops.tape, rows * spec.seq_len * (arch.rotary_dim or arch.head_dim) * e
     ids = t.tensor(spec.seq_len * INT64, False, "embeddings", "position_ids")
     rope = [t.tensor(row, False, "attention", "rotary_emb") for _ in range(2 * arch.rope_tables)]
     return (*rope, ids)
@@ -218,16 +220,23 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> tuple[int,
         oc = ops.copy(att, "attention", ops.view_copy(att, "attention", o, nq), nq)
         t.drop(o, *((kr, vr) if H != K else ()))
     elif spec.flash:
-        oc = ops.flash(f"{att}.flash", "attention", qe, ke, v, H, K, d)
+        oc = ops.flash(f"{att}.flash", "attention", qe, ke, v, H, K, d, spec.documents)
+    elif mask >= 0:  # sdpa with packed documents: a mask, so repeat_kv instead of enable_gqa
+        kr, vr = ke, v
+        if H != K:
+            kr, vr = (_repeat_kv(ops, att, z, nkv, nq if K > 1 else 0) for z in (ke, v))
+        oc = ops.sdpa_masked(f"{att}.sdpa", "attention", qe, kr, vr, H, d, mask)
+        if H != K:
+            t.drop(kr, vr)
     else:
         oc = ops.sdpa(f"{att}.sdpa", "attention", qe, ke, v, H, K, d)
-        if arch.fused and not ops.cuda:
-            # Phi-3's RoPE ends in torch.cat, so q is contiguous as (B, H, T, d); the CPU
-            # kernel lays its output out like q, and transpose(1, 2).contiguous() copies it
-            # (Llama-like q keeps the projection's (B, T, H, d) order: no copy there)
-            out = oc
-            oc = ops.copy(att, "attention", out, nq)
-            t.drop(out)
+    if not spec.eager and not spec.flash and arch.fused and not ops.cuda:
+        # Phi-3's RoPE ends in torch.cat, so q is contiguous as (B, H, T, d); the CPU
+        # kernel lays its output out like q, and transpose(1, 2).contiguous() copies it
+        # (Llama-like q keeps the projection's (B, T, H, d) order: no copy there)
+        out = oc
+        oc = ops.copy(att, "attention", out, nq)
+        t.drop(out)
     a = ops.linear(
         f"{att}.o_proj",
         "attention",

@@ -89,6 +89,7 @@ class StepSpec:
     expert_tokens: tuple = ()  # tokens each expert receives, per layer (MoE)
     half: bool = False  # the model's dtype is float16 (not bfloat16)
     experts: str = "grouped_mm"  # mixture of experts: transformers' experts_implementation
+    documents: int = 0  # packed documents per row (0: one sequence a row, no packing)
 
     @property
     def attn(self) -> str:
@@ -145,6 +146,13 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
         extra = rope_tables(ops, arch, spec)
         model_locals = [x0, *extra]
         masks = attention_masks(ops, arch, spec)
+        if spec.documents and not spec.eager and not spec.flash:
+            # packed documents (position ids reset): transformers finds them and builds a
+            # block-diagonal causal mask, (batch, 1, seq_len, seq_len) booleans, for sdpa: one
+            # for each kind of layer (Gemma 3: sliding and full)
+            kinds = sorted({window_of(arch, i) for i in range(arch.num_hidden_layers)})
+            size = spec.batch_size * spec.seq_len**2
+            masks = {w: tape.tensor(size, False, "", "packed mask") for w in kinds}
     model_locals += list(masks.values())
     for i in range(arch.num_hidden_layers):
         mask = masks.get(window_of(arch, i), -1)
@@ -153,7 +161,9 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
             # GPT-2 passes the mask positionally (saved with the input), Llama as a keyword
             m = (mask,) if mask >= 0 else ()
             # the layer's own keyword arguments: its RoPE pair, the position ids, its mask
-            own = extra if gpt2 else (*layer_tables(arch, extra, i), extra[-1])
+            # (packed rows: the batch's own position ids, which the step did not allocate)
+            ids = () if spec.documents else (extra[-1],)
+            own = extra if gpt2 else (*layer_tables(arch, extra, i), *ids)
             args, captured = ((x, *m), own) if gpt2 else ((x,), (*own, *m))
             tape.begin_checkpoint(args, captured)
         layer = gpt2_layer if gpt2 else decoder_layer

@@ -213,11 +213,28 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
         expert_tokens=expert_counts(arch, batch_size * seq_len, kw.get("expert_tokens")),
         half=name == "float16" and not upcast,
         experts=one_of("experts", kw.get("experts", "grouped_mm"), IMPLEMENTATIONS),
+        documents=_documents(kw.get("documents"), seq_len, arch),
     )
     return arch, spec, name, mode
 
 
 FP32_B = 4
+
+
+def _documents(documents, seq_len: int, arch: Arch) -> int:
+    """``None``: one sequence a row; else the documents packed in each row (1 to seq_len)."""
+    if documents is None:
+        return 0
+    if isinstance(documents, bool) or not isinstance(documents, int):
+        raise ValueError(f"documents must be a positive int or None, got {documents!r}")
+    if not 1 <= documents <= seq_len:
+        raise ValueError(f"documents={documents} must be between 1 and seq_len={seq_len}")
+    if arch.family == "gpt2":
+        raise ValueError(
+            "packed documents need position ids reset per document: GPT-2's "
+            "learned positions are not modelled packed; use documents=None"
+        )
+    return documents
 
 
 def expert_counts(arch: Arch, tokens: int, expert_tokens) -> tuple:
@@ -270,6 +287,7 @@ def predict_hf_step(
     checkpoint_every: int = 1,
     expert_tokens=None,
     experts: str = "grouped_mm",
+    documents: int | None = None,
 ) -> HFStepBreakdown:
     """Predict the peak bytes of one training step of a Hugging Face causal LM.
 
@@ -304,6 +322,11 @@ def predict_hf_step(
         expert_tokens: mixture of experts: tokens each expert receives, ``"worst"`` (every
             token to the same ``top_k`` experts; the default), ``"uniform"``, or counts (one
             list for every layer, or one per layer); see :mod:`~course_lib.hf.moe`.
+        documents: rows packed with this many documents each, position ids reset per
+            document (``DataCollatorWithFlattening``, TRL's packing): sdpa then takes a
+            block-diagonal boolean mask (its float copy saved in every layer), flash its
+            varlen path (:mod:`~course_lib.hf.packing` plans rows from a length
+            distribution); ``None``: one sequence a row.
         experts: mixture of experts: ``transformers``' ``experts_implementation``,
             ``"grouped_mm"`` (its default; the routing changes no tensor's size) or ``"eager"``
             (one matmul per expert: its transients follow the most loaded expert).
@@ -329,6 +352,7 @@ def predict_hf_step(
         checkpoint_every=checkpoint_every,
         expert_tokens=expert_tokens,
         experts=experts,
+        documents=documents,
     )
     arch, spec, name, mode = step_spec(
         config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw

@@ -6,11 +6,12 @@
 Rows come from ``published_peaks.json`` beside this file, each with its source, the card, the
 setting and what was measured (``measured_kind``: ``allocated`` = ``max_memory_allocated``,
 ``reserved`` = ``max_memory_reserved``, ``device`` = what the process holds, as nvidia-smi
-shows it). For every row the planner expresses it prints, side by side:
+shows it; ``capacity`` = the card's memory, for the longest run that still fit it). For every
+row the planner expresses it prints, side by side:
 
 * the planner: :func:`course_lib.hf.memory.predict_hf_memory`, its ``peak_bytes`` against an
   allocated figure, its ``reserved_bytes`` against a reserved one, its ``device_bytes``
-  against a process / nvidia-smi one;
+  against a process / nvidia-smi one and against a card's capacity;
 * ``fitcheck-llm`` 0.3.1 (the ``bench`` extra), run offline: its ``estimate()`` from a
   ``ModelConfig`` built here (the one embedded in each fitcheck row; else fitcheck's own
   ``config.json`` parser and parameter formula on the row's config, since its
@@ -33,6 +34,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from course_lib.hf.cards import CARDS
 from course_lib.hf.memory import predict_hf_memory
 
 MIB = 2**20
@@ -56,12 +58,14 @@ def planner(row: dict) -> int:
         row["config"], s["batch_size"], s["seq_len"], lora_rank=s["lora_rank"],
         dtype=s["dtype"], attn_impl=s["attn_impl"], checkpointing=s["checkpointing"],
         lora_targets=s["lora_targets"], loop=s["loop"], weights=s["weights"],
-        double_quant=s["double_quant"], optimizer=s["optimizer"], card=row["card"],
+        double_quant=s["double_quant"], optimizer=s["optimizer"],
+        card=row["card"] if row["card"] in CARDS else None,
         devices=s.get("devices", 1), sharding=s.get("sharding", "none"),
-        loss=s.get("loss", "standard"),
+        loss=s.get("loss", "standard"), kbit_prepare=s.get("kbit_prepare"),
     )  # fmt: skip
     kind = row.get("measured_kind", "allocated")
-    return {"allocated": p.peak_bytes, "reserved": p.reserved_bytes, "device": p.device_bytes}[kind]
+    return {"allocated": p.peak_bytes, "reserved": p.reserved_bytes, "device": p.device_bytes,
+            "capacity": p.device_bytes}[kind]  # fmt: skip
 
 
 def fitcheck_model_config(row: dict):
@@ -87,10 +91,14 @@ def fitcheck(row: dict) -> int | None:
     s = row["setting"]
     if s.get("devices", 1) != 1 or s["optimizer"] not in FITCHECK_OPTIMIZER:
         return None  # single-device only; no mixed / paged optimisers
-    if s.get("loss", "standard") != "standard" or row["card"] not in FITCHECK_GPU:
+    if s.get("loss", "standard") != "standard":
         return None
+    gpu = (get_gpu(FITCHECK_GPU[row["card"]]) if row["card"] in FITCHECK_GPU
+           else get_gpu(row["card"], vram_mib=int(row.get("card_gib", 80) * 1024)))  # fmt: skip
     weights = {"16bit": "none", "nf4": "nf4", "int8": "int8"}[s["weights"]]
     targets = s["lora_targets"] if isinstance(s["lora_targets"], list) else None
+    if s["lora_targets"] == "all-linear":
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     if s["lora_rank"] is not None and targets is None:
         return None
     precision = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(
@@ -109,7 +117,7 @@ def fitcheck(row: dict) -> int | None:
     )  # fmt: skip
     config, _ = fitcheck_model_config(row)
     try:
-        report = estimate(config, training, get_gpu(FITCHECK_GPU[row["card"]]))
+        report = estimate(config, training, gpu)
     except ValueError:
         return None
     kind = row.get("measured_kind", "allocated")
@@ -117,6 +125,7 @@ def fitcheck(row: dict) -> int | None:
         "allocated": report.total_mib - report.overhead_mib,
         "reserved": report.total_mib - 500.0,
         "device": report.total_mib,
+        "capacity": report.total_mib,
     }[kind]
     return int(mib * MIB)
 

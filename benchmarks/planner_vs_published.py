@@ -202,13 +202,14 @@ def main(argv=None) -> int:
         print(summary(peer, [abs(ratios[peer][i] - 1) for i in both]))
     if importlib.util.find_spec("fitcheck") is None:
         print("  fitcheck-llm: not installed (pip install -e '.[bench]')")
-    by_source: dict[str, list[float]] = {}
-    for i, r in ratios["planner"].items():
-        key = rows[i]["source"].split(" ")[0]
-        by_source.setdefault(key, []).append(abs(r - 1))
-    print("planner by source:")
-    for key, errors in by_source.items():
-        print(summary(key, errors))
+    print("by source:")
+    for tool in ("planner", "fitcheck"):
+        by_source: dict[str, list[float]] = {}
+        for i, r in ratios[tool].items():
+            key = rows[i]["source"].split(" ")[0]
+            by_source.setdefault(key, []).append(abs(r - 1))
+        for key, errors in by_source.items():
+            print(summary(f"{tool}: {key}", errors))
     t4 = [abs(r - 1) for i, r in ratios["planner"].items() if rows[i]["card"] == "T4"]
     print(f"  T4 rows within +-5%: {sum(e <= 0.05 for e in t4)} of {len(t4)}")
     if args.reserve:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .gpt2 import gpt2_layer, gpt2_positions
 from .layers import (
     attention_masks,
     causal_mask,
     decoder_layer,
-    gpt2_layer,
-    gpt2_positions,
     layer_tables,
     rope_tables,
     window_of,

@@ -1,101 +1,64 @@
 """The memory model carried to real Hugging Face architectures: one training step's peak, predicted.
 
-:func:`predict_hf_step` reads a ``transformers`` config (a ``PretrainedConfig`` or its dict:
-``llama``, ``mistral``, ``qwen2``, ``gpt2``) and predicts the peak bytes, above the parameters, of
-``model(input_ids=..., labels=..., use_cache=False).loss.backward()`` after
+:func:`predict_hf_step` reads a ``transformers`` config (a ``PretrainedConfig`` or its dict,
+``model_type`` in :data:`SUPPORTED_MODEL_TYPES`) and predicts the peak bytes, above the
+parameters, of ``model(input_ids=..., labels=..., use_cache=False).loss.backward()`` after
 ``zero_grad(set_to_none=True)``: what the forward keeps for backward, the gradients made so far,
 the backward's buffers in flight, and the loss's fp32 log-probabilities.
 
 How: :mod:`~course_lib.hf.models` writes the step as the autograd nodes the installed stack
 creates (what each saves, what each backward allocates, read from the ``transformers``, ``peft``
 and PyTorch sources and checked op by op with the meter's timeline), and
-:mod:`~course_lib.hf.tape` replays PyTorch's rules for when each tensor is freed. The
-prediction is exact by construction where the recipe is: on tiny models of every family it matches
-the CPU meter to the byte (``tests/test_hf_memory.py``). Assumed: full rows (no padding), no
-dropout (fine-tuning usually turns it off; GPT-2's config says 0.1), LoRA via PEFT with its
-defaults (adapters kept in fp32, ``lora_dropout=0``), checkpointing as
-``model.activation_checkpointing_enable()`` does it (every layer, non-reentrant).
+:mod:`~course_lib.hf.replay` replays PyTorch's rules for when each tensor is freed. The
+prediction is exact by construction where the recipe is: on tiny models of every family it
+matches the CPU meter to the byte (``tests/library/test_hf_memory.py``). Assumed unless a keyword
+says otherwise: full rows (no padding), the model's own dropout off (a config that sets one gets
+a note), LoRA via PEFT with its defaults (adapters kept in fp32, ``lora_dropout=0``, the family's
+default targets), checkpointing as ``model.gradient_checkpointing_enable()`` does it (every
+layer, non-reentrant). :mod:`~course_lib.hf.settings` checks the settings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._checks import checkpointing_mode, one_of, positive_int
-from . import families
+from .._checks import one_of, positive_int
 from .families import SUPPORTED_MODEL_TYPES, lora_targets_for
-from .models import Arch, StepSpec, record_step
-from .moe import IMPLEMENTATIONS, routing
+from .models import StepSpec, record_step
+from .moe import IMPLEMENTATIONS
 from .replay import replay
+from .settings import (
+    ATTENTION,
+    DEVICES,
+    DTYPE_BYTES,
+    FP32_B,
+    LOOPS,
+    LOSSES,
+    WEIGHTS,
+    architecture,
+    checkpoint_mode,
+    config_dict,
+    config_dtype,
+    dtype_name,
+    expert_counts,
+    notes_for,
+    packed_documents,
+)
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "HFStepBreakdown", "predict_hf_step", "architecture"]
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "HFStepBreakdown",
+    "predict_hf_step",
+    "architecture",
+    "config_dict",
+    "dtype_name",
+    "notes_for",
+    "step_spec",
+    "DTYPE_BYTES",
+    "lora_targets_for",
+]
 
 CHECKED_WITH = "transformers 5.24, peft 0.21, torch 2.13 (CPU)"  # where the recipes were read
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
-ATTENTION = ("eager", "sdpa", "flash")
-WEIGHTS = ("16bit", "int8", "nf4")
-LOSSES = ("standard", "chunked")
-LOOPS = ("trainer", "plain")
-DEVICES = ("cpu", "cuda")
-
-
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16``, ``"bf16"`` or ``"bfloat16"`` -> ``"bfloat16"`` (also fp32, fp16)."""
-    name = str(dtype).removeprefix("torch.")
-    name = _DTYPE_ALIASES.get(name, name)
-    if name not in DTYPE_BYTES:
-        raise ValueError(
-            f"dtype={dtype!r} is not one of float32, bfloat16, float16 (or fp32, bf16)"
-        )
-    return name
-
-
-def config_dict(config) -> dict:
-    """A config as a plain dict: a ``PretrainedConfig`` (``.to_dict()``) or a dict."""
-    if hasattr(config, "to_dict"):
-        config = config.to_dict()
-    if not isinstance(config, dict):
-        raise ValueError(
-            f"config must be a transformers config or a dict, got {type(config).__name__}"
-        )
-    return config
-
-
-def architecture(config) -> Arch:
-    """The fields of ``config`` the memory model reads, checked
-    (:func:`course_lib.hf.families.architecture`)."""
-    return families.architecture(config_dict(config))
-
-
-def notes_for(config, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
-    """What the prediction assumes that this config says otherwise; raises ``ValueError`` where
-    the difference is too large to pass over.
-
-    Sliding windows: eager attention builds one ``(batch, 1, seq_len, seq_len)`` mask per kind of
-    layer (counted); flash takes the window natively (nothing to count); sdpa is refused when a
-    window is not longer than ``seq_len``, because ``transformers`` then builds a dense mask
-    that sdpa turns into a float copy per layer (``seq_len == window`` included: only a window
-    longer than the rows lets it use ``is_causal`` and skip the mask).
-    """
-    c = config_dict(config)
-    arch = architecture(c)
-    short = [w for w in arch.windows if w and w <= seq_len]
-    if short and attn_impl == "sdpa":
-        raise ValueError(
-            f"sliding-window attention over {min(short)} tokens with seq_len={seq_len} makes "
-            "transformers build a seq_len x seq_len mask that sdpa copies in every layer; this "
-            "is not modelled: use seq_len < sliding_window, attn_impl='eager' (masks counted) "
-            "or 'flash' (the window is native)"
-        )
-    drops = {
-        k: c[k]
-        for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout")
-        if c.get(k)
-    }
-    if drops:
-        return [f"dropout is taken as off (the config says {drops}): set it to 0 for fine-tuning"]
-    return []
 
 
 @dataclass
@@ -140,21 +103,6 @@ class HFStepBreakdown:
         return sum(self.saved.values())
 
 
-def _mode(checkpointing) -> str:
-    """``"none"`` or ``"blocks"`` (``"off"``, ``False``, ``None`` / ``"on"``, ``True``)."""
-    alias = {"off": False, "on": True}
-    value = (
-        alias.get(checkpointing, checkpointing) if isinstance(checkpointing, str) else checkpointing
-    )
-    mode = checkpointing_mode(value)
-    if mode == "attention":
-        raise ValueError(
-            "checkpointing='attention' is TinyGPT's; Hugging Face models checkpoint whole decoder "
-            "layers: use 'blocks' (True) or 'none'"
-        )
-    return mode
-
-
 def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw):
     """Check the arguments of :func:`predict_hf_step`: ``(Arch, StepSpec, dtype name, mode)``.
 
@@ -168,12 +116,12 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
     one_of("attn_impl", attn_impl, ATTENTION)
     if lora_rank is not None:
         positive_int("lora_rank", lora_rank, "or None for a full fine-tune")
-    mode = _mode(checkpointing)
+    mode = checkpoint_mode(checkpointing)
     if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
         raise ValueError(
             f"seq_len={seq_len} exceeds GPT-2's n_positions={arch.max_position_embeddings}"
         )
-    name = dtype_name(dtype if dtype is not None else _config_dtype(config_dict(config)))
+    name = dtype_name(dtype if dtype is not None else config_dtype(config_dict(config)))
     b = DTYPE_BYTES[name]
     weights = one_of("weights", kw.get("weights", "16bit"), WEIGHTS)
     upcast = kw.get("kbit_prepare")
@@ -213,58 +161,9 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
         expert_tokens=expert_counts(arch, batch_size * seq_len, kw.get("expert_tokens")),
         half=name == "float16" and not upcast,
         experts=one_of("experts", kw.get("experts", "grouped_mm"), IMPLEMENTATIONS),
-        documents=_documents(kw.get("documents"), seq_len, arch),
+        documents=packed_documents(kw.get("documents"), seq_len, arch),
     )
     return arch, spec, name, mode
-
-
-FP32_B = 4
-
-
-def _documents(documents, seq_len: int, arch: Arch) -> int:
-    """``None``: one sequence a row; else the documents packed in each row (1 to seq_len)."""
-    if documents is None:
-        return 0
-    if isinstance(documents, bool) or not isinstance(documents, int):
-        raise ValueError(f"documents must be a positive int or None, got {documents!r}")
-    if not 1 <= documents <= seq_len:
-        raise ValueError(f"documents={documents} must be between 1 and seq_len={seq_len}")
-    if arch.family == "gpt2":
-        raise ValueError(
-            "packed documents need position ids reset per document: GPT-2's "
-            "learned positions are not modelled packed; use documents=None"
-        )
-    return documents
-
-
-def expert_counts(arch: Arch, tokens: int, expert_tokens) -> tuple:
-    """Tokens per expert for every layer: ``"worst"`` (default) or ``"uniform"``
-    (:func:`~course_lib.hf.moe.routing`), one list of ``n_experts`` counts for every layer, or
-    one list per layer; each list must add up to ``tokens x top_k``."""
-    if not arch.n_experts:
-        if expert_tokens not in (None, "worst", "uniform"):
-            raise ValueError(
-                f"expert_tokens is for a mixture of experts; {arch.model_type} has no experts"
-            )
-        return ()
-    L, E, k = arch.num_hidden_layers, arch.n_experts, arch.top_k
-    if expert_tokens is None or isinstance(expert_tokens, str):
-        return (routing(tokens, E, k, expert_tokens or "worst"),) * L
-    rows = [tuple(expert_tokens)] * L if all(isinstance(n, int) for n in expert_tokens) \
-        else [tuple(r) for r in expert_tokens]  # fmt: skip
-    for r in rows:
-        if len(r) != E or sum(r) != tokens * k or min(r) < 0:
-            raise ValueError(
-                f"expert_tokens {list(r)} must give {E} counts adding up to tokens x top_k = "
-                f"{tokens * k}, or say 'worst' or 'uniform'"
-            )
-    if len(rows) != L:
-        raise ValueError(f"expert_tokens has {len(rows)} layers; the model has {L}")
-    return tuple(rows)
-
-
-def _config_dtype(c: dict) -> str:
-    return c.get("dtype") or c.get("torch_dtype") or "float32"
 
 
 def predict_hf_step(
@@ -325,7 +224,7 @@ def predict_hf_step(
         documents: rows packed with this many documents each, position ids reset per
             document (``DataCollatorWithFlattening``, TRL's packing): sdpa then takes a
             block-diagonal boolean mask (its float copy saved in every layer), flash its
-            varlen path (:mod:`~course_lib.hf.packing` plans rows from a length
+            varlen path (:mod:`~course_lib.hf.packing_plan` plans rows from a length
             distribution); ``None``: one sequence a row.
         experts: mixture of experts: ``transformers``' ``experts_implementation``,
             ``"grouped_mm"`` (its default; the routing changes no tensor's size) or ``"eager"``

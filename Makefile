@@ -40,9 +40,13 @@ $(VENV)/.installed: pyproject.toml
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
 
+# ruff reads the notebooks itself (solutions/ and notebooks/: checked, not reformatted: their
+# cells keep the course's compact style); mypy checks course_lib with pyproject's [tool.mypy].
 lint: setup
-	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py \
+	  solutions notebooks
 	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/mypy course_lib
 	$(PY) scripts/release.py --strip-solutions --check
 
 unit: setup

@@ -42,6 +42,23 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE"}
 # nbgrader throw the whole submission away. An infinite loop in a student cell costs this long.
 c.Execute.timeout = 60
 
+# --- autograde: trusted verdicts, never the kernel's cell status -----------------------------
+# Every autograded point is decided by trusted code outside the student's kernel
+# (course_grading/items/), on plain data only: values taken out of the sandboxed kernel after the
+# last cell, and graded functions re-created from the submitted file's source in a fresh sandbox.
+# nbgrader's own `nbgrader autograde` (and formgrader's Autograde button) go the same way: its
+# `Execute` step is replaced by a sandboxed run with every hidden-test region removed, and its
+# `SaveAutoGrades` by the trusted checks. Neither falls back to the old cell-status verdicts.
+c.Autograde.autograde_preprocessors = [
+    "course_grading.nbgrader_steps.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "course_grading.verdicts.SaveTrustedGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # --- feedback without hidden tests ---------------------------------------------------------
 # nbgrader 0.9 puts hidden tests back into the autograded notebook and, by default, shows them in
 # the HTML feedback (jupyter/nbgrader#917). There is no switch for it: the feedback converter's

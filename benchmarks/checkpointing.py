@@ -62,7 +62,7 @@ def main(argv=None) -> bool:
     results = []
     for L, mode, every in plans:
         cfg = replace(base, n_layers=L, checkpoint_every=every)
-        plain, ckpt = compare_checkpointing(cfg, [(B, T)], modes=("none", mode), device=args.device)
+        plain, ckpt = compare_checkpointing(cfg, [(B, T)], modes=("off", mode), device=args.device)
         times = time_checkpointing(
             cfg, B, T, checkpointing=mode, repeats=args.repeats, device=args.device
         )

@@ -78,10 +78,10 @@ def measure_row(config, dtype, attn, lora, ckpt, shape, loop, card):
 
 def configs(families, quick: bool):
     from course_lib.hf.tiny import TINY
-    from course_lib.memory.hf_check import tiny_config
+    from course_lib.memory.hf_check import tiny_hf_config
 
     for family in families:
-        yield family, "tiny", tiny_config(family)
+        yield family, "tiny", tiny_hf_config(family)
         if quick:
             continue
         small = dict(TINY[family])
@@ -96,13 +96,13 @@ def configs(families, quick: bool):
                                     for i in range(small["num_hidden_layers"])]  # fmt: skip
         if "head_dim" in small:
             small["head_dim"] *= 4
-        yield family, "small", tiny_config(family, **small)
+        yield family, "small", tiny_hf_config(family, **small)
 
 
 def dry_run(args) -> int:
     """The grid and its predictions, without a GPU (to check the script and see the rows)."""
+    from course_lib.hf.arch import SUPPORTED_MODEL_TYPES
     from course_lib.hf.memory import predict_hf_memory
-    from course_lib.hf.predict import SUPPORTED_MODEL_TYPES
 
     families = args.families.split(",") if args.families else list(SUPPORTED_MODEL_TYPES)
     rows = refused = 0
@@ -110,7 +110,7 @@ def dry_run(args) -> int:
         configs(families, args.quick),
         ("fp16", "bf16"),
         ("eager", "sdpa", "flash"),
-        [(None, "none"), (8, "blocks"), (8, "none")],
+        [(None, "off"), (8, "blocks"), (8, "off")],
         [(2, 256), (1, 1024)],
     ):
         kw = {"lora_targets": "all-linear"} if lora else {}
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         return 0
     import transformers
 
-    from course_lib.hf.predict import SUPPORTED_MODEL_TYPES
+    from course_lib.hf.arch import SUPPORTED_MODEL_TYPES
 
     families = args.families.split(",") if args.families else list(SUPPORTED_MODEL_TYPES)
     major, minor = torch.cuda.get_device_capability()
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
         configs(families, args.quick),
         dtypes,
         attns,
-        [(None, "none"), (8, "blocks"), (8, "none")],
+        [(None, "off"), (8, "blocks"), (8, "off")],
         shapes,
     ):
         label = f"{str(dtype)[6:]} {attn[:5]} {'LoRA' if lora else 'full'} ckpt={ckpt} plain"

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from course_grading import course as wc
 from course_grading.autograde import Options
 from course_grading.feedback import WITHHELD
+from course_grading.items import strip_hidden_tests
 from course_grading.jobs import JobSpec, Worker
 from course_grading.run import grade
 from course_grading.sandbox import Limits, check_available
@@ -94,9 +95,9 @@ def run(subs: Path, root: Path, out: Path, *, jobs: int, sandbox: bool, timeout:
     start = time.perf_counter()
     rows = grade(subs, out, root, options=options, timings=timings)
     timings["total"] = time.perf_counter() - start
-    bad = [r for r in rows if r["status"] == "not graded" or WITHHELD in r["reasons"]]
+    bad = [r for r in rows if r.status == "not graded" or WITHHELD in "; ".join(r.reasons)]
     if bad:  # the class is honest: this is a false alarm, and the times would mean little
-        raise SystemExit(f"{len(bad)} honest submission(s) {bad[0]['status']}: {bad[0]['reasons']}")
+        raise SystemExit(f"{len(bad)} honest submission(s) {bad[0].status}: {bad[0].reasons}")
     return timings
 
 
@@ -123,7 +124,7 @@ def paired_runs(tmp: Path, pairs: int) -> tuple[float, float]:
                 job = tmp / f"pair-{n}-{sandboxed}"
                 (job / "stage").mkdir(parents=True)
                 (job / "runtime").mkdir()
-                nbformat.write(nb, str(job / "in.ipynb"))
+                nbformat.write(strip_hidden_tests(nb), str(job / "in.ipynb"))
                 shutil.copy(release, job / "stage")
                 spec = JobSpec(
                     lesson=FIXTURE,

@@ -22,20 +22,21 @@ import time
 
 import torch
 
-from course_lib.hf.predict import CHECKED_WITH, SUPPORTED_MODEL_TYPES
+from course_lib.hf.arch import SUPPORTED_MODEL_TYPES
+from course_lib.hf.predict import CHECKED_WITH
 from course_lib.memory import format_bytes
-from course_lib.memory.hf_check import compare_hf, tiny_config
+from course_lib.memory.hf_check import compare_hf, tiny_hf_config
 
 SHAPES = [(1, 16), (2, 32), (4, 24), (1, 128), (3, 40), (2, 96), (6, 12), (1, 200)]
 SETTINGS = list(
-    itertools.product(("float32", "bfloat16"), ("eager", "sdpa"), (None, 8), ("none", "blocks"))
+    itertools.product(("float32", "bfloat16"), ("eager", "sdpa"), (None, 8), ("off", "blocks"))
 )
 
 
 def run(device: str, shapes, families) -> list:
     rows = []
     for family in families:
-        config = tiny_config(family)
+        config = tiny_hf_config(family)
         for dtype, attn, lora, ckpt in SETTINGS:
             try:
                 rows += compare_hf(

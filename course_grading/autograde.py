@@ -1,11 +1,13 @@
 """Autograde every submission, each notebook in its own sandbox, several at a time.
 
 Per submission: the grader records it and prepares its notebook with nbgrader's own steps
-(``gradebook.sanitize``), reads the student's code for cheats (``cheats.scan``), and hands a
-job to a worker (``jobs.py``) that runs the notebook in a sandboxed kernel (``execute.py``,
-``sandbox.py``). As each job ends, the grader records its grades (``gradebook.record``); one
-notebook that crashes, hangs or misbehaves costs only its own grade. A sandbox that does not
-hold stops the whole run.
+(``gradebook.sanitize``), reads the student's code for what deserves a look (``cheats.scan``:
+flags only), removes every hidden-test region, and hands a job to a worker (``jobs.py``) that
+runs the notebook in a sandboxed kernel (``execute.py``, ``sandbox.py``) and takes the lesson's
+declared values out of it as plain data (``evidence.py``). As each job ends, the grader decides
+every item with the trusted checks and records the grades (``gradebook.record``,
+``verdicts.py``): no grade comes from the kernel's cell status. One notebook that crashes,
+hangs or misbehaves costs only its own grade. A sandbox that does not hold stops the whole run.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from nbformat.notebooknode import NotebookNode
 from course_grading import gradebook
 from course_grading.cheats import scan
 from course_grading.course import WorkCourse, ignored
+from course_grading.errors import GradingError
+from course_grading.functions import FunctionSandbox
 from course_grading.inspection import review_autograded
+from course_grading.items import is_test_cell, items_of, strip_hidden, strip_hidden_tests
 from course_grading.jobs import JobSpec, Outcome, run_jobs
 from course_grading.lesson import LessonSpec
 from course_grading.sandbox import Limits
 from course_grading.submissions import Submission
+from course_grading.verdicts import payload_of
 
 
 @dataclass(frozen=True)
@@ -88,31 +94,41 @@ class CellTimeouts:
 
 
 def _flag_findings(sub: Submission, nb: NotebookNode, spec: LessonSpec, sandboxed: bool) -> None:
-    """Report what ``cheats.scan`` finds; tests a cheat could have passed score 0."""
+    """Report what ``cheats.scan`` finds, for review: it changes no grade (``cheats.py``)."""
     for found in scan(nb, spec):
         gid = nb.cells[found.cell].metadata.get("nbgrader", {}).get("grade_id")
         where = f"cell {found.cell + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
         if found.cheat:
-            sub.zeroed.update(found.zeroes)
-            zeroed = ", ".join(found.zeroes) + " score 0" if found.zeroes else "no test after it"
-            sub.flag(f"cheat: {where} {found.what}; {zeroed}")
+            sub.flag(f"for review: {where} {found.what}")
         else:
             kept = "; the sandbox confined it" if sandboxed else ""
             sub.flag(f"{where} {found.what}{kept}")
 
 
-def _stage(work: WorkCourse, sub: Submission, stage: Path) -> None:
-    """The student's folder as their kernel may see it: the lesson's files, then theirs."""
-    for base in (work.release / sub.lesson, gradebook.submitted_folder(work, sub)):
-        for path in sorted(base.rglob("*")):
+def stage_folder(bases: list[Path], stage: Path) -> None:
+    """The student's folder as their kernel may see it: each of ``bases``' files in turn (the
+    lesson's, then theirs), every notebook without hidden-test regions."""
+    for base in bases:
+        for path in sorted(base.rglob("*")) if base.is_dir() else []:
             rel = path.relative_to(base)
-            if path.is_file() and not ignored(rel):
-                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            if not path.is_file() or path.is_symlink() or ignored(rel):
+                continue
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix == ".ipynb":
+                try:
+                    nb = nbformat.read(str(path), as_version=4)
+                except Exception:  # noqa: BLE001 (not a notebook: it is not staged)
+                    continue
+                for cell in nb.cells:
+                    cell.source = strip_hidden(cell.source)
+                nbformat.write(nb, str(stage / rel))
+            else:
                 shutil.copyfile(path, stage / rel)
 
 
 def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[str], bwrap):
-    """Record ``sub``, write its job folder; return the job's spec (``None``: not gradable)."""
+    """Record ``sub``, write its job folder; return the job's spec and the test cells' sources
+    (index -> source, declarations included), or ``None`` when it is not gradable."""
     submitted = gradebook.submitted_folder(work, sub) / f"{sub.lesson}.ipynb"
     _flag_findings(sub, nbformat.read(str(submitted), as_version=4), spec, options.sandbox)
     try:
@@ -122,8 +138,9 @@ def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[
         return None
     for folder in ("stage", "runtime"):
         (job / folder).mkdir(parents=True)
-    nbformat.write(nb, str(job / "in.ipynb"))
-    _stage(work, sub, job / "stage")
+    runnable = strip_hidden_tests(nb)  # not even a declaration enters the kernel
+    nbformat.write(runnable, str(job / "in.ipynb"))
+    stage_folder([work.release / sub.lesson, gradebook.submitted_folder(work, sub)], job / "stage")
     size = sum(path.stat().st_size for path in (job / "stage").rglob("*") if path.is_file())
     if size > options.limits.tmpfs_bytes // 2:  # it must fit in the sandbox's home, with room
         room = options.limits.tmpfs_bytes / 2**20
@@ -136,10 +153,11 @@ def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[
         sandbox=options.sandbox,
         bwrap=bwrap,
         limits=options.limits.as_dict(),
-        cell_timeouts=[limits(cell) for cell in nb.cells],
+        cell_timeouts=[limits(cell) for cell in runnable.cells],
         notebook_timeout=options.notebook_timeout,
         hidden=[str(job / "in.ipynb"), *hidden],
-    )
+        values=sorted({n for item in items_of(sub.lesson).values() for n in item.values}),
+    ), {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
 
 
 def _plain(outcome: Outcome) -> str:
@@ -150,10 +168,11 @@ def _plain(outcome: Outcome) -> str:
     return outcome.reason or outcome.status
 
 
-def _record(work, sub, spec, config, job: Path, outcome: Outcome, options: Options) -> None:
-    """Turn one finished job into grades and report lines."""
+def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, functions) -> None:
+    """Turn one finished job into grades and report lines (``job``: folder, test sources)."""
+    job, tests = job
     if outcome.status == "sandbox failed":
-        raise SystemExit(
+        raise GradingError(
             f"the sandbox does not hold ({outcome.reason}); grading stopped. Check bubblewrap "
             "and the grader's account, or pass --no-sandbox knowingly"
         )
@@ -163,7 +182,14 @@ def _record(work, sub, spec, config, job: Path, outcome: Outcome, options: Optio
         sub.flag(f"could not grade it: {_plain(outcome)}", gradable=False)
         return
     executed = nbformat.read(str(job / "out.ipynb"), as_version=4)
-    graded = gradebook.record(work, sub, executed, config)
+    for index, source in tests.items():  # the test cells as recorded, declarations included
+        executed.cells[index].source = source
+    graded, verdicts = gradebook.record(
+        work, sub, executed, config, values=payload_of(job / "values.json"), sandbox=functions
+    )
+    sub.verdicts = verdicts.verdicts
+    for flag in verdicts.review:
+        sub.flag(f"for review: {flag}")
     sub.graded = True
     timeouts = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
     review_autograded(sub, spec, graded, timeouts)
@@ -208,6 +234,7 @@ def autograde(
     """
     config = gradebook.load_config(work)
     hidden_paths = [str(path) for path in hidden]
+    functions = FunctionSandbox.default(sandboxed=bwrap is not None, limits=options.limits)
     with (
         tempfile.TemporaryDirectory(prefix="shapes-grading-", ignore_cleanup_errors=True) as tmp,
         _nbgrader_log(work),
@@ -218,13 +245,16 @@ def autograde(
             for number, sub in enumerate(subs):
                 job = Path(tmp) / str(number)
                 args = (work, sub, specs[sub.lesson], config, job, options, hidden_paths, bwrap)
-                if (spec := _prepare(*args)) is not None:
-                    yield (sub, job), job, spec
+                if (prepared := _prepare(*args)) is not None:
+                    spec, tests = prepared
+                    yield (sub, job, tests), job, spec
 
         def done(key, outcome: Outcome) -> None:
-            sub, job = key
+            sub, job, tests = key
             try:
-                _record(work, sub, specs[sub.lesson], config, job, outcome, options)
+                _record(
+                    work, sub, specs[sub.lesson], config, (job, tests), outcome, options, functions
+                )
             except Exception as err:  # only a damaged workspace gets here (--no-sandbox)
                 sub.graded = False
                 sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)

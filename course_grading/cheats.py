@@ -1,22 +1,21 @@
-"""Read the student's code before it runs, for cheats and for reaching outside its folder.
+"""Read the student's code before it runs: a pointer for the instructor, never a judge.
 
-A test cell scores full points when it raises nothing, so code that stops a test from raising
-passes it. These are **cheats**; each one scores 0 the tests it could have passed:
+No grade depends on this reading: every autograded point is decided by trusted checks outside
+the student's kernel (``verdicts.py``), so nothing a cell does to the kernel can earn one. What
+it finds is *flagged for review* in the report, so that a person looks:
 
-- swallowing exceptions: ``set_custom_exc``, ``sys.excepthook``, replacing ``showtraceback``;
-- leaving the kernel: ``sys.exit``, ``os._exit``, ``exit()``, ``os.kill``, ``raise SystemExit``;
-- tampering with the kernel or the namespace: assigning to ``get_ipython()`` attributes,
-  ``events.register``, ``sys.modules[...] =``, ``globals()[...] =``, ``builtins``, ``exec``;
-- redefining a name the tests use that the answer is not meant to define (``isclose = ...``,
-  ``import numpy as math``, ``math.isclose = ...``);
-- monkeypatching ``course_lib`` (``memory.predict = ...``, ``mock.patch("course_lib...")``).
+- **tampering** (``cheat=True``): swallowing exceptions (``set_custom_exc``,
+  ``sys.excepthook``, replacing ``showtraceback``); leaving the kernel (``sys.exit``,
+  ``os._exit``, ``exit()``, ``os.kill``, ``raise SystemExit``); reaching into the kernel or the
+  namespace (``get_ipython()`` attributes, ``events.register``, ``sys.modules[...] =``,
+  ``globals()[...] =``, ``builtins``, ``exec``); redefining a name the lesson's visible checks
+  use (``isclose = ...``, ``import numpy as math``); monkeypatching ``course_lib``;
+- **reaching outside** (``cheat=False``): files, processes, the network (the sandbox stops
+  them).
 
-Leaving the kernel, tampering and monkeypatching score 0 every test after the cell; a
-redefinition scores 0 the later tests that use the name. Code that reaches for files,
-processes or the network is **suspicious**: flagged, not penalised (the sandbox stops it).
-Only the student's code is read: answer cells and cells the student added or changed (the
-lesson's own cells are restored before grading). A static reading can be fooled; the sandbox,
-the hidden-error check (``execute.py``) and the feedback scan (``leaks.py``) do not rely on it.
+An honest ``from IPython.display import display, Markdown`` is neither. Only the student's code
+is read: answer cells and cells the student added or changed (the lesson's own cells are
+restored before grading). A static reading can be fooled; nothing relies on it.
 """
 
 from __future__ import annotations
@@ -46,7 +45,13 @@ CHEAT_CALLS = [
         "tampers with the kernel",
     ),
     (
-        r"^(ipykernel|IPython)(\.|$)|^sys\.(displayhook|settrace|setprofile|modules)$",
+        r"(^|\.)(ast_transformers|input_transformers_post|input_transformers_cleanup|"
+        r"input_transformer_manager|user_ns|user_global_ns|user_ns_hidden|history_manager)(\.|$)",
+        "tampers with the kernel",
+    ),
+    (  # IPython.display (display, Markdown, HTML...) only shows things: not tampering
+        r"^(ipykernel|IPython(?!\.(display|core\.display)(\.|$)))(\.|$)|"
+        r"^sys\.(displayhook|settrace|setprofile|modules)$",
         "tampers with the kernel",
     ),
     (
@@ -80,12 +85,12 @@ SHELL_MAGICS = {"system", "sx", "bash", "sh", "script", "perl", "ruby"}
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing found in one cell of the student's code."""
+    """One thing found in one cell of the student's code (flagged for review, nothing more)."""
 
     cell: int  # index in the submitted notebook
-    cheat: bool  # a cheat (tests scored 0) or only suspicious (flagged)
+    cheat: bool  # tampering with the kernel or the tests, or only reaching outside
     what: str  # plain words, with the code that did it
-    zeroes: tuple[str, ...] = ()  # test grade ids scored 0 because of it
+    tests: tuple[str, ...] = ()  # the later test cells it could have aimed at
 
 
 def student_cells(nb: nbformat.NotebookNode, spec: LessonSpec) -> list[tuple[int, str]]:
@@ -111,12 +116,16 @@ def _calls(tree: ast.AST, names: Bindings) -> list[tuple[str, str, bool]]:
     (``socket.create_connection`` rather than ``socket``).
     """
     seen: dict[str, tuple[str, bool]] = {}
+    # only whole dotted names: ``IPython`` inside ``IPython.display.display`` is not a use
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Raise) and node.exc is not None:
             exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
             if dotted(exc, names) in ("SystemExit", "KeyboardInterrupt"):
                 seen.setdefault("exits the kernel", (f"raise {dotted(exc, names)}", True))
         if not isinstance(node, (ast.Attribute, ast.Name, ast.Call)):
+            continue
+        if id(node) in inner and not isinstance(node, ast.Call):
             continue
         name = dotted(node.func if isinstance(node, ast.Call) else node, names)
         if not name:

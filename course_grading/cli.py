@@ -1,14 +1,21 @@
-"""The grading command line: ``python -m course_grading SUBMISSIONS [options]``."""
+"""The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
+``python -m course_grading digest NAME VALUE [--sig N]`` (a visible test's digest).
+
+This is the only place a ``GradingError`` becomes a message and an exit status: one line on
+stderr, exit status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import sys
 from pathlib import Path
 
 from course_grading.autograde import Options
 from course_grading.course import SOURCE_DIR
+from course_grading.errors import GradingError
 from course_grading.run import grade
 from course_grading.sandbox import MAX_SLOTS, Limits
 
@@ -63,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m course_grading",
         description="Autograde student submissions with nbgrader in a private workspace, each "
-        "notebook in its own bubblewrap sandbox; generate feedback without hidden tests or "
+        "notebook in its own bubblewrap sandbox, every point decided by the lessons' trusted "
+        "checks outside the student's kernel; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",
+        epilog="Instructors: `python -m course_grading digest NAME VALUE [--sig N]` prints the "
+        "digest a visible test compares an answer with.",
     )
     add = parser.add_argument
     add(
@@ -95,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from(args: argparse.Namespace) -> Options:
     """The run's options from parsed arguments; one line and exit 2 on a bad value."""
-    if not 1 <= args.jobs <= MAX_SLOTS:
-        raise SystemExit(f"--jobs {args.jobs}: give 1 to {MAX_SLOTS}")
+    if not 1 <= args.jobs <= MAX_SLOTS - 1:  # the last slot's uid runs graded functions
+        raise GradingError(f"--jobs {args.jobs}: give 1 to {MAX_SLOTS - 1}")
     cores = os.cpu_count() or 1
     limits = Limits(
         memory_bytes=int(args.memory * 2**30),
@@ -114,8 +124,44 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
+def digest_main(argv: list[str]) -> int:
+    """``digest NAME VALUE [--sig N]``: the digest a visible test checks an answer against."""
+    from course_lib.answers import digest
+
+    parser = argparse.ArgumentParser(
+        prog="python -m course_grading digest",
+        description="Print the digest of an answer, for a visible test's "
+        "check(NAME, value, DIGEST, sig=N) in a lesson's test cell.",
+    )
+    parser.add_argument("name", help="the answer's variable name (the salt)")
+    parser.add_argument("value", help="a Python literal: 16, 0.635, 'B', (2, 8), {'a', 'c'}")
+    parser.add_argument("--sig", type=int, default=None, help="significant figures compared")
+    args = parser.parse_args(argv)
+    try:
+        value = ast.literal_eval(args.value)
+    except (ValueError, SyntaxError):
+        value = args.value  # a bare word is a string answer
+    try:
+        print(digest(args.name, value, args.sig))
+    except (TypeError, ValueError) as err:
+        raise GradingError(f"cannot make a digest of {args.value!r}: {err}") from None
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line entry point; exits 0 when the run finished (problems are in the report)."""
+    """Command line entry point; 0 when the run finished (problems are in the report), 2 with
+    one line on stderr when it could not (a ``GradingError``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv[:1] == ["digest"]:
+            return digest_main(argv[1:])
+        return _grade_main(argv)
+    except GradingError as err:
+        print(f"python -m course_grading: {err}", file=sys.stderr)
+        return 2
+
+
+def _grade_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     options = options_from(args)
     warning = NO_SANDBOX_WARNING.format(user=os.environ.get("USER") or f"uid {os.getuid()}")
@@ -133,13 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         timings=timings,
     )
     out = args.out.resolve()
-    flagged = [r for r in rows if r["status"] != "ok"]
+    flagged = [r for r in rows if r.status != "ok"]
     print(
         f"graded {len(rows)} row(s), {len(flagged)} need attention; report: "
         f"{out / 'report.md'}, scores: {out / 'scores.csv'}, feedback: {out / 'feedback'}"
     )
     for r in flagged:
-        print(f"  {r['student']} / {r['lesson']}: {r['status']}: {r['reasons']}")
+        print(f"  {r.student} / {r.lesson}: {r.status}: {'; '.join(r.reasons)}")
     sandbox = "no sandbox" if not options.sandbox else f"{options.jobs} sandbox(es) at a time"
     steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items())
     print(f"took {steps} ({sandbox})")

@@ -6,9 +6,10 @@
 The grader keeps one of these per parallel slot (``jobs.py``), outside the sandbox; each job
 gets a fresh kernel in a fresh sandbox. ``JOB_DIR``
 holds ``job.json`` (``jobs.JobSpec``), ``in.ipynb`` (the notebook as nbgrader prepared it, hidden
-tests included: the kernel receives the cells one by one and never sees this file), ``stage/``
+regions removed: the kernel receives the cells one by one and never sees this file), ``stage/``
 (the student's folder as the kernel may see it) and ``runtime/`` (connection file, IPC sockets).
-It writes ``out.ipynb`` (the executed notebook) and ``result.json``.
+It writes ``out.ipynb`` (the executed notebook), ``result.json`` and, when ``JobSpec.values``
+names any, ``values.json`` (those names taken out after the last cell: ``evidence.py``).
 
 Before any cell runs, a probe inside the sandboxed kernel checks that the sandbox holds: the
 job folder, the work course, the submissions and the course's ``solutions/`` do not exist for
@@ -36,6 +37,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from course_grading import sandbox
+from course_grading.evidence import take_values
 from course_grading.jobs import JobSpec, Outcome
 from course_grading.kernel import GivenSpecKernelManager, kernel_manager
 from course_grading.processes import become_subreaper, kill_leftovers
@@ -194,6 +196,8 @@ async def _execute(client: GradingClient, km: GivenSpecKernelManager, spec: JobS
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
+            if spec.values:  # the declared answers, as plain data (evidence.py: values.json)
+                await take_values(client, spec.values, job / "values.json")
         finally:
             try:
                 await asyncio.wait_for(km.shutdown_kernel(now=False), timeout=10)

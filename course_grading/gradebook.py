@@ -2,11 +2,13 @@
 
 ``nbgrader autograde`` does three things per notebook: it *sanitizes* the submission (records the
 student and the submission, clears outputs, restores test and read-only cells from the
-gradebook, hidden tests included), *executes* it, and *records* the result (limits output,
-saves the grades and late penalties, writes ``autograded/``). Here the first and last run with
-nbgrader's own preprocessors and the course's configuration, and the execution happens
-elsewhere (``jobs.py``: a worker per submission, a sandbox per kernel). Only this module, in
-the grader's process, writes the gradebook.
+gradebook, hidden-test declarations included), *executes* it, and *records* the result (limits
+output, saves the grades and late penalties, writes ``autograded/``). Here the first and last
+run with nbgrader's own preprocessors and the course's configuration, except that the grades
+are the trusted checks' (``verdicts.SaveTrustedGrades``, the same step ``nbgrader autograde``
+uses with the course's configuration); the execution happens elsewhere (``jobs.py``: a worker
+per submission, a sandbox per kernel, hidden regions removed). Only this module and
+``class_gradebook.py``, in the grader's process, write a gradebook.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from nbgrader.preprocessors import (
     LimitOutput,
     OverwriteCells,
     OverwriteKernelspec,
-    SaveAutoGrades,
 )
 from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
@@ -35,15 +36,17 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 from course_grading.course import CONFIG_FILE, WorkCourse, ignored
+from course_grading.functions import FunctionSandbox
 from course_grading.lesson import LessonSpec
 from course_grading.submissions import Submission
+from course_grading.verdicts import Graded, SaveTrustedGrades
 
 SANITIZE = (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata)
 RECORD = (
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,
-    SaveAutoGrades,
+    SaveTrustedGrades,
     AssignLatePenalties,
     CheckCellMetadata,
 )
@@ -71,7 +74,7 @@ def _resources(work: WorkCourse, sub: Submission, folder: Path) -> dict:
 def _apply(steps, nb: nbformat.NotebookNode, resources: dict, config: Config):
     for step in steps:
         nb, resources = step(config=config)(nb, resources)
-    return nb
+    return nb, resources
 
 
 def submitted_folder(work: WorkCourse, sub: Submission) -> Path:
@@ -86,8 +89,8 @@ def autograded_path(work: WorkCourse, sub: Submission) -> Path:
 def sanitize(work: WorkCourse, sub: Submission, config: Config) -> nbformat.NotebookNode:
     """Record the student and the submission; return the notebook ready to execute.
 
-    The result holds the hidden tests (restored from the gradebook): it must never be where
-    student code can read it.
+    The result holds the hidden-test declarations (restored from the gradebook): it must never
+    be where student code can read it (``items.strip_hidden_tests`` makes the runnable copy).
     """
     folder = submitted_folder(work, sub)
     stamp = folder / "timestamp.txt"
@@ -102,13 +105,24 @@ def sanitize(work: WorkCourse, sub: Submission, config: Config) -> nbformat.Note
         else:
             gb.update_or_create_submission(sub.lesson, sub.student)
     nb = nbformat.read(str(folder / f"{sub.lesson}.ipynb"), as_version=4)
-    return _apply(SANITIZE, nb, _resources(work, sub, folder), config)
+    return _apply(SANITIZE, nb, _resources(work, sub, folder), config)[0]
 
 
 def record(
-    work: WorkCourse, sub: Submission, executed: nbformat.NotebookNode, config: Config
-) -> Path:
-    """Save the grades of an executed notebook and write it (and its files) to ``autograded/``."""
+    work: WorkCourse,
+    sub: Submission,
+    executed: nbformat.NotebookNode,
+    config: Config,
+    *,
+    values: dict,
+    sandbox: FunctionSandbox,
+) -> tuple[Path, Graded]:
+    """Save the trusted grades of an executed notebook and write it (and its files) to
+    ``autograded/``; return its path and the verdicts.
+
+    ``values``: what was taken out of its kernel (a ``values.json`` payload, ``evidence.py``);
+    ``sandbox``: where graded functions run.
+    """
     dest = autograded_path(work, sub)
     if dest.parent.exists():
         shutil.rmtree(dest.parent)
@@ -119,16 +133,18 @@ def record(
             if path.is_file() and path.suffix != ".ipynb" and not ignored(rel):
                 (dest.parent / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, dest.parent / rel)
-    nb = _apply(RECORD, executed, _resources(work, sub, dest.parent), config)
+    resources = _resources(work, sub, dest.parent)
+    resources["course_grading"] = {"values": values, "sandbox": sandbox}
+    nb, resources = _apply(RECORD, executed, resources, config)
     nbformat.write(nb, str(dest))
-    return dest
+    return dest, resources["course_grading"]["graded"]
 
 
 def read_scores(work: WorkCourse, subs: list[Submission], specs: dict[str, LessonSpec]) -> None:
-    """Fill the scores of graded submissions from the gradebook; zeroed tests count 0.
+    """Fill the scores of graded submissions from the gradebook; deleted tests count 0.
 
-    A deleted test cell is left ungraded by nbgrader ("needs manual grade"), and a test that a
-    cheat may have passed (``cheats.py``) must not count: both are scored 0 here.
+    A deleted test cell is left ungraded by nbgrader ("needs manual grade"): it is scored 0
+    here, as the report says.
     """
     with Gradebook(work.db_url) as gb:
         for sub in subs:
@@ -141,7 +157,7 @@ def read_scores(work: WorkCourse, subs: list[Submission], specs: dict[str, Lesso
                 sub.flag("grades were not recorded; see course/nbgrader.log")
                 continue
             for grade in notebook.grades:
-                if grade.name in sub.deleted or grade.name in sub.zeroed:
+                if grade.name in sub.deleted:
                     grade.auto_score = 0.0
                     grade.needs_manual_grade = False
             gb.db.commit()
@@ -154,7 +170,10 @@ def _add_up(sub: Submission, spec: LessonSpec, notebook) -> None:
         if grade.name in spec.tests:
             sub.auto_score += got
             if got < grade.max_score:
-                sub.failed_tests.append(f"{grade.name} ({got:g}/{grade.max_score:g})")
+                verdict = sub.verdicts.get(grade.name)
+                decided = verdict is not None and got == verdict.points
+                why = f": {verdict.message}" if decided else ""
+                sub.failed_tests.append(f"{grade.name} ({got:g}/{grade.max_score:g}{why})")
         elif grade.needs_manual_grade:
             sub.manual_pending += grade.max_score
     sub.score = notebook.score

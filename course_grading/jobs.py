@@ -45,6 +45,7 @@ class JobSpec:
     iopub_timeout: int = 30  # let an interrupted torch kernel answer
     startup_timeout: int = 120
     uid: int | None = None  # set when a slot is given
+    values: list[str] = field(default_factory=list)  # names taken out after the last cell
 
     def save(self, job: Path) -> None:
         (job / "job.json").write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

@@ -1,56 +1,25 @@
 """The grading report: one row per student and lesson, in CSV and Markdown, and a score sheet.
 
 ``report.csv`` / ``report.md``: status (ok, flagged, not graded, missing, unrecognised), score,
-maximum, autograded points, written-answer points still to grade, failed tests, and the reasons
-in plain words. ``scores.csv``: one row per student, a column per lesson, total and maximum.
+maximum, autograded points, written-answer points still to grade, failed items with the trusted
+checks' messages, and the reasons in plain words. ``scores.csv``: one row per student, a column
+per lesson, total and maximum.
+
+Much of a row is text a student controls (their id, their file's name, an exception's message,
+a value quoted back to them). Every such text is written as text: one line (newlines and other
+control characters become spaces), no raw HTML in ``report.md`` (``<``, ``>`` and ``&`` become
+entities, ``|`` is escaped), and no CSV cell that a spreadsheet would run as a formula (a cell
+starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``).
 """
 
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from course_grading.lesson import LessonSpec
 from course_grading.submissions import Submission
-
-REPORT_FIELDS = [
-    "student",
-    "lesson",
-    "status",
-    "score",
-    "max_score",
-    "auto_score",
-    "auto_max",
-    "manual_pending",
-    "failed_tests",
-    "reasons",
-    "file",
-    "sandbox",
-]
-
-
-def _row(sub: Submission, spec: LessonSpec | None) -> dict:
-    """One report row; the maximum falls back to the lesson's when nbgrader never graded it."""
-    auto_max = spec.auto_max if spec else 0.0
-    max_score = sub.max_score or (auto_max + (spec.manual_max if spec else 0.0))
-    reasons = list(sub.problems)
-    if sub.manual_pending:
-        reasons.append(f"needs manual grading ({sub.manual_pending:g} points of written answers)")
-    reasons += sub.info
-    return {
-        "student": sub.student,
-        "lesson": sub.lesson,
-        "status": sub.status,
-        "score": f"{sub.score:g}",
-        "max_score": f"{max_score:g}",
-        "auto_score": f"{sub.auto_score:g}",
-        "auto_max": f"{auto_max:g}",
-        "manual_pending": f"{sub.manual_pending:g}",
-        "failed_tests": "; ".join(sub.failed_tests),
-        "reasons": "; ".join(reasons),
-        "file": str(sub.original) if sub.original else "",
-    }
-
 
 #: The first lines of report.md when student code ran without a sandbox.
 UNSANDBOXED = (
@@ -59,79 +28,162 @@ UNSANDBOXED = (
     "the solutions, other students' files, the network). Re-grade with the sandbox if any "
     "submission may be hostile."
 )
+STATUSES = ("ok", "flagged", "not graded", "missing", "unrecognised")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
-def _write_scores(out: Path, subs: list[Submission], specs: dict[str, LessonSpec]) -> None:
-    lessons = sorted({sub.lesson for sub in subs})
-    students = sorted({sub.student for sub in subs})
-    table = {(s.student, s.lesson): s for s in subs}
-    with open(out / "scores.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["student", *lessons, "total", "max_total"])
-        for student in students:
-            cells = [table.get((student, lesson)) for lesson in lessons]
-            scores = [c.score if c else 0.0 for c in cells]
-            maxima = [float(_row(c, specs.get(c.lesson))["max_score"]) if c else 0.0 for c in cells]
-            writer.writerow(
-                [student, *(f"{x:g}" for x in scores), f"{sum(scores):g}", f"{sum(maxima):g}"]
-            )
+@dataclass(frozen=True)
+class Row:
+    """One row of the report: a student's lesson (or a file that was not understood)."""
+
+    student: str
+    lesson: str
+    status: str  # one of STATUSES
+    score: float = 0.0
+    max_score: float = 0.0
+    auto_score: float = 0.0
+    auto_max: float = 0.0
+    manual_pending: float = 0.0
+    failed_tests: tuple[str, ...] = ()  # "grade id (points/max: the check's message)"
+    reasons: tuple[str, ...] = ()
+    file: str = ""
+    sandbox: str = "bubblewrap"
+
+    def csv_cells(self) -> dict[str, str]:
+        """The row as CSV cells (text made safe, see the module docstring)."""
+        cells = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float):
+                cells[f.name] = f"{value:g}"
+            elif isinstance(value, tuple):
+                cells[f.name] = csv_text("; ".join(value))
+            else:
+                cells[f.name] = csv_text(value)
+        return cells
 
 
-def _write_markdown(out: Path, rows: list[dict], sandboxed: bool) -> None:
-    counts = {
-        status: sum(r["status"] == status for r in rows)
-        for status in ("ok", "flagged", "not graded", "missing", "unrecognised")
-    }
-    lines = ["# Grading report", ""] + ([UNSANDBOXED, ""] if not sandboxed else [])
-    lines += [
-        ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ".",
-        "",
-        "Scores are autograded points plus any manual points entered so far; written "
-        "answers still need manual grading in formgrader (`course/` is an nbgrader course).",
-        "",
-        "| student | lesson | status | score | max | reasons |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        reasons = r["reasons"].replace("|", "\\|") or "-"
-        lines.append(
-            f"| {r['student']} | {r['lesson']} | {r['status']} | {r['score']} | "
-            f"{r['max_score']} | {reasons} |"
-        )
-    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+REPORT_FIELDS = [f.name for f in fields(Row)]
 
 
-def write_reports(
-    out: Path,
+def one_line(text: str) -> str:
+    """``text`` on one line: every control character (newlines included) becomes a space."""
+    return "".join(ch if ch.isprintable() else " " for ch in str(text))
+
+
+def csv_text(text: str) -> str:
+    """A CSV cell no spreadsheet runs as a formula, on one line."""
+    text = one_line(text)
+    return "'" + text if text.startswith(_FORMULA) else text
+
+
+def markdown_text(text: str) -> str:
+    """Text for a Markdown table cell: one line, no HTML, no cell breaks."""
+    text = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|").replace("`", "\\`")
+
+
+def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:
+    """One report row; the maximum falls back to the lesson's when nbgrader never graded it."""
+    auto_max = spec.auto_max if spec else 0.0
+    max_score = sub.max_score or (auto_max + (spec.manual_max if spec else 0.0))
+    reasons = list(sub.problems)
+    if sub.manual_pending:
+        reasons.append(f"needs manual grading ({sub.manual_pending:g} points of written answers)")
+    reasons += sub.info
+    return Row(
+        student=sub.student,
+        lesson=sub.lesson,
+        status=sub.status,
+        score=sub.score,
+        max_score=max_score,
+        auto_score=sub.auto_score,
+        auto_max=auto_max,
+        manual_pending=sub.manual_pending,
+        failed_tests=tuple(sub.failed_tests),
+        reasons=tuple(reasons),
+        file=str(sub.original) if sub.original else "",
+        sandbox=sandbox,
+    )
+
+
+def rows_of(
     subs: list[Submission],
     specs: dict[str, LessonSpec],
     unknown: list[str],
     *,
     sandboxed: bool = True,
-) -> list[dict]:
-    """Write ``report.csv``, ``scores.csv`` and ``report.md``; return the report rows.
-
-    ``sandboxed=False`` (``--no-sandbox``) puts a warning at the top of ``report.md`` and
-    ``none`` in every row's ``sandbox`` column.
-    """
-    rows = [_row(sub, specs.get(sub.lesson)) for sub in subs]
+) -> list[Row]:
+    """The report's rows: every submission in order, then every file not understood."""
+    sandbox = "bubblewrap" if sandboxed else "none (--no-sandbox)"
+    rows = [_row(sub, specs.get(sub.lesson), sandbox) for sub in subs]
     rows += [
-        {
-            **dict.fromkeys(REPORT_FIELDS, ""),
-            "student": "?",
-            "lesson": "?",
-            "status": "unrecognised",
-            "reasons": "file name matches no student/lesson pattern; not graded",
-            "file": path,
-        }
+        Row(
+            student="?",
+            lesson="?",
+            status="unrecognised",
+            reasons=("file name matches no student/lesson pattern; not graded",),
+            file=path,
+            sandbox=sandbox,
+        )
         for path in unknown
     ]
-    for row in rows:
-        row["sandbox"] = "bubblewrap" if sandboxed else "none (--no-sandbox)"
+    return rows
+
+
+def _write_scores(out: Path, rows: list[Row]) -> None:
+    graded = [r for r in rows if r.status != "unrecognised"]
+    lessons = sorted({r.lesson for r in graded})
+    table = {(r.student, r.lesson): r for r in graded}
+    with open(out / "scores.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", *lessons, "total", "max_total"])
+        for student in sorted({r.student for r in graded}):
+            cells = [table.get((student, lesson)) for lesson in lessons]
+            scores = [c.score if c else 0.0 for c in cells]
+            maxima = [c.max_score if c else 0.0 for c in cells]
+            writer.writerow(
+                [
+                    csv_text(student),
+                    *(f"{x:g}" for x in scores),
+                    f"{sum(scores):g}",
+                    f"{sum(maxima):g}",
+                ]
+            )
+
+
+def _write_markdown(out: Path, rows: list[Row], sandboxed: bool) -> None:
+    counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
+    lines = ["# Grading report", ""] + ([UNSANDBOXED, ""] if not sandboxed else [])
+    lines += [
+        ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ".",
+        "",
+        "Scores are autograded points plus any manual points entered so far; written "
+        "answers still need manual grading in formgrader (`course/` is an nbgrader course). "
+        "Every autograded point is decided by the lesson's trusted checks, outside the "
+        "student's kernel; a failed item shows the check's message.",
+        "",
+        "| student | lesson | status | score | max | failed items | reasons |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        failed = markdown_text("; ".join(r.failed_tests)) or "-"
+        reasons = markdown_text("; ".join(r.reasons)) or "-"
+        lines.append(
+            f"| {markdown_text(r.student)} | {markdown_text(r.lesson)} | {r.status} | "
+            f"{r.score:g} | {r.max_score:g} | {failed} | {reasons} |"
+        )
+    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_reports(out: Path, rows: list[Row], *, sandboxed: bool = True) -> None:
+    """Write ``report.csv``, ``scores.csv`` and ``report.md`` from ``rows``.
+
+    ``sandboxed=False`` (``--no-sandbox``) puts a warning at the top of ``report.md``.
+    """
     with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, REPORT_FIELDS)
         writer.writeheader()
-        writer.writerows(rows)
-    _write_scores(out, subs, specs)
+        writer.writerows(r.csv_cells() for r in rows)
+    _write_scores(out, rows)
     _write_markdown(out, rows, sandboxed)
-    return rows

@@ -9,8 +9,9 @@ Steps, all inside a private workspace (``--out``, default ``grading/``):
 2. build a fresh nbgrader course in ``<out>/course`` from ``solutions/`` (its own gradebook) and
    copy every readable submission into its ``submitted/`` folder; the originals are only read;
 3. autograde: every notebook runs in its own kernel in a sandbox (``autograde``, ``sandbox``),
-   ``--jobs`` at a time; cheats score 0 the tests they could pass (``cheats``); a deleted test
-   cell is scored 0 explicitly;
+   ``--jobs`` at a time, with every hidden-test region removed; the lesson's trusted checks
+   decide every autograded item outside the kernel (``verdicts``, ``items``); the cheat scan
+   only flags for review (``cheats``); a deleted test cell is scored 0 explicitly;
 4. ``nbgrader generate_feedback`` with hidden tests removed (``HideHiddenTests``); a feedback
    file holding any instructor line the student did not write is withheld (``leaks``), the
    others are copied to ``<out>/feedback/<student>/<lesson>.html``;
@@ -34,11 +35,13 @@ import nbformat
 
 from course_grading import course as wc
 from course_grading.autograde import Options, autograde
+from course_grading.errors import GradingError
 from course_grading.feedback import WITHHELD, withheld_record
 from course_grading.inspection import inspect, repaired_copy
+from course_grading.items import check_notebook
 from course_grading.leaks import instructor_lines, leaked, own_lines
 from course_grading.lesson import LessonSpec
-from course_grading.report import write_reports
+from course_grading.report import Row, rows_of, write_reports
 from course_grading.sandbox import check_available
 from course_grading.submissions import Submission, add_missing, collect
 from course_grading.workspace import prepare_workspace
@@ -46,9 +49,9 @@ from course_grading.workspace import prepare_workspace
 
 def _check_paths(submissions_dir: Path, out: Path) -> None:
     if not submissions_dir.is_dir():
-        raise SystemExit(f"submissions folder {submissions_dir} does not exist")
+        raise GradingError(f"submissions folder {submissions_dir} does not exist")
     if out == submissions_dir or out in submissions_dir.parents or submissions_dir in out.parents:
-        raise SystemExit("--out must be outside the submissions folder (and not contain it)")
+        raise GradingError("--out must be outside the submissions folder (and not contain it)")
 
 
 def _select(
@@ -57,7 +60,7 @@ def _select(
     """The submissions to grade, the files not understood, and the lessons to grade."""
     unknown_lessons = sorted(set(lessons or []) - set(all_lessons))
     if unknown_lessons:
-        raise SystemExit(f"unknown lesson(s) {unknown_lessons}; the lessons are {all_lessons}")
+        raise GradingError(f"unknown lesson(s) {unknown_lessons}; the lessons are {all_lessons}")
     subs, unknown = collect(submissions_dir, all_lessons)
     wanted = sorted(lessons) if lessons else sorted({s.lesson for s in subs})
     subs = [s for s in subs if s.lesson in wanted]
@@ -87,6 +90,8 @@ def _build_course(
         )
         for lesson in lessons
     }
+    for lesson in lessons:  # every item declared and checked, before any student's code runs
+        check_notebook(lesson, nbformat.read(str(work.source_notebook(lesson)), as_version=4))
     return work, specs
 
 
@@ -145,8 +150,10 @@ def grade(
     lessons: list[str] | None = None,
     force: bool = False,
     timings: dict[str, float] | None = None,
-) -> list[dict]:
+) -> list[Row]:
     """Grade every submission under ``submissions_dir``; return the report rows (see module).
+
+    Raises ``GradingError`` (with what to do) when grading cannot go on at all.
 
     ``timings``, if given, receives the seconds each step took (``course``, ``autograde``,
     ``feedback``): for the benchmark and the command's last line, never for the report.
@@ -160,7 +167,7 @@ def grade(
     bwrap = check_available() if options.sandbox else None  # no silent fallback: stop here
     all_lessons = wc.find_lessons(course_root)
     if not all_lessons:
-        raise SystemExit(f"no lessons in {course_root / wc.SOURCE_DIR}")
+        raise GradingError(f"no lessons in {course_root / wc.SOURCE_DIR}")
     prepare_workspace(out, force)
     subs, unknown, wanted = _select(submissions_dir, all_lessons, lessons)
     timeouts = options.cell_timeout, options.lesson_timeout
@@ -174,4 +181,6 @@ def grade(
         timings["autograde"], clock = time.perf_counter() - clock, time.perf_counter()
         _keep_feedback(work, subs, out)
         timings["feedback"] = time.perf_counter() - clock
-    return write_reports(out, subs, specs, unknown, sandboxed=options.sandbox)
+    rows = rows_of(subs, specs, unknown, sandboxed=options.sandbox)
+    write_reports(out, rows, sandboxed=options.sandbox)
+    return rows

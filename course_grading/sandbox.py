@@ -30,6 +30,7 @@ kernel in its own session. There is no PID namespace: ipykernel quits at once in
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
@@ -37,6 +38,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from course_grading.errors import GradingError
 
 #: Where the student's folder is inside the sandbox: ``HOME`` and the kernel's working folder.
 HOME = "/home/student"
@@ -75,10 +78,10 @@ def sandbox_uid(slot: int) -> int | None:
 
 
 def check_available() -> str:
-    """Return the path of ``bwrap`` if it can make a sandbox here; else stop with one line."""
+    """Return the path of ``bwrap`` if it can make a sandbox here; else a ``GradingError``."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise SystemExit(
+        raise GradingError(
             "cannot sandbox student code: bubblewrap is not installed (apt-get install "
             "bubblewrap); --no-sandbox grades without one, unsafely"
         )
@@ -91,7 +94,7 @@ def check_available() -> str:
     )
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise SystemExit(
+        raise GradingError(
             f"cannot sandbox student code: bwrap cannot create namespaces here ({why}); "
             "--no-sandbox grades without one, unsafely"
         )
@@ -213,3 +216,51 @@ def kernel_argv(
         args += ["--setenv", name, value]
     script = _start_script(lesson, runtime, uid)
     return [*args, "--", "/bin/sh", "-c", script, "sh", *_limits_command(limits), *kernel]
+
+
+def command_argv(
+    *,
+    bwrap: str,
+    argv: list[str],
+    binds: list[tuple[Path, str]],
+    limits: Limits,
+    cpu_seconds: int,
+    uid: int | None,
+    env: dict[str, str],
+) -> list[str]:
+    """A plain command in a fresh sandbox of its own (``course_grading.functions``).
+
+    Read-only: the system folders, the Python installation and the venv, with the folders of
+    ``course_grading`` and ``course_lib`` covered by empty ones wherever an install put them
+    inside those (a regular, non-editable install); plus ``binds`` (host folder, path inside),
+    read-only. Private: a size-limited ``/tmp``, a PID namespace (nothing outlives the
+    command), no network, a cleared environment (``env`` only). Limits: ``limits`` and
+    ``cpu_seconds`` of CPU time; a root grader drops to ``uid``.
+    """
+    python = [Path(sys.base_prefix).resolve(), Path(sys.prefix)]
+    python = [p for i, p in enumerate(python) if p not in python[:i]]
+    args = [bwrap, "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-pid"]
+    args += ["--die-with-parent", "--new-session", *_system_binds(), "--proc", "/proc"]
+    args += ["--dev", "/dev", "--perms", "1777", "--size", str(limits.tmpfs_bytes)]
+    args += ["--tmpfs", "/tmp", *_folders_for([*python, *(Path(dst) for _, dst in binds)])]
+    for path in python:
+        args += ["--ro-bind", str(path), str(path)]
+    for name in ("course_grading", "course_lib"):  # cover them where an install put them
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            package = Path(folder).resolve()
+            if any(package == p or p in package.parents for p in python):
+                args += ["--perms", "0555", "--tmpfs", str(package)]
+    for source, target in binds:
+        args += ["--ro-bind", str(source), target]
+    args += ["--chdir", "/tmp", "--clearenv"]
+    for name, value in env.items():
+        args += ["--setenv", name, value]
+    drop = []
+    if uid is not None:
+        drop = [
+            "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+            "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig=KILL", "--",
+        ]  # fmt: skip
+    limit = _limits_command(limits)
+    return [*args, "--", *drop, *limit[:-1], f"--cpu={cpu_seconds}", "--", *argv]

@@ -34,7 +34,7 @@ class Submission:
     info: list[str] = field(default_factory=list)  # worth knowing, not a problem
     gradable: bool = True
     deleted: list[str] = field(default_factory=list)  # grade ids missing from the notebook
-    zeroed: set[str] = field(default_factory=set)  # tests a cheat could have passed: scored 0
+    verdicts: dict = field(default_factory=dict)  # test grade id -> items.Verdict
     unchanged_answers: list[str] = field(default_factory=list)
     graded: bool = False
     auto_score: float = 0.0

@@ -10,6 +10,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from course_grading.errors import GradingError
+
 MARKER = ".shapes-grading"
 
 #: What a run writes in the workspace, removed before the next run.
@@ -35,13 +37,13 @@ def _manual_grades(db: Path) -> int:
 def prepare_workspace(out: Path, force: bool) -> None:
     """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades."""
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise SystemExit(
+        raise GradingError(
             f"{out} exists and is not a grading workspace (no {MARKER}); "
             "give an empty or new folder with --out"
         )
     manual = _manual_grades(out / "course" / "gradebook.db")
     if manual and not force:
-        raise SystemExit(
+        raise GradingError(
             f"{out / 'course' / 'gradebook.db'} holds {manual} manual grade(s) or "
             "comment(s); a new run would replace them. Use another --out, or "
             "--force to discard them."

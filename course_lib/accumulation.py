@@ -6,28 +6,30 @@ mean over every loss token of the window::
     L = (1 / N) * sum_i S_i,    S_i = summed cross-entropy of micro-batch i (nats),
                                 N   = sum_i n_i, n_i = loss tokens of micro-batch i.
 
-The seed's loop ``loss = model(**mb).loss / accum`` computes instead::
+The widely copied loop ``loss = model(**mb).loss / accum`` computes instead::
 
     L_mean = (1 / K) * sum_i S_i / n_i
 
 which weights a micro-batch of 5 completion tokens as much as one of 500. The two agree only when
 every ``n_i`` is equal. ``mode="token_weighted"`` reproduces ``L`` exactly by asking the model for
-``S_i / N`` (Hugging Face's ``num_items_in_batch``); ``mode="mean"`` is the seed's ``L_mean``.
+``S_i / N`` (Hugging Face's ``num_items_in_batch``); ``mode="mean"`` is that loop's ``L_mean``.
 Across data-parallel ranks ``N`` is summed over ranks (:mod:`course_lib.distributed`).
 
 Counting: :func:`~course_lib.batch.count_loss_tokens` (re-exported here) and
 :mod:`course_lib.token_log`; lesson 3's windows with set loss-token counts:
-:mod:`course_lib.windows`.
+:mod:`course_lib.lessons.accumulation`.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from .batch import IGNORE_INDEX, count_loss_tokens
+from .batch import CONCATENABLE_KEYS, IGNORE_INDEX, count_loss_tokens
 from .distributed import all_reduce_sum, is_distributed, sum_over_ranks
 from .token_log import MicroBatchTokens, batch_token_counts
 
@@ -37,11 +39,13 @@ __all__ = [
     "accumulate_gradients",
     "concatenate_micro_batches",
     "count_loss_tokens",
+    "flat_grad",
     "gradient_error",
+    "relative_error",
 ]
 
-MODES = ("token_weighted", "mean")
-_PAD_KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
+Mode = Literal["token_weighted", "mean"]
+MODES: tuple[Mode, ...] = ("token_weighted", "mean")
 
 
 @dataclass
@@ -63,11 +67,13 @@ class AccumulationStats:
     world_size: int = 1
 
 
-def _validate_window(micro_batches, mode: str) -> tuple[list[dict], list[MicroBatchTokens]]:
+def _validate_window(
+    micro_batches: Iterable[dict], mode: str
+) -> tuple[list[dict], list[MicroBatchTokens]]:
     if mode not in MODES:
         raise ValueError(
             f"mode={mode!r} is not one of {MODES}; use 'token_weighted' (correct) or "
-            "'mean' (the seed's loss / accum, for comparison)"
+            "'mean' (the common loss / accum, for comparison)"
         )
     micro_batches = list(micro_batches)
     if not micro_batches:
@@ -87,7 +93,7 @@ def _validate_window(micro_batches, mode: str) -> tuple[list[dict], list[MicroBa
     return micro_batches, counts
 
 
-def _window_tokens(local_tokens: int, k: int, distributed: bool, group) -> tuple[int, int]:
+def _window_tokens(local_tokens: int, k: int, distributed: bool, group: object) -> tuple[int, int]:
     """``(N, W)``: the window's loss tokens (summed over ranks when ``distributed``) and the
     world size; raises when ``N`` is 0."""
     window_tokens, world_size = (
@@ -104,36 +110,53 @@ def _window_tokens(local_tokens: int, k: int, distributed: bool, group) -> tuple
 
 def accumulate_gradients(
     model: torch.nn.Module,
-    micro_batches,
-    mode: str = "token_weighted",
+    micro_batches: Iterable[dict],
+    mode: Mode = "token_weighted",
     distributed: bool | None = None,
-    group=None,
+    group: object = None,
+    *,
+    simulate_ranks: tuple[int, int] | None = None,
 ) -> AccumulationStats:
     """Forward/backward every micro-batch of one window; gradients add up in ``.grad``.
 
     The optimiser is not stepped and ``.grad`` is not zeroed: the caller owns both.
     ``"token_weighted"``: back-propagates ``S_i / N`` (``N`` = the window's loss tokens), so the
     window's gradient is that of the mean over all its tokens; a micro-batch without a loss token
-    contributes 0. ``"mean"``: back-propagates ``(S_i / n_i) / K`` (the seed); a micro-batch
-    without a loss token raises, before any backward pass.
+    contributes 0. ``"mean"``: back-propagates ``(S_i / n_i) / K`` (the common ``loss / accum``);
+    a micro-batch without a loss token raises, before any backward pass.
 
     ``distributed=None`` means "if ``torch.distributed`` is initialised": ``N`` is then summed over
     the ranks of ``group`` and the token-weighted loss multiplied by the world size ``W`` so DDP's
     average gives the global token mean (all-reducing gradients by hand? average them too, as DDP
     does). A DDP model syncs only on the last micro-batch
     (``no_sync``). ``"mean"`` with DDP is the mean over ``W * K`` micro-batch means.
+
+    ``simulate_ranks=(N_all, W)`` plays one rank of ``W`` in a single process (lesson 3): the
+    token-weighted loss uses the given window count over all ranks and world size, and no
+    collective runs. Averaging the ranks' gradients by hand then gives what DDP would.
+
+    Returns:
+        :class:`AccumulationStats` of the window.
+
+    Raises:
+        ValueError: an unknown mode, an empty window, a micro-batch without ``input_ids`` and
+            ``labels``, a window without any loss token, or (``"mean"``) a micro-batch without one.
     """
     micro_batches, counts = _validate_window(micro_batches, mode)
     local_tokens = sum(c.loss_tokens for c in counts)
     k = len(micro_batches)
     distributed = is_distributed() if distributed is None else distributed
-    window_tokens, world_size = _window_tokens(local_tokens, k, distributed, group)
+    if simulate_ranks is not None:
+        window_tokens, world_size = simulate_ranks
+        distributed = False
+    else:
+        window_tokens, world_size = _window_tokens(local_tokens, k, distributed, group)
 
     loss_sum = 0.0  # sum_i S_i in nats
     for i, (mb, c) in enumerate(zip(micro_batches, counts)):
         # DDP all-reduces on every backward unless told not to: sync once, on the last one.
-        skip_sync = i < k - 1 and hasattr(model, "no_sync")
-        with model.no_sync() if skip_sync else contextlib.nullcontext():
+        no_sync = getattr(model, "no_sync", None) if i < k - 1 else None
+        with no_sync() if no_sync is not None else contextlib.nullcontext():
             if mode == "token_weighted":
                 out = model(**mb, num_items_in_batch=window_tokens)  # S_i / N
                 (out.loss * world_size).backward()
@@ -156,21 +179,27 @@ def accumulate_gradients(
     )
 
 
-def concatenate_micro_batches(micro_batches, pad_token_id: int = 0) -> dict:
+def concatenate_micro_batches(
+    micro_batches: Iterable[dict], pad_token_id: int = 0
+) -> dict[str, torch.Tensor]:
     """One full batch holding every row of the window, right-padded to the longest ``seq_len``.
 
     Padding slots get ``attention_mask`` 0 and label -100, so they change no loss and (causal,
-    masked keys) no real token's output. Packed batches (``cu_seq_lens``...) are not supported.
+    masked keys) no real token's output.
+
+    Raises:
+        ValueError: no micro-batch, or one with keys other than
+            :data:`~course_lib.batch.CONCATENABLE_KEYS` (packed rows: unpack them first).
     """
     micro_batches = list(micro_batches)
     if not micro_batches:
         raise ValueError("no micro-batch to concatenate: pass at least one batch dict")
     for i, mb in enumerate(micro_batches):
-        extra = sorted(set(mb) - set(_PAD_KEYS))
+        extra = sorted(set(mb) - set(CONCATENABLE_KEYS))
         if extra:
             raise ValueError(
                 f"micro-batch {i} has keys {extra}; only padded batches with "
-                f"{_PAD_KEYS} can be concatenated (unpack packed rows first)"
+                f"{CONCATENABLE_KEYS} can be concatenated (unpack packed rows first)"
             )
     seq_len = max(mb["input_ids"].shape[1] for mb in micro_batches)
     fill = {
@@ -179,7 +208,7 @@ def concatenate_micro_batches(micro_batches, pad_token_id: int = 0) -> dict:
         "labels": IGNORE_INDEX,
         "position_ids": 0,
     }
-    keys = [k for k in _PAD_KEYS if any(k in mb for mb in micro_batches)]
+    keys = [k for k in CONCATENABLE_KEYS if any(k in mb for mb in micro_batches)]
     full = {}
     for key in keys:
         rows = []
@@ -198,16 +227,39 @@ def concatenate_micro_batches(micro_batches, pad_token_id: int = 0) -> dict:
     return full
 
 
-def _flat_grad(params) -> torch.Tensor:
-    return torch.cat(
-        [
-            (p.grad if p.grad is not None else torch.zeros_like(p)).detach().double().flatten()
-            for p in params
-        ]
-    )
+def flat_grad(
+    params: torch.nn.Module | Iterable[torch.Tensor], dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """Every parameter's gradient in one vector (zeros where there is none yet).
+
+    Args:
+        params: a model, or its parameters.
+        dtype: the vector's dtype (float64: differences of nearly equal gradients stay exact).
+    """
+    if isinstance(params, torch.nn.Module):
+        params = params.parameters()
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    return torch.cat([g.detach().to(dtype).flatten() for g in grads])
 
 
-def gradient_error(model: torch.nn.Module, micro_batches, mode: str = "token_weighted") -> float:
+def relative_error(g: torch.Tensor, reference: torch.Tensor) -> float:
+    """``||g - reference|| / ||reference||`` (dimensionless).
+
+    Raises:
+        ValueError: ``reference`` is exactly 0, so a relative error is undefined.
+    """
+    norm = float(reference.norm())
+    if norm == 0.0:
+        raise ValueError(
+            "the full-batch gradient is exactly 0, so a relative error is undefined; "
+            "use a model with random (non-zero) weights"
+        )
+    return float((g - reference).norm()) / norm
+
+
+def gradient_error(
+    model: torch.nn.Module, micro_batches: Sequence[dict], mode: Mode = "token_weighted"
+) -> float:
     """Relative L2 error ``||g_acc - g_full|| / ||g_full||`` (dimensionless).
 
     ``g_acc``: ``accumulate_gradients(model, micro_batches, mode)`` in this process only.
@@ -215,6 +267,9 @@ def gradient_error(model: torch.nn.Module, micro_batches, mode: str = "token_wei
     mean over all its loss tokens. Dropout-like layers are switched off for the comparison; the
     model's ``.grad`` and train/eval flags are as they were afterwards. Pass the bare module, not
     a DDP wrapper (its backward would average with other ranks).
+
+    Raises:
+        ValueError: see :func:`accumulate_gradients`; a full-batch gradient of exactly 0.
     """
     micro_batches, _ = _validate_window(micro_batches, mode)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -225,20 +280,14 @@ def gradient_error(model: torch.nn.Module, micro_batches, mode: str = "token_wei
         for p in params:
             p.grad = None
         accumulate_gradients(model, micro_batches, mode, distributed=False)
-        g_acc = _flat_grad(params)
+        g_acc = flat_grad(params)
         for p in params:
             p.grad = None
         model(**concatenate_micro_batches(micro_batches)).loss.backward()
-        g_full = _flat_grad(params)
+        g_full = flat_grad(params)
     finally:
         for p, g in zip(params, saved_grads):
             p.grad = g
         for m, training in saved_modes.items():
             m.training = training
-    norm = float(g_full.norm())
-    if norm == 0.0:
-        raise ValueError(
-            "the full-batch gradient is exactly 0, so a relative error is undefined; "
-            "use a model with random (non-zero) weights"
-        )
-    return float((g_acc - g_full).norm()) / norm
+    return relative_error(g_acc, g_full)

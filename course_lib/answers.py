@@ -1,4 +1,4 @@
-"""Instant feedback on an answer without giving the answer away.
+"""The student's side of grading: instant feedback on an answer without giving the answer away.
 
 A visible test in a lesson compares a *digest* of the student's value with the digest of the right
 one: the value is normalised to a stated precision (numbers to ``sig`` significant figures, text
@@ -16,21 +16,18 @@ and in the test cell below, :func:`check` says right or wrong::
 
     check("predicted_ratio", predicted_ratio, "5c0d4f2e9a1b7c3d", sig=3)
 
-Instructors make a digest with ``python -m course_lib.answers NAME VALUE [--sig N]``.
+Instructors make a digest with ``python -m course_grading digest NAME VALUE [--sig N]`` (the
+instructors' package, which imports :func:`digest` from here so both sides hash alike).
 
-Hidden tests make sure graded work is the student's own with :func:`course_lib_calls`: it runs
-the student's function (or re-runs an answer cell's code) and lists every function of
-``course_lib`` it reached, however it was named or aliased.
+The grade itself is decided outside the student's kernel, by the course's trusted checks
+(``course_grading.items``), which also make sure graded work is the student's own.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import hashlib
 import math
 import numbers
-import sys
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -39,11 +36,15 @@ ITERATIONS = 100_000  # about 30 ms per digest: instant for one check, slow for 
 DIGEST_CHARS = 16
 
 
-def normalise(value, sig: int | None = None) -> str:
+def normalise(value: object, sig: int | None = None) -> str:
     """The canonical text of an answer (see the module docstring).
 
     ``sig=None`` keeps integers exact and floats to 12 significant figures; ``sig=N`` rounds every
     number to ``N`` significant figures, so ``0.6349`` and ``0.635`` agree at ``sig=3``.
+
+    Raises:
+        ValueError: the answer is still blank (``...`` or ``None``).
+        TypeError: a value that is not a number, bool, string or list/tuple/set of those.
     """
     if value is None or value is Ellipsis:
         raise ValueError("there is no answer yet: the value is still empty (...)")
@@ -70,15 +71,23 @@ def normalise(value, sig: int | None = None) -> str:
     )
 
 
-def digest(name: str, value, sig: int | None = None) -> str:
-    """The salted, slow hash of ``value`` normalised to ``sig`` significant figures."""
+def digest(name: str, value: object, sig: int | None = None) -> str:
+    """The salted, slow hash of ``value`` normalised to ``sig`` significant figures.
+
+    Raises:
+        ValueError, TypeError: see :func:`normalise`.
+    """
     text = normalise(value, sig).encode()
     salt = f"shapes-course:{name}".encode()
     return hashlib.pbkdf2_hmac("sha256", text, salt, ITERATIONS).hex()[:DIGEST_CHARS]
 
 
-def ensure_answered(**answers) -> None:
-    """Raise ``NotImplementedError`` naming every answer still left as ``...`` (or ``None``)."""
+def ensure_answered(**answers: object) -> None:
+    """Raise ``NotImplementedError`` naming every answer still left as ``...`` (or ``None``).
+
+    Raises:
+        NotImplementedError: an answer is still blank, naming what to set.
+    """
     missing = [name for name, value in answers.items() if value is Ellipsis or value is None]
     if missing:
         names = ", ".join(missing)
@@ -87,11 +96,12 @@ def ensure_answered(**answers) -> None:
         )
 
 
-def check(name: str, value, expected: str, sig: int | None = None) -> None:
-    """Say whether ``value`` is right without revealing the right value.
+def check(name: str, value: object, expected: str, sig: int | None = None) -> None:
+    """Say whether ``value`` is right without revealing the right value; prints one line if it is.
 
-    Raises ``NotImplementedError`` if the answer is still blank, ``AssertionError`` (with a hint
-    at the precision compared) if it is wrong; prints one line if it is right.
+    Raises:
+        NotImplementedError: the answer is still blank.
+        AssertionError: it is wrong (with a hint at the precision compared).
     """
     ensure_answered(**{name: value})
     try:
@@ -102,56 +112,3 @@ def check(name: str, value, expected: str, sig: int | None = None) -> None:
     if got != expected:
         raise AssertionError(f"{name} is not right yet{precision}: look again at how you got it")
     print(f"{name}: right{precision}")
-
-
-def course_lib_calls(
-    fn, *args, allowed: tuple[str, ...] = (), **kwargs
-) -> tuple[object, list[str]]:
-    """Run ``fn(*args, **kwargs)``; return its result and the ``course_lib`` functions it called.
-
-    Every Python function call is watched (``sys.setprofile``), so an alias (``f =
-    find_max_batch_size``) is caught like a direct call. Only entry points into the library are
-    listed (what the library calls inside itself is not). Names are ``module.function``; modules
-    in ``allowed`` (e.g. ``"course_lib.model"`` when the exercise trains TinyGPT) and this module
-    are not listed. An exception from ``fn`` propagates.
-    """
-    called: set[str] = set()
-    here = str(PACKAGE_DIR)
-    skip = {"course_lib.answers", *allowed}
-
-    def watch(frame, event, arg):
-        if event != "call" or not frame.f_code.co_filename.startswith(here):
-            return
-        caller = frame.f_back
-        if caller is None or not caller.f_code.co_filename.startswith(here):  # an entry point
-            module = frame.f_globals.get("__name__", "")
-            if module not in skip and not any(module.startswith(a + ".") for a in allowed):
-                called.add(f"{module}.{frame.f_code.co_name}")
-
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
-        result = fn(*args, **kwargs)
-    finally:
-        sys.setprofile(previous)
-    return result, sorted(called)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m course_lib.answers", description="print the digest of an answer"
-    )
-    parser.add_argument("name", help="the answer's variable name (the salt)")
-    parser.add_argument("value", help="a Python literal: 16, 0.635, 'B', (2, 8), {'a', 'c'}")
-    parser.add_argument("--sig", type=int, default=None, help="significant figures compared")
-    args = parser.parse_args(argv)
-    try:
-        value = ast.literal_eval(args.value)
-    except (ValueError, SyntaxError):
-        value = args.value  # a bare word is a string answer
-    print(digest(args.name, value, args.sig))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,11 +11,18 @@ model takes it as ``model(**batch)``:
 * packed batches: ``position_ids`` ``(B, T)`` restarting at 0 for every document,
   ``document_ids`` ``(B, T)`` (-1 for the padding tail), ``cu_seq_lens`` int32 offsets of every
   document in the flattened ``B * T`` stream and ``max_length`` the longest document.
+
+The key sets below are the contract in code: :class:`~course_lib.collate.PaddingCollator` returns
+:data:`PADDED_KEYS`, :class:`~course_lib.packing.PackingCollator` :data:`PACKED_KEYS` (and
+:data:`HF_FLASH_KEYS` on request), and :func:`~course_lib.accumulation.concatenate_micro_batches`
+joins batches holding only :data:`CONCATENABLE_KEYS`.
 """
 
 from __future__ import annotations
 
 import torch
+
+from ._checks import seq_len_within
 
 IGNORE_INDEX = -100  # the label of a token that is not trained on (PyTorch's cross-entropy default)
 
@@ -23,6 +30,29 @@ PADDED_KEYS = ("input_ids", "attention_mask", "labels")
 PACKED_KEYS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seq_lens", "max_length")
 # Hugging Face's flash-attention names for the same offsets (DataCollatorWithFlattening).
 HF_FLASH_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+# Per-row keys: rows of batches with only these can be stacked into one batch (padded rows).
+CONCATENABLE_KEYS = (*PADDED_KEYS, "position_ids")
+
+
+def random_batch(
+    vocab_size: int,
+    batch_size: int,
+    seq_len: int,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> dict[str, torch.Tensor]:
+    """Full rows of random token ids, every token a label: the worst case a measurement wants.
+
+    The ids depend only on ``(seed, batch_size, seq_len)``, so every measurement of one shape sees
+    the same batch. What a step allocates does not depend on the ids, only on the shape.
+
+    Returns:
+        ``{"input_ids": (B, T) int64, "labels": the same tensor}`` on ``device``.
+    """
+    gen = torch.Generator().manual_seed(seed + batch_size * 100003 + seq_len)
+    ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=gen)  # (B, T)
+    ids = ids.to(device or "cpu")
+    return {"input_ids": ids, "labels": ids}
 
 
 def count_loss_tokens(labels: torch.Tensor) -> int:
@@ -34,6 +64,10 @@ def count_loss_tokens(labels: torch.Tensor) -> int:
     masking that first label is a prompt token (-100) and the counts agree; with full-sequence
     labels (``labels = input_ids``) every row adds one phantom token, so a batch of 16 rows of 20
     labelled tokens would claim 320 instead of 304 and every normaliser built on it is 5 % off.
+
+    Raises:
+        ValueError: ``labels`` is not a tensor with a sequence dimension.
+        TypeError: ``labels`` holds floats or bools rather than token ids.
     """
     if not torch.is_tensor(labels) or labels.dim() < 1:
         raise ValueError(f"labels must be a tensor with a sequence dimension, got {labels!r}")
@@ -44,12 +78,28 @@ def count_loss_tokens(labels: torch.Tensor) -> int:
     return int((labels[..., 1:] != IGNORE_INDEX).sum())
 
 
-def check_model_inputs(input_ids, vocab_size: int, max_seq_len: int, **same_shape) -> None:
+def check_model_inputs(
+    input_ids: object,
+    vocab_size: int,
+    max_seq_len: int,
+    position_ids: torch.Tensor | None = None,
+    **same_shape: torch.Tensor | None,
+) -> tuple[int, int]:
     """Validate a batch at the model's door: a clear ``ValueError`` instead of a torch traceback.
 
-    ``input_ids`` must be a non-empty ``(B, T)`` integer tensor with ids in ``[0, vocab_size)``
-    and ``T <= max_seq_len``; every tensor in ``same_shape`` (labels, masks, position ids) that is
-    not ``None`` must be ``(B, T)`` too.
+    Args:
+        input_ids: a non-empty ``(B, T)`` integer tensor with ids in ``[0, vocab_size)``.
+        vocab_size: the model's vocabulary.
+        max_seq_len: the longest row the model takes (``T <= max_seq_len``).
+        position_ids: ``(B, T)`` positions in ``[0, max_seq_len)``, or ``None``.
+        **same_shape: tensors (labels, masks, document ids) that must be ``(B, T)`` too when they
+            are not ``None``.
+
+    Returns:
+        ``(B, T)``.
+
+    Raises:
+        ValueError: naming the first input that breaks the contract and what it should be.
     """
     if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
         raise ValueError(
@@ -61,14 +111,17 @@ def check_model_inputs(input_ids, vocab_size: int, max_seq_len: int, **same_shap
     B, T = input_ids.shape
     if B == 0 or T == 0:
         raise ValueError(f"input_ids is empty: shape {(B, T)}")
-    if T > max_seq_len:
-        raise ValueError(
-            f"seq_len={T} is longer than max_seq_len={max_seq_len}; build the model with "
-            "a larger max_seq_len or shorten the batch"
-        )
+    seq_len_within(int(T), max_seq_len)
     lo, hi = int(input_ids.min()), int(input_ids.max())
     if lo < 0 or hi >= vocab_size:
         raise ValueError(f"token ids must be in [0, {vocab_size}), got range [{lo}, {hi}]")
-    for name, t in same_shape.items():
+    for name, t in {"position_ids": position_ids, **same_shape}.items():
         if t is not None and tuple(t.shape) != (B, T):
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {(B, T)} like input_ids")
+    if position_ids is not None:
+        p_lo, p_hi = int(position_ids.min()), int(position_ids.max())
+        if p_lo < 0 or p_hi >= max_seq_len:
+            raise ValueError(
+                f"position_ids must lie in [0, {max_seq_len}), got range [{p_lo}, {p_hi}]"
+            )
+    return int(B), int(T)

@@ -1,16 +1,13 @@
-"""Activation checkpointing: memory against recompute, measured on both sides.
+"""Activation checkpointing's price: the step time of recomputation, measured.
 
 A checkpointed block keeps only its input for the backward pass and runs its forward again
-when the gradient reaches it. Two numbers describe the trade, and this module measures both:
-
-* **Memory.** :func:`~course_lib.memory.compare_checkpointing` measures the peak of one training
-  step with and without checkpointing beside the prediction of
-  :func:`~course_lib.memory.activation_bytes`; :func:`max_batch_under_budget` and
-  :func:`max_seq_len_under_budget` turn the prediction into
-  "how much more fits".
-* **Time.** :func:`time_checkpointing` times forward + backward with and without checkpointing in
-  one run, interleaved (:func:`course_lib.timing.interleave`) so that a busy machine slows both
-  sides alike, and reports the ratio.
+when the gradient reaches it. Two numbers describe the trade. Its memory side is measured by
+:func:`~course_lib.memory.compare_checkpointing` (beside the prediction of
+:func:`~course_lib.memory.activation_bytes`; what then fits a budget is lesson 4's
+:mod:`course_lib.lessons.checkpointing`). Its time side is here: :func:`time_checkpointing`
+times forward + backward with and without checkpointing in one run, interleaved
+(:func:`course_lib.timing.interleave`) so that a busy machine slows both sides alike, and reports
+the ratio.
 
 Counting the extra compute: a block's backward costs about twice its forward, so a step costs
 ``F + 2F = 3F``; recomputing every block adds one more ``F``, a ratio of ``4/3 ≈ 1.33`` when the
@@ -24,24 +21,20 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ._checks import checkpointing_mode, non_negative_int, positive_int, positive_number
-from .budget import NoBatchFitsError, find_max_batch_size
-from .memory import activation_bytes, mode_label, pick_device
-from .memory.sweep import random_batch
+from ._checks import (
+    Checkpointing,
+    checkpointing_mode,
+    non_negative_int,
+    positive_int,
+    seq_len_within,
+)
+from .batch import random_batch
+from .memory import mode_label, pick_device
+from .memory.meter import Device
 from .model import TinyGPT, TinyGPTConfig
-from .timing import interleave
+from .timing import Step, interleave
 
-__all__ = [
-    "StepTimes",
-    "time_checkpointing",
-    "max_batch_under_budget",
-    "max_seq_len_under_budget",
-]
-
-
-# --------------------------------------------------------------------------------------------
-# Time
-# --------------------------------------------------------------------------------------------
+__all__ = ["StepTimes", "time_checkpointing"]
 
 
 @dataclass
@@ -53,7 +46,7 @@ class StepTimes:
     a neighbour's burst of load slows both halves of a pair rather than one side of the median.
     """
 
-    checkpointing: str
+    checkpointing: Checkpointing
     checkpoint_every: int
     attn_impl: str
     n_layers: int
@@ -85,6 +78,7 @@ class StepTimes:
         return len(self.plain_seconds)
 
     def summary(self) -> str:
+        """One line: the shape, both medians, the ratio and its range over the pairs."""
         label = mode_label(self.checkpointing, self.checkpoint_every)
         return (
             f"{self.batch_size} × {self.seq_len}, {self.n_layers} blocks, {self.attn_impl}, "
@@ -99,10 +93,10 @@ def time_checkpointing(
     config: TinyGPTConfig,
     batch_size: int,
     seq_len: int,
-    checkpointing="blocks",
+    checkpointing: Checkpointing | bool = "blocks",
     repeats: int = 5,
     warmup: int = 1,
-    device=None,
+    device: Device = None,
     seed: int = 0,
     progress: bool = False,
 ) -> StepTimes:
@@ -110,43 +104,30 @@ def time_checkpointing(
 
     Two models with the same weights; ``warmup`` untimed steps each, then ``repeats`` pairs in
     alternating order (:func:`course_lib.timing.interleave`). Gradients are cleared before every
-    step.
+    step. ``config.checkpoint_every`` applies to the checkpointed side.
+
+    Returns:
+        :class:`StepTimes` with every timed repeat of both sides.
+
+    Raises:
+        ValueError: ``checkpointing`` is ``"off"`` (nothing to compare), a count that is not a
+            positive int, or ``seq_len`` longer than ``config.max_seq_len``.
     """
     mode = checkpointing_mode(checkpointing)
-    if mode == "none":
-        raise ValueError(
-            "checkpointing='none' has nothing to compare: pass 'blocks' or 'attention'"
-        )
+    if mode == "off":
+        raise ValueError("checkpointing='off' has nothing to compare: pass 'blocks' or 'attention'")
     positive_int("batch_size", batch_size)
-    positive_int("seq_len", seq_len)
+    seq_len_within(seq_len, config.max_seq_len)
     positive_int("repeats", repeats)
     non_negative_int("warmup", warmup)
-    if seq_len > config.max_seq_len:
-        raise ValueError(f"seq_len={seq_len} is longer than max_seq_len={config.max_seq_len}")
     dev = pick_device(device)
-    models = {}
-    for name, m in (("plain", "none"), ("checkpointed", mode)):
-        torch.manual_seed(seed)  # the same weights on both sides
-        models[name] = TinyGPT(replace(config, checkpointing=m)).to(dev)
-    batch = random_batch(config, batch_size, seq_len, seed, dev)
-
-    def step(model):
-        def run(_round: int) -> None:
-            model.zero_grad(set_to_none=True)
-            model(**batch).loss.backward()
-
-        return run
-
-    timings = interleave(
-        {name: step(model) for name, model in models.items()},
-        repeats,
-        warmup,
-        device=dev,
-        progress=progress,
-        desc="timing steps",
-    )
-    for model in models.values():
-        model.zero_grad(set_to_none=True)
+    batch = random_batch(config.vocab_size, batch_size, seq_len, seed, dev)
+    sides: dict[str, Checkpointing] = {"plain": "off", "checkpointed": mode}
+    steps = {
+        side: _training_step(replace(config, checkpointing=m), batch, seed, dev)
+        for side, m in sides.items()
+    }
+    timings = interleave(steps, repeats, warmup, device=dev, progress=progress, desc="timing steps")
     return StepTimes(
         checkpointing=mode,
         checkpoint_every=config.checkpoint_every,
@@ -160,69 +141,14 @@ def time_checkpointing(
     )
 
 
-# --------------------------------------------------------------------------------------------
-# What fits under a budget
-# --------------------------------------------------------------------------------------------
+def _training_step(config: TinyGPTConfig, batch: dict, seed: int, device: torch.device) -> Step:
+    """A TinyGPT from ``seed`` (the same weights for every config) and its timed step: clear the
+    gradients, then forward + backward."""
+    torch.manual_seed(seed)
+    model = TinyGPT(config).to(device)
 
+    def run(_round: int) -> None:
+        model.zero_grad(set_to_none=True)
+        model(**batch).loss.backward()
 
-def _largest_fitting(fits, limit: int) -> int:
-    """The largest ``n <= limit`` with ``fits(n)`` (lesson 5's doubling-then-bisection search)."""
-    try:
-        return find_max_batch_size(fits, start=1, limit=limit).batch_size
-    except NoBatchFitsError:
-        return 0
-
-
-def max_batch_under_budget(
-    config: TinyGPTConfig,
-    seq_len: int,
-    budget_bytes: int,
-    checkpointing=None,
-    dtype: torch.dtype = torch.float32,
-    limit: int = 1 << 20,
-) -> int:
-    """The largest micro-batch whose predicted step peak stays within ``budget_bytes``.
-
-    The peak is :func:`~course_lib.memory.activation_bytes`' ``total``: bytes above the weights
-    (activations, gradients in flight, the weights' gradients), and it only grows with the batch,
-    so :func:`~course_lib.budget.find_max_batch_size` (doubling, then bisection) finds the answer
-    in ``O(log batch)`` predictions.
-    ``checkpointing=None`` uses ``config.checkpointing``. Returns 0 when not even one row fits.
-    """
-    positive_int("seq_len", seq_len)
-    positive_number("budget_bytes", budget_bytes)
-    if checkpointing is not None:
-        checkpointing = checkpointing_mode(checkpointing)
-
-    def fits(batch_size: int) -> bool:
-        peak = activation_bytes(config, batch_size, seq_len, dtype, checkpointing).total
-        return peak <= budget_bytes
-
-    return _largest_fitting(fits, limit)
-
-
-def max_seq_len_under_budget(
-    config: TinyGPTConfig,
-    batch_size: int,
-    budget_bytes: int,
-    checkpointing=None,
-    dtype: torch.dtype = torch.float32,
-    limit: int = 1 << 20,
-) -> int:
-    """The longest sequence (up to ``limit`` tokens) whose predicted step peak fits the budget.
-
-    Predicts with ``max_seq_len`` raised to ``limit``: RoPE needs no table of learned positions,
-    so only memory bounds the length. Returns 0 when not even one token fits.
-    """
-    positive_int("batch_size", batch_size)
-    positive_number("budget_bytes", budget_bytes)
-    positive_int("limit", limit)
-    if checkpointing is not None:
-        checkpointing = checkpointing_mode(checkpointing)
-    long = replace(config, max_seq_len=limit)
-
-    def fits(seq_len: int) -> bool:
-        peak = activation_bytes(long, batch_size, seq_len, dtype, checkpointing).total
-        return peak <= budget_bytes
-
-    return _largest_fitting(fits, limit)
+    return run

@@ -1,21 +1,26 @@
 """Command line: ``python -m course_lib plan ...`` prints a training plan as a table.
 
 ``plan`` plans the course's TinyGPT (``--d-model --n-layers --n-heads``) or a real Hugging Face
-model (``--model NAME|config.json``: :func:`course_lib.finetune.plan_finetune`). Subcommands live
-in ``COMMANDS``; another one (``grade``, say) is one more entry there. Bad values end in a
-one-line ``error: ...`` and exit status 2, never a traceback; a model that does not fit at all
-exits with status 1 (TinyGPT: a one-line error; ``--model``: the table, with the warning).
+model (``--model NAME|config.json``: :func:`course_lib.finetune.plan_finetune`), for the memory
+of one device (``--gpu-memory 24GiB``: the plans' ``memory_budget``, parsed by
+:func:`course_lib.units.parse_bytes`). Subcommands live in ``COMMANDS``; another one is one more
+entry there. Bad values end in a one-line ``error: ...`` and exit status 2, never a traceback; a
+model that does not fit at all exits with status 1 (TinyGPT: a one-line error; ``--model``: the
+table, with the warning).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
+
+from .units import DTYPE_ALIASES, DTYPE_BYTES, GIB, dtype_name, parse_bytes
 
 PLAN_EXAMPLE = """\
 examples:
   python -m course_lib plan --d-model 768 --n-layers 12 --n-heads 12 --vocab-size 32000 \\
-      --seq-len 2048 --memory-gb 24 --dataset-size 800
+      --seq-len 2048 --gpu-memory 24GiB --dataset-size 800
   python -m course_lib plan --model Llama-3.1-8B --gpu-memory 24GiB --seq-len 4096 \\
       --dtype bf16 --finetune lora --lora-rank 16 --attention sdpa --target-tokens 32000
 
@@ -30,15 +35,25 @@ with every gradient already there (accumulation), AdamW moments in fp32.
 TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size", "dataset_size", "devices",
                 "target_min", "target_max", "min_tokens")  # fmt: skip
 HF_ONLY = ("finetune", "lora_rank", "target_tokens")
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}  # fmt: skip
+DTYPE_CHOICES = (*DTYPE_BYTES, *DTYPE_ALIASES)  # every spelling units.dtype_name reads
+# --checkpointing: the library's modes, and "on" for "blocks" (every block recomputed).
+CHECKPOINTING_CHOICES = ("off", "on", "blocks", "attention")
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but an error is one line (``prog: error: ...``) and exit status 2."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _memory(text: str) -> int:
+    """``--gpu-memory``: an amount with a unit, one line of error otherwise."""
+    try:
+        return parse_bytes(text, "--gpu-memory")
+    except ValueError as exc:
+        # argparse already says "argument --gpu-memory:"; the message starts at the value
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--gpu-memory=")) from None
 
 
 def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,10 +80,22 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--seq-len", type=int, required=True, help="longest row in tokens: the worst case"
     )
-    run.add_argument("--memory-gb", type=float, help="memory per device in GiB (2**30 bytes)")
-    run.add_argument("--gpu-memory", help="memory per device with a unit: 24GiB, 80GB, 24 (GiB)")
     run.add_argument(
-        "--dtype", choices=tuple(DTYPES), help="float32 (TinyGPT default) or bfloat16 (bf16)..."
+        "--gpu-memory",
+        type=_memory,
+        metavar="AMOUNT",
+        help="memory per device, with a unit: 24GiB (binary, 2**30 bytes) or 80GB (decimal)",
+    )
+    # Deprecated for one release: it meant GiB. --gpu-memory 24GiB says so.
+    run.add_argument("--memory-gb", type=float, help=argparse.SUPPRESS)
+    run.add_argument(
+        "--dtype", choices=DTYPE_CHOICES, help="float32 (TinyGPT default) or bfloat16 (bf16)..."
+    )
+    run.add_argument(
+        "--checkpointing",
+        choices=CHECKPOINTING_CHOICES,
+        help="recompute every block in the backward pass (on = blocks), only TinyGPT's "
+        "attention halves, or off (default: only when one row does not fit without it)",
     )
     tiny = p.add_argument_group("TinyGPT run")
     tiny.add_argument("--dataset-size", type=int, help="training examples")
@@ -86,7 +113,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _check_plan_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+def _check_plan_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """One-line errors (exit 2) for values argparse cannot judge alone."""
     hf = args.model is not None
     stray = [n for n in (TINYGPT_ONLY if hf else HF_ONLY) if getattr(args, n) is not None]
@@ -95,39 +122,48 @@ def _check_plan_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"{_flag(stray[0])} belongs to the {other} plan, not this one")
     needed = ["seq_len"] if hf else ["d_model", "n_layers", "n_heads", "seq_len", "dataset_size"]
     missing = [_flag(n) for n in needed if getattr(args, n) is None]
-    if args.memory_gb is None and args.gpu_memory is None:
-        missing.append("--gpu-memory" if hf else "--memory-gb")
+    if args.memory_gb is not None:
+        if not 0 < args.memory_gb < float("inf"):  # also nan
+            parser.error(f"--memory-gb must be a positive finite number, got {args.memory_gb}")
+        if args.gpu_memory is not None:
+            parser.error("give --gpu-memory only (--memory-gb is its old, deprecated spelling)")
+        print(
+            f"{parser.prog}: warning: --memory-gb is deprecated and goes in the next release: "
+            f"use --gpu-memory {args.memory_gb:g}GiB",
+            file=sys.stderr,
+        )
+        args.gpu_memory = int(args.memory_gb * GIB)
+    if args.gpu_memory is None:
+        missing.append("--gpu-memory")
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
     for name in (*needed, *TINYGPT_ONLY, *HF_ONLY[1:]):
         value = getattr(args, name, None)
         if isinstance(value, int) and value <= 0:
             parser.error(f"{_flag(name)} must be positive, got {value}")
-    if args.memory_gb is not None and not 0 < args.memory_gb < float("inf"):  # also nan
-        parser.error(f"--memory-gb must be a positive finite number, got {args.memory_gb}")
     low, high = args.target_min or 16, args.target_max or 64
     if low > high:
         parser.error(f"--target-min {low} is above --target-max {high}")
+    if args.checkpointing == "on":
+        args.checkpointing = "blocks"
 
 
 def _run_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    _check_plan_args(args, parser)
+    _check_plan_flags(args, parser)
     return (_run_hf_plan if args.model is not None else _run_tinygpt_plan)(args, parser)
 
 
 def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import torch  # imported here so that --help and argument errors stay fast
 
-    from .budget import NoBatchFitsError
-    from .finetune import parse_bytes
+    from .fit import NoBatchFitsError
     from .model import TinyGPTConfig
     from .plan import plan
 
-    dtype = DTYPES[args.dtype or "float32"]
+    dtype = dtype_name(args.dtype or "float32")
     if dtype == "float16":
         parser.error("--dtype float16 is not planned for TinyGPT: use float32 or bfloat16")
     try:
-        budget = int(args.memory_gb * 2**30) if args.memory_gb else parse_bytes(args.gpu_memory)
         config = TinyGPTConfig(
             vocab_size=args.vocab_size or 260,
             d_model=args.d_model,
@@ -137,10 +173,10 @@ def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser)
             attn_impl=args.attn_impl or "eager",
         )
         result = plan(
-            config, budget, args.seq_len, args.dataset_size,
+            config, args.gpu_memory, args.seq_len, args.dataset_size,
             target_effective=(args.target_min or 16, args.target_max or 64),
             min_tokens_per_step=args.min_tokens or 4000, n_devices=args.devices or 1,
-            dtype=getattr(torch, dtype),
+            dtype=getattr(torch, dtype), checkpointing=args.checkpointing,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
@@ -154,18 +190,17 @@ def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser)
 def _run_hf_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .finetune import plan_finetune
 
-    memory = args.gpu_memory if args.gpu_memory is not None else f"{args.memory_gb}GiB"
     try:
         result = plan_finetune(
-            args.model, memory, args.seq_len,
-            dtype=DTYPES[args.dtype] if args.dtype else None,
+            args.model, args.gpu_memory, args.seq_len, dtype=args.dtype,
             finetune=args.finetune or "lora", lora_rank=args.lora_rank or 16,
             attn_impl=args.attn_impl or "sdpa", target_tokens=args.target_tokens,
+            checkpointing=args.checkpointing,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
     print(result.to_table())
-    return 0 if result.micro_batch_size else 1
+    return 0 if result.micro_batch else 1
 
 
 # name -> (add_arguments(parser), run(args, parser) -> exit status, one-line summary, epilog)
@@ -180,6 +215,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m course_lib`` parser, one subcommand per entry of ``COMMANDS``."""
     parser = _Parser(
         prog="python -m course_lib", description="Shapes: the course's command-line tools."
     )
@@ -200,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     return args.run(args, args.parser)

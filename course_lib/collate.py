@@ -18,22 +18,30 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from course_lib._checks import non_negative_int, positive_int
-from course_lib.batch import IGNORE_INDEX
+from course_lib.batch import IGNORE_INDEX, PADDED_KEYS
+
+Example = dict | Sequence[int] | np.ndarray | torch.Tensor  # a dict, or plain token ids
 
 
-def example_tokens(example, index: int, completion_only: bool, label_pad_id: int = IGNORE_INDEX):
+def example_tokens(
+    example: Example, index: int, completion_only: bool, label_pad_id: int = IGNORE_INDEX
+) -> tuple[np.ndarray, np.ndarray]:
     """``(input_ids, labels)`` of one example as int64 arrays, validated.
 
     ``example`` is a dict with ``input_ids`` and optionally ``labels`` (same length) or
     ``prompt_len`` (tokens ``[:prompt_len]`` are masked under ``completion_only``), or a plain
     sequence of token ids (every token is a label). ``index`` only names the example in errors.
+
+    Raises:
+        ValueError: an example without ``input_ids``, with no tokens, non-integer or negative
+            ids, labels of another length, or a ``prompt_len`` outside the example.
     """
     if isinstance(example, dict):
         if "input_ids" not in example:
@@ -79,6 +87,9 @@ class PaddingCollator:
     ``T = max length`` in the batch, rounded up to a multiple of ``pad_to_multiple_of`` if given.
     ``attention_mask`` is 1 on real tokens, 0 on padding. ``labels`` is -100 (``label_pad_id``) on
     padding and, with ``completion_only``, on the prompt (``example["prompt_len"]`` tokens).
+
+    Raises:
+        ValueError: a negative ``pad_token_id`` or a ``pad_to_multiple_of`` below 1.
     """
 
     def __init__(
@@ -96,7 +107,16 @@ class PaddingCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.completion_only = completion_only
 
-    def __call__(self, examples: Sequence) -> dict[str, torch.Tensor]:
+    def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
+        """Pad ``examples`` into one batch.
+
+        Returns:
+            ``input_ids``, ``attention_mask`` and ``labels``, each ``(B, T)`` int64
+            (:data:`~course_lib.batch.PADDED_KEYS`).
+
+        Raises:
+            ValueError: no example, or a bad one (:func:`example_tokens`).
+        """
         if len(examples) == 0:
             raise ValueError("cannot collate an empty list of examples")
         pairs = [
@@ -115,11 +135,8 @@ class PaddingCollator:
             input_ids[b, :n] = ids
             labels[b, :n] = lab
             attention_mask[b, :n] = 1
-        return {
-            "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(attention_mask),
-            "labels": torch.from_numpy(labels),
-        }
+        arrays = (input_ids, attention_mask, labels)  # in PADDED_KEYS order
+        return {key: torch.from_numpy(a) for key, a in zip(PADDED_KEYS, arrays)}
 
 
 def random_batches(
@@ -128,6 +145,9 @@ def random_batches(
     """Indices ``0..n-1`` shuffled with ``seed`` and cut into batches of ``batch_size``.
 
     The last batch is shorter unless ``drop_last``. This is what a plain shuffling DataLoader does.
+
+    Raises:
+        ValueError: ``batch_size`` is not a positive int.
     """
     positive_int("batch_size", batch_size)
     order = list(range(n))
@@ -147,9 +167,15 @@ class LengthGroupedSampler:
     at step 0 rather than mid-epoch. Every index appears exactly once per epoch; batches within a
     megabatch have similar lengths, yet the order still changes from epoch to epoch.
     Iterating yields lists of indices (use it as a DataLoader ``batch_sampler``).
+
+    Raises:
+        ValueError: ``lengths`` empty or not 1-D, or a size that is not a positive int.
     """
 
-    def __init__(self, lengths, batch_size: int, seed: int = 0, megabatch_mult: int = 50) -> None:
+    def __init__(
+        self, lengths: Sequence[int] | np.ndarray, batch_size: int, seed: int = 0,
+        megabatch_mult: int = 50,
+    ) -> None:  # fmt: skip
         positive_int("batch_size", batch_size)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         if self.lengths.ndim != 1 or self.lengths.size == 0:
@@ -210,12 +236,16 @@ class PaddingStats:
         return 1.0 - self.waste_fraction
 
 
-def padding_stats(batches) -> PaddingStats:
+def padding_stats(batches: Iterable[dict | Sequence[int]]) -> PaddingStats:
     """Real tokens, padded slots and waste fraction over ``batches``.
 
     Each batch is a dict with ``attention_mask`` ``(B, T)`` (a padded batch), a dict with
     ``document_ids`` ``(R, T)`` where -1 marks padding (a packed batch from ``PackingCollator``),
     or a plain list of example lengths (padded to its longest, computed without building tensors).
+
+    Raises:
+        ValueError: no batch, a dict batch without ``attention_mask`` or ``document_ids``, or a
+            list of lengths that is empty or not positive.
     """
     batches = list(batches)
     if not batches:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -50,14 +51,22 @@ _TASKS = ("copy", "upper", "reverse", "count", "describe", "describe")
 
 
 def encode(text: str) -> list[int]:
-    """UTF-8 bytes of ``text`` as token ids in ``[0, 256)``. No special tokens are added."""
+    """UTF-8 bytes of ``text`` as token ids in ``[0, 256)``. No special tokens are added.
+
+    Raises:
+        TypeError: ``text`` is not a str.
+    """
     if not isinstance(text, str):
         raise TypeError(f"encode needs a str, got {type(text).__name__}: {text!r:.60}")
     return list(text.encode("utf-8"))
 
 
-def decode(ids, show_special: bool = False) -> str:
-    """Text from token ids. Special ids are dropped, or shown as ``<bos>`` etc. if asked."""
+def decode(ids: Iterable[int], show_special: bool = False) -> str:
+    """Text from token ids. Special ids are dropped, or shown as ``<bos>`` etc. if asked.
+
+    Raises:
+        ValueError: an id that is neither a byte nor a special id.
+    """
     out: list[str] = []
     buf = bytearray()
     for i in ids:
@@ -180,6 +189,10 @@ def make_instruction_dataset(
     ``MIN_LEN`` are *redrawn*, so the result is a truncated lognormal and every example has at most
     ``max_len`` tokens; lowering ``max_len`` changes the distribution, it never cuts an example.
     The realised length is within one word of the draw. Same ``(n, seed, ...)``, same data.
+
+    Raises:
+        ValueError: ``n`` negative or not an int, ``max_len`` below ``2 * MIN_LEN``, or
+            ``sigma`` not positive.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
@@ -206,7 +219,7 @@ def make_instruction_dataset(
     return examples
 
 
-def example_lengths(examples) -> np.ndarray:
+def example_lengths(examples: Iterable[dict]) -> np.ndarray:
     """Token count of every example, as an int64 array ``(n,)``."""
     return np.array([len(ex["input_ids"]) for ex in examples], dtype=np.int64)
 
@@ -221,11 +234,14 @@ def load_length_histogram(name: str = "wikipedia_512") -> tuple[np.ndarray, np.n
     ``"squad_1_1_384"``: SQuAD 1.1 (max 384). Both from Krell et al. 2021 (Graphcore, MIT licence;
     see ``course_lib/lengths/README.md``). Returns ``(lengths, counts)`` like
     :func:`length_histogram_from_csv`.
+
+    Raises:
+        ValueError: an unknown name (listing the shipped ones).
     """
     if name not in LENGTH_HISTOGRAMS:
         raise ValueError(f"no length histogram named {name!r}; choose one of {LENGTH_HISTOGRAMS}")
     resource = resources.files("course_lib.lengths").joinpath(f"{name}_lengths.csv")
-    with resource.open("r", newline="") as f:
+    with resources.as_file(resource) as path, open(path, newline="") as f:
         return _read_histogram(f, name)
 
 
@@ -253,13 +269,20 @@ def _read_histogram(f, source: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array(lengths, dtype=np.int64), np.array(counts, dtype=np.int64)
 
 
-def lengths_from_histogram(lengths, counts, n: int, seed: int = 0, scale: int = 1) -> np.ndarray:
+def lengths_from_histogram(
+    lengths: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray, n: int, seed: int = 0,
+    scale: int = 1,
+) -> np.ndarray:  # fmt: skip
     """Draw ``n`` sequence lengths i.i.d. from a histogram, optionally stretched by ``scale``.
 
     With an integer ``scale`` > 1 each histogram length ``L`` stands for the ``scale`` finer
     lengths ``(L - 1) * scale + 1 .. L * scale``, drawn uniformly (so 512-token Wikipedia rows
     become a 2,048-token workload with the same shape, not only multiples of 4).
     Returns int64 ``(n,)``.
+
+    Raises:
+        ValueError: ``lengths`` and ``counts`` of different shapes or no positive count, or a
+            ``scale`` that is not a positive int.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.float64)

@@ -9,11 +9,14 @@ undo the average::
     (1 / W) * sum_r W * S_r / N_all = sum_r S_r / N_all
 
 Dividing by the rank's own count instead is a mean of means again (of ranks rather than of
-micro-batches). Every function here is a collective when ``torch.distributed`` is initialised:
-every rank must call it.
+micro-batches). :func:`course_lib.accumulation.accumulate_gradients` applies it with the count
+from :func:`sum_over_ranks`. Every function here is a collective when ``torch.distributed`` is
+initialised: every rank must call it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,7 +27,7 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def all_reduce_sum(values: list, dtype: torch.dtype, group=None) -> list:
+def all_reduce_sum(values: list[float], dtype: torch.dtype, group: Any = None) -> list:
     """Sum a short list of numbers over the ranks of ``group`` (one collective call)."""
     device = torch.device("cpu")
     if dist.get_backend(group) == "nccl":  # nccl reduces only CUDA tensors
@@ -34,25 +37,9 @@ def all_reduce_sum(values: list, dtype: torch.dtype, group=None) -> list:
     return t.tolist()
 
 
-def sum_over_ranks(count: int, group=None) -> tuple[int, int]:
+def sum_over_ranks(count: int, group: Any = None) -> tuple[int, int]:
     """``(count summed over the ranks of group, world size)``; ``(count, 1)`` without
     ``torch.distributed``. A collective: every rank must call it."""
     if not is_distributed():
         return int(count), 1
     return int(all_reduce_sum([int(count)], torch.int64, group)[0]), dist.get_world_size(group)
-
-
-def dp_token_weighted_loss(loss_sum: torch.Tensor, local_tokens: int, group=None) -> torch.Tensor:
-    """Loss to back-propagate on this rank so that DDP's gradient average is the global token mean.
-
-    Returns ``loss_sum * W / N_all`` where ``loss_sum`` is this rank's summed cross-entropy (nats),
-    ``N_all`` the loss tokens summed over the ``W`` ranks. For a window of several micro-batches
-    sum the window's tokens first (``accumulate_gradients`` does). Collective: call on every rank.
-    """
-    n_all, world_size = sum_over_ranks(local_tokens, group)
-    if n_all <= 0:
-        raise ValueError(
-            f"the window holds {n_all} loss tokens over {world_size} rank(s): every "
-            "label is -100; check the completion-only masking or skip this window"
-        )
-    return loss_sum * (world_size / n_all)

@@ -23,15 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from course_lib.collate import example_tokens
+from course_lib.collate import Example, example_tokens
 from course_lib.packing import PackingCollator, document_spans
 
 
-def default_call(model, batch):
+def default_call(model: Any, batch: dict) -> Any:
     """How the check invokes a model unless told otherwise: ids, reset positions, offsets.
 
     Suits ``TinyGPT`` (which masks by ``cu_seq_lens``). On a Hugging Face model this is the
@@ -45,7 +46,7 @@ def default_call(model, batch):
     )
 
 
-def hf_packed_call(model, batch):
+def hf_packed_call(model: Any, batch: dict) -> Any:
     """The correct packed forward for a ``transformers`` causal LM on eager/SDPA attention."""
     return model(
         input_ids=batch["input_ids"],
@@ -121,8 +122,8 @@ def _doc_diffs(logits, spans, alone) -> np.ndarray:
 
 
 def check_isolation(
-    model,
-    examples: Sequence,
+    model: Any,
+    examples: Sequence[Example],
     capacity: int,
     atol: float = 1e-5,
     call: Callable | None = None,
@@ -137,6 +138,13 @@ def check_isolation(
     ``(R, T, V)`` or an object with ``.logits``; the same call runs the packed batch and each
     document alone (a one-row batch with no padding). Default: :func:`default_call`.
     The model is put in eval mode and run without gradients; its mode is restored after.
+
+    Returns:
+        :class:`IsolationReport`; when not isolated, ``causes`` says why in plain words.
+
+    Raises:
+        ValueError: a negative ``atol``, or examples the collator refuses (longer than
+            ``capacity``, empty).
     """
     if not atol >= 0:
         raise ValueError(f"atol must be ≥ 0, got {atol}")

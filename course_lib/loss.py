@@ -8,13 +8,21 @@ import torch.nn.functional as F
 from .batch import IGNORE_INDEX
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None):
+def causal_lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: int | float | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, int]:
     """Shifted cross-entropy: position ``t`` predicts ``labels[:, t + 1]``.
 
     Returns ``(loss, n_loss_tokens)``. With ``num_items_in_batch`` the loss is the *sum* over this
     batch's label tokens divided by that count (the whole accumulation window's tokens); otherwise
     it is the mean over this batch's label tokens. A batch with no label token gives a loss of 0
     with no gradient contribution rather than NaN when a count is given, and raises otherwise.
+
+    Raises:
+        ValueError: a ``num_items_in_batch`` that is not positive, or (without it) a batch with
+            no label token.
     """
     # Shift the labels, not the logits: slicing logits[:, :-1] would copy a (B, T, V) tensor.
     B, T, V = logits.shape

@@ -14,19 +14,22 @@ Additive float masks (``0`` where allowed, a large negative value elsewhere) hav
 ``(B, 1, T, T)`` and broadcast over heads. The diagonal is always allowed, so no softmax row is
 fully masked (a fully masked row is NaN). Build a mask once per forward and share it across
 layers: on the CPU, SDPA copies a boolean mask to float inside every call.
+:func:`mask_for_batch` is the one choice of which mask a TinyGPT forward needs.
 """
 
 from __future__ import annotations
 
 import torch
 
+Device = str | torch.device | None
 
-def causal_allowed(seq_len: int, device=None) -> torch.Tensor:
+
+def causal_allowed(seq_len: int, device: Device = None) -> torch.Tensor:
     """Bool ``(T, T)``: key ``j`` is visible from query ``i`` when ``j <= i``."""
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
 
 
-def future_mask(seq_len: int, device=None) -> torch.Tensor:
+def future_mask(seq_len: int, device: Device = None) -> torch.Tensor:
     """Bool ``(T, T)``, ``True`` above the diagonal: the positions eager attention fills with
     ``-inf`` (one mask shared by every layer and every row)."""
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu(1)
@@ -47,12 +50,16 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype, fill: float | None = Non
     return mask.masked_fill_(~allowed, fill)[:, None]  # (B, 1, T, T)
 
 
-def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32):
+def block_causal_mask(
+    segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Additive ``(B, 1, T, T)`` mask for packed rows: attend within the segment, causally."""
     return additive(document_allowed(segment_ids), dtype)
 
 
-def padding_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32):
+def padding_causal_mask(
+    attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Additive ``(B, 1, T, T)`` mask for padded batches (left or right padding).
 
     Keys that are padding are masked; a padding query keeps its own diagonal so its softmax row
@@ -64,7 +71,9 @@ def padding_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch
     return additive((causal_allowed(T, attention_mask.device) & key_ok) | eye, dtype)
 
 
-def document_attention_mask(document_ids: torch.Tensor, dtype: torch.dtype | None = None):
+def document_attention_mask(
+    document_ids: torch.Tensor, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """Which key each query may see in a packed batch: same document and not in the future.
 
     Returns bool ``(R, T, T)`` (True = may attend) or, with a float ``dtype``, an additive
@@ -80,7 +89,12 @@ def document_attention_mask(document_ids: torch.Tensor, dtype: torch.dtype | Non
 def segment_ids_from_cu_seq_lens(
     cu_seq_lens: torch.Tensor, batch_size: int, seq_len: int
 ) -> torch.Tensor:
-    """Per-token segment index ``(B, T)`` from offsets into the flattened ``B * T`` stream."""
+    """Per-token segment index ``(B, T)`` from offsets into the flattened ``B * T`` stream.
+
+    Raises:
+        ValueError: offsets that do not start at 0, end at ``B * T`` and increase, or a document
+            that crosses a row boundary.
+    """
     cu = cu_seq_lens.to(torch.long)
     total = batch_size * seq_len
     if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != total:
@@ -96,3 +110,49 @@ def segment_ids_from_cu_seq_lens(
         raise ValueError("cu_seq_lens has a document that crosses a row boundary")
     seg = torch.searchsorted(cu[1:], torch.arange(total), right=True)  # (B*T,)
     return seg.view(batch_size, seq_len)
+
+
+def mask_for_batch(
+    attn_impl: str,
+    input_ids: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    cu_seq_lens: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """The one mask a TinyGPT forward of ``input_ids`` ``(B, T)`` needs, shared by every layer.
+
+    * packed rows (``cu_seq_lens`` or ``document_ids``): :func:`block_causal_mask`, except for
+      ``"varlen"``, which cuts the documents out of the row itself and needs no mask;
+    * padded rows (an ``attention_mask`` with zeros): :func:`padding_causal_mask`;
+    * otherwise ``"eager"`` gets the bool :func:`future_mask` and the fused paths none (they
+      are causal by themselves).
+
+    Returns:
+        An additive float ``(B, 1, T, T)`` mask in ``dtype``, a bool ``(T, T)`` one, or ``None``.
+
+    Raises:
+        ValueError: a packed batch that also has a padding mask with zeros, or ``"varlen"``
+            given ``document_ids`` without ``cu_seq_lens``.
+    """
+    B, T = input_ids.shape
+    padded = attention_mask is not None and not bool(attention_mask.bool().all())
+    segments = None
+    if cu_seq_lens is not None:
+        segments = segment_ids_from_cu_seq_lens(cu_seq_lens.cpu(), B, T).to(input_ids.device)
+    elif document_ids is not None:
+        if attn_impl == "varlen":
+            raise ValueError("attn_impl='varlen' needs cu_seq_lens, not only document_ids")
+        segments = document_ids
+    if segments is not None and padded:
+        raise ValueError(
+            "pass either a packed batch (cu_seq_lens/document_ids) or a padding attention_mask, "
+            "not both"
+        )
+    if segments is not None:
+        return None if attn_impl == "varlen" else block_causal_mask(segments, dtype)
+    if padded:
+        assert attention_mask is not None
+        return padding_causal_mask(attention_mask, dtype)
+    return future_mask(T, input_ids.device) if attn_impl == "eager" else None

@@ -1,52 +1,38 @@
 """TinyGPT: a small causal language model whose attention path is a visible choice.
 
-The model exists to make the course's one idea measurable: linear layers cost memory in
-proportion to ``batch_size * seq_len`` while materialised attention scores cost
-``batch_size * n_heads * seq_len**2``.
+It makes the course's one idea measurable: linear layers cost memory in proportion to
+``batch_size * seq_len``, materialised attention scores ``batch_size * n_heads * seq_len**2``.
+``TinyGPTConfig.attn_impl`` picks the attention path:
 
-Attention implementations (``TinyGPTConfig.attn_impl``):
+* ``"eager"``: ``softmax(Q Kᵀ / sqrt(d))`` as a real ``(B, H, T, T)`` tensor, kept by autograd
+  for the backward pass: the quadratic term the lessons measure;
+* ``"sdpa"``: ``F.scaled_dot_product_attention``, fused on the CPU (FlashAttention on a GPU): the
+  scores are never materialised;
+* ``"varlen"``: packed rows only, one causal SDPA call per document cut out with ``cu_seq_lens``.
 
-``"eager"``
-    computes ``softmax(Q Kᵀ / sqrt(d))`` as a real ``(B, H, T, T)`` tensor, which autograd keeps
-    for the backward pass. This is the quadratic term the lessons measure.
-``"sdpa"``
-    ``F.scaled_dot_product_attention``. On the CPU (and with FlashAttention on a GPU) the scores
-    are never materialised, so the quadratic term disappears from memory.
-``"varlen"``
-    for packed rows only: one causal SDPA call per document, cut out of the row with
-    ``cu_seq_lens``. Exact, and it never builds a ``T x T`` mask.
-
-Packed batches carry ``cu_seq_lens`` (int32 offsets of every document in the flattened
-``B * T`` token stream, as Hugging Face's ``DataCollatorWithFlattening`` produces) or
-``document_ids`` (one integer per token). With either, ``"eager"`` and ``"sdpa"`` build one
-block-diagonal causal float mask per forward (shared by every layer) so no token attends across a
-document boundary. A packed batch passed *without* them is attended as one long causal row: that
-is the careless-packing leak lesson 2 exposes.
-
-Outputs follow Hugging Face: ``model(**batch).loss`` is the mean cross-entropy over label tokens
-(labels are shifted inside the model, ``-100`` is ignored), or ``sum / num_items_in_batch`` when
-that count is given (the token-weighted accumulation fix).
+Packed batches carry ``cu_seq_lens`` (as Hugging Face's ``DataCollatorWithFlattening``) or
+``document_ids``; eager and sdpa then attend through one block-diagonal mask per forward
+(:func:`course_lib.masks.mask_for_batch`). A packed batch *without* them is attended as one long
+causal row: the careless-packing leak of lesson 2. ``model(**batch).loss`` is the mean
+cross-entropy over label tokens, or ``sum / num_items_in_batch`` when that count is given (the
+token-weighted accumulation fix), as in Hugging Face.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ._checks import Checkpointing, checkpointing_mode, one_of, positive_int
 from .batch import check_model_inputs
 from .loss import causal_lm_loss
-from .masks import (
-    block_causal_mask,
-    future_mask,
-    padding_causal_mask,
-    segment_ids_from_cu_seq_lens,
-)
+from .masks import mask_for_batch
 
 ATTN_IMPLS = ("eager", "sdpa", "varlen")
 
@@ -61,24 +47,16 @@ class TinyGPTConfig:
     n_layers: int = 2  # transformer blocks (L)
     max_seq_len: int = 1024  # longest row: sizes the RoPE tables, nothing learned
     attn_impl: str = "eager"  # "eager" materialises scores, "sdpa" is fused, "varlen" per document
-    # "none" keeps every activation; "blocks" recomputes each whole block in the backward pass;
-    # "attention" only its attention half. True/False are accepted and stored as "blocks"/"none".
-    checkpointing: Checkpointing = "none"
+    # What the backward pass recomputes: nothing ("off"), each whole block, or its attention half.
+    checkpointing: Checkpointing = "off"
     checkpoint_every: int = 1  # checkpoint blocks 0, k, 2k, ... (1 = every block)
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * d_model
     rope_base: float = 10000.0  # RoPE's frequency base
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "d_model",
-            "n_heads",
-            "n_layers",
-            "max_seq_len",
-            "mlp_ratio",
-            "checkpoint_every",
-        ):
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "mlp_ratio"):
             positive_int(f"TinyGPTConfig.{name}", getattr(self, name))
+        positive_int("TinyGPTConfig.checkpoint_every", self.checkpoint_every)
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
@@ -118,24 +96,29 @@ def rope_tables(
     return angles.cos(), angles.sin()
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` ``(B, H, T, D)`` by per-token angles ``cos`` / ``sin`` ``(B, 1, T, D)``."""
-    return x * cos + _rotate_half(x) * sin
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin  # x, rotated
+
+
+Mask = Tensor | None  # a bool (T, T) future mask, an additive (B, 1, T, T) one, or none
+Offsets = Tensor | None  # cu_seq_lens: int32 offsets of the packed documents, or none
 
 
 class Attention(nn.Module):
+    """Multi-head causal self-attention with RoPE, on the path ``config.attn_impl`` names."""
+
     def __init__(self, config: TinyGPTConfig) -> None:
         super().__init__()
         self.config = config
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
 
-    def forward(self, x, cos, sin, mask, cu_seq_lens):
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Mask, cu_seq_lens: Offsets
+    ) -> Tensor:
+        """``(B, T, C)`` in, ``(B, T, C)`` out; ``cos``/``sin`` ``(B, 1, T, D)`` rotate q and k."""
         B, T, C = x.shape
         H, D = self.config.n_heads, self.config.head_dim
         q, k, v = self.qkv(x).split(C, dim=-1)  # 3 x (B, T, C)
@@ -153,6 +136,7 @@ class Attention(nn.Module):
             q = (q * (1.0 / math.sqrt(D))).contiguous()  # (B, H, T, D)
             k, v = k.contiguous(), v.contiguous()  # (B, H, T, D)
             scores = q @ k.transpose(-2, -1)  # (B, H, T, T)
+            assert mask is not None  # eager always gets one (masks.mask_for_batch)
             if mask.dtype == torch.bool:  # (T, T) True above the diagonal: the future
                 scores = scores.masked_fill(mask, float("-inf"))
             else:  # additive (B, 1, T, T) document or padding mask
@@ -168,7 +152,9 @@ class Attention(nn.Module):
         return self.proj(y)
 
     @staticmethod
-    def _varlen(q, k, v, cu_seq_lens):
+    def _varlen(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seq_lens: torch.Tensor
+    ) -> torch.Tensor:
         B, H, T, D = q.shape
         # Fold rows into one stream so offsets index tokens directly.
         q, k, v = (t.transpose(0, 1).reshape(1, H, B * T, D) for t in (q, k, v))  # (1, H, B*T, D)
@@ -182,12 +168,15 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """``down(gelu(up(x)))``, ``d_model -> d_mlp -> d_model``."""
+
     def __init__(self, config: TinyGPTConfig) -> None:
         super().__init__()
         self.up = nn.Linear(config.d_model, config.d_mlp, bias=False)
         self.down = nn.Linear(config.d_mlp, config.d_model, bias=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, C)`` in, ``(B, T, C)`` out."""
         return self.down(F.gelu(self.up(x)))
 
 
@@ -202,17 +191,20 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         self.checkpoint_mode = checkpoint_mode
 
-    def _attn_part(self, x, cos, sin, mask, cu_seq_lens):
-        return x + self.attn(self.ln1(x), cos, sin, mask, cu_seq_lens)
+    def _attn_part(self, x: torch.Tensor, *rest: Any) -> torch.Tensor:
+        return x + self.attn(self.ln1(x), *rest)
 
-    def _mlp_part(self, x):
+    def _mlp_part(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.mlp(self.ln2(x))
 
-    def _full(self, x, cos, sin, mask, cu_seq_lens):
-        return self._mlp_part(self._attn_part(x, cos, sin, mask, cu_seq_lens))
+    def _full(self, x: torch.Tensor, *rest: Any) -> torch.Tensor:
+        return self._mlp_part(self._attn_part(x, *rest))
 
-    def forward(self, x, cos, sin, mask, cu_seq_lens):
-        mode = self.checkpoint_mode if torch.is_grad_enabled() else "none"
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Mask, cu_seq_lens: Offsets
+    ) -> Tensor:
+        """``(B, T, C)`` in and out; recomputed in the backward pass per ``checkpoint_mode``."""
+        mode = self.checkpoint_mode if torch.is_grad_enabled() else "off"
         if mode == "blocks":
             return checkpoint(self._full, x, cos, sin, mask, cu_seq_lens, use_reentrant=False)
         if mode == "attention":
@@ -224,12 +216,15 @@ class Block(nn.Module):
 class TinyGPT(nn.Module):
     """A small pre-norm GPT with RoPE, called like a Hugging Face causal LM."""
 
+    rope_cos: torch.Tensor  # (max_seq_len, head_dim), a buffer
+    rope_sin: torch.Tensor
+
     def __init__(self, config: TinyGPTConfig) -> None:
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(
-            Block(config, config.checkpointing if i % config.checkpoint_every == 0 else "none")
+            Block(config, config.checkpointing if i % config.checkpoint_every == 0 else "off")
             for i in range(config.n_layers)
         )
         self.ln_f = nn.LayerNorm(config.d_model)
@@ -245,12 +240,18 @@ class TinyGPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_parameters(self) -> int:
+        """Every parameter's elements (what :func:`course_lib.memory.parameter_count` predicts)."""
         return sum(p.numel() for p in self.parameters())
 
     def set_attn_impl(self, attn_impl: str) -> None:
-        """Switch this model's attention path (same weights); the caller's config is untouched."""
+        """Switch this model's attention path (same weights); the caller's config is untouched.
+
+        Raises:
+            ValueError: an unknown attention path.
+        """
         self.config = replace(self.config, attn_impl=one_of("attn_impl", attn_impl, ATTN_IMPLS))
         for block in self.blocks:
+            assert isinstance(block, Block)
             block.attn.config = self.config
 
     def forward(
@@ -266,63 +267,33 @@ class TinyGPT(nn.Module):
     ) -> CausalLMOutput:
         """Logits ``(B, T, vocab_size)`` and, with ``labels``, the next-token loss.
 
-        Takes a batch dict of :mod:`course_lib.batch` as keyword arguments. ``labels[:, t + 1]``
-        is the target of position ``t``; ``-100`` marks tokens that do not count (prompt,
-        padding, the first token of a packed document). ``max_length`` (the longest packed
-        document) is accepted for the batch contract; the model does not need it.
+        Takes a batch dict of :mod:`course_lib.batch` as keyword arguments (``max_length`` is
+        accepted for that contract, not needed); ``labels[:, t + 1]`` is position ``t``'s target.
+
+        Raises:
+            ValueError: a batch that breaks the contract (:func:`course_lib.batch.
+                check_model_inputs`, :func:`course_lib.masks.mask_for_batch`).
         """
         cfg = self.config
-        check_model_inputs(
-            input_ids,
-            cfg.vocab_size,
-            cfg.max_seq_len,
-            labels=labels,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            document_ids=document_ids,
-        )
-        B, T = input_ids.shape
-        segment_ids = None
-        if cu_seq_lens is not None:
-            segment_ids = segment_ids_from_cu_seq_lens(cu_seq_lens.cpu(), B, T).to(input_ids.device)
-        elif document_ids is not None:
-            segment_ids = document_ids
-            if cfg.attn_impl == "varlen":
-                raise ValueError("attn_impl='varlen' needs cu_seq_lens, not only document_ids")
-
+        B, T = check_model_inputs(
+            input_ids, cfg.vocab_size, cfg.max_seq_len, position_ids,
+            labels=labels, attention_mask=attention_mask, document_ids=document_ids,
+        )  # fmt: skip
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        elif int(position_ids.min()) < 0 or int(position_ids.max()) >= cfg.max_seq_len:
-            raise ValueError(
-                f"position_ids must lie in [0, {cfg.max_seq_len}), "
-                f"got range [{int(position_ids.min())}, {int(position_ids.max())}]"
-            )
         cos = self.rope_cos[position_ids][:, None]  # (B, 1, T, D)
         sin = self.rope_sin[position_ids][:, None]  # (B, 1, T, D)
-
-        mask = None
-        if segment_ids is not None:
-            if attention_mask is not None and not bool(attention_mask.bool().all()):
-                raise ValueError(
-                    "pass either a packed batch (cu_seq_lens/document_ids) or a padding "
-                    "attention_mask, not both"
-                )
-            if cfg.attn_impl != "varlen":
-                mask = block_causal_mask(
-                    segment_ids, self.embed.weight.dtype
-                )  # built once, shared by all layers
-        elif attention_mask is not None and not bool(attention_mask.bool().all()):
-            mask = padding_causal_mask(attention_mask, self.embed.weight.dtype)
-
-        if mask is None and cfg.attn_impl == "eager":
-            mask = future_mask(T, input_ids.device)  # (T, T), shared by every layer
+        mask = mask_for_batch(  # built once, shared by every layer
+            cfg.attn_impl, input_ids, self.embed.weight.dtype,
+            cu_seq_lens=cu_seq_lens, document_ids=document_ids, attention_mask=attention_mask,
+        )  # fmt: skip
 
         x = self.embed(input_ids)  # (B, T, C)
         for block in self.blocks:
             x = block(x, cos, sin, mask, cu_seq_lens)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
 
-        loss, n_tokens = None, None
-        if labels is not None:
-            loss, n_tokens = causal_lm_loss(logits, labels, num_items_in_batch)
+        if labels is None:
+            return CausalLMOutput(loss=None, logits=logits)
+        loss, n_tokens = causal_lm_loss(logits, labels, num_items_in_batch)
         return CausalLMOutput(loss=loss, logits=logits, n_loss_tokens=n_tokens)

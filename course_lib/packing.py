@@ -9,9 +9,8 @@ rows than the lower bound ``ceil(Σ lengths / capacity)``; fill fraction is
 ``"greedy"`` next-fit in the given order: one open row, closed as soon as a document does not fit.
            At most twice optimal; what naive concatenate-and-cut packing does, minus the cut.
 
-Neither is better on every input (the classic FFD worst case loses to next-fit when the input
-order happens to be an optimal packing), but on realistic length distributions BFD is near the
-lower bound. A document longer than ``capacity`` is an error unless ``split="chunk"``.
+Neither is better on every input, but on realistic length distributions BFD is near the lower
+bound. A document longer than ``capacity`` is an error unless ``split="chunk"``.
 
 A packed batch (Hugging Face names, as ``DataCollatorWithFlattening`` produces) for ``R`` rows:
 
@@ -25,9 +24,9 @@ A packed batch (Hugging Face names, as ``DataCollatorWithFlattening`` produces) 
                                   flattened ``R * capacity`` stream
 ``max_length``     int            the longest segment
 
-With ``hf_flash_kwargs=True`` the batch also carries Hugging Face's flash-attention names for the
-same offsets (``cu_seq_lens_q/_k``, ``max_length_q/_k``), as ``DataCollatorWithFlattening`` does
-with ``return_flash_attn_kwargs``. The isolation check lives in :mod:`course_lib.isolation`.
+With ``hf_flash_kwargs=True`` it also carries Hugging Face's flash-attention names for the same
+offsets (``cu_seq_lens_q/_k``, ``max_length_q/_k``). Isolation is checked by
+:mod:`course_lib.isolation`.
 """
 
 from __future__ import annotations
@@ -40,8 +39,8 @@ import numpy as np
 import torch
 
 from course_lib._checks import non_negative_int, one_of, positive_int
-from course_lib.batch import IGNORE_INDEX
-from course_lib.collate import example_tokens
+from course_lib.batch import HF_FLASH_KEYS, IGNORE_INDEX, PACKED_KEYS
+from course_lib.collate import Example, example_tokens
 
 STRATEGIES = ("bfd", "greedy")
 SPLITS = (None, "chunk")
@@ -54,7 +53,10 @@ def _check_capacity(capacity) -> int:
 
 
 def pack_lengths(
-    lengths, capacity: int, strategy: str = "bfd", split: str | None = None
+    lengths: Sequence[int] | np.ndarray,
+    capacity: int,
+    strategy: str = "bfd",
+    split: str | None = None,
 ) -> list[list[int]]:
     """Assign sequence indices to rows of ``capacity`` tokens; returns the indices of each row.
 
@@ -66,6 +68,10 @@ def pack_lengths(
 
     ``"bfd"`` runs in O(n log n + n): it sorts once, then places all items of one length in bulk,
     keeping rows grouped by remaining room (a sorted list of at most ``capacity`` values).
+
+    Raises:
+        ValueError: a bad ``capacity``, strategy or split, lengths that are not 1-D ints, a
+            length below 1, or (without ``split='chunk'``) one above ``capacity``.
     """
     capacity = _check_capacity(capacity)
     one_of("strategy", strategy, STRATEGIES)
@@ -169,7 +175,7 @@ def _best_fit_decreasing(lengths: np.ndarray, owners: np.ndarray, capacity: int)
     return rows
 
 
-def lower_bound_rows(lengths, capacity: int) -> int:
+def lower_bound_rows(lengths: Sequence[int] | np.ndarray, capacity: int) -> int:
     """``ceil(Σ lengths / capacity)``: no packing can use fewer rows."""
     _check_capacity(capacity)
     return math.ceil(int(np.sum(np.asarray(lengths, dtype=np.int64))) / capacity)
@@ -180,6 +186,10 @@ class PackingCollator:
 
     Examples are dicts with ``input_ids`` and ``prompt_len`` or ``labels`` (or plain id lists),
     as for :class:`course_lib.collate.PaddingCollator`. Rows come from :func:`pack_lengths`.
+
+    Raises:
+        ValueError: a ``capacity`` below 1, a negative ``pad_token_id``, or an unknown strategy
+            or split.
     """
 
     def __init__(
@@ -203,7 +213,12 @@ class PackingCollator:
         self.strategy = strategy
         self.split = split
 
-    def __call__(self, examples: Sequence) -> dict:
+    def __call__(self, examples: Sequence[Example]) -> dict:
+        """Pack ``examples`` into rows of ``capacity`` tokens: the batch of the module docstring.
+
+        Raises:
+            ValueError: no example, or a bad one (:func:`~course_lib.collate.example_tokens`).
+        """
         if len(examples) == 0:
             raise ValueError("cannot collate an empty list of examples")
         pairs = [
@@ -215,8 +230,14 @@ class PackingCollator:
         )
         return self.collate_rows(pairs, rows)
 
-    def collate_rows(self, pairs, rows: list[list[int]]) -> dict:
-        """Lay out ``(input_ids, labels)`` pairs in the given rows (indices into ``pairs``)."""
+    def collate_rows(
+        self, pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[list[int]]
+    ) -> dict:
+        """Lay out ``(input_ids, labels)`` pairs in the given rows (indices into ``pairs``).
+
+        Raises:
+            ValueError: a row that does not fit its examples, or an example not placed exactly once.
+        """
         C, R = self.capacity, len(rows)
         input_ids = np.full((R, C), self.pad_token_id, dtype=np.int64)  # (R, C)
         labels = np.full((R, C), self.label_pad_id, dtype=np.int64)  # (R, C)
@@ -255,21 +276,15 @@ class PackingCollator:
         cu.append(R * C)
         cu_seq_lens = torch.tensor(cu, dtype=torch.int32)
         max_length = int((cu_seq_lens[1:] - cu_seq_lens[:-1]).max())
-        batch = {
-            "input_ids": torch.from_numpy(input_ids),
-            "labels": torch.from_numpy(labels),
-            "position_ids": torch.from_numpy(position_ids),
-            "document_ids": torch.from_numpy(document_ids),
-            "cu_seq_lens": cu_seq_lens,
-            "max_length": max_length,
-        }
-        if self.hf_flash_kwargs:
-            batch.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens)
-            batch.update(max_length_q=max_length, max_length_k=max_length)
+        arrays = (input_ids, labels, position_ids, document_ids)
+        values = (*map(torch.from_numpy, arrays), cu_seq_lens, max_length)  # PACKED_KEYS order
+        batch: dict = dict(zip(PACKED_KEYS, values))
+        if self.hf_flash_kwargs:  # HF_FLASH_KEYS: the offsets and longest, for queries and keys
+            batch.update(zip(HF_FLASH_KEYS, (cu_seq_lens, cu_seq_lens, max_length, max_length)))
         return batch
 
 
-def document_spans(batch) -> list[tuple[int, int, int, int]]:
+def document_spans(batch: dict) -> list[tuple[int, int, int, int]]:
     """``(document_id, row, start, stop)`` of every document piece in a packed batch, in order."""
     ids = batch["document_ids"]
     C = ids.shape[1]
@@ -280,7 +295,7 @@ def document_spans(batch) -> list[tuple[int, int, int, int]]:
     ]
 
 
-def unpack(batch) -> dict[int, dict[str, list[int]]]:
+def unpack(batch: dict) -> dict[int, dict[str, list[int]]]:
     """Inverse of :class:`PackingCollator`: ``{example index: {"input_ids", "labels"}}``.
 
     Pieces of a split example are concatenated in row order. Labels come back as collated, so a

@@ -1,15 +1,14 @@
-"""The training plan: a common four-step recipe for choosing the numbers, run on the memory model.
+"""The training plan for TinyGPT: a common four-step recipe for choosing the numbers.
 
-1. the largest micro-batch that fits the memory budget at the sequence length (doubling, then
-   bisection: :func:`course_lib.budget.find_max_batch_size`);
+1. the largest micro-batch that fits the memory budget at the sequence length (the memory
+   model's bytes, searched by :func:`course_lib.fit.find_largest`);
 2. gradient accumulation so the effective batch lands in a target range (16-64 examples is the
    usual advice for a LoRA on instruction data);
-3. enough tokens per step (below about 4,000 tokens per optimiser step, raise accumulation rather
-   than the learning rate);
+3. enough tokens per step (below about 4,000, raise accumulation rather than the learning rate);
 4. activation checkpointing only when not even one row fits without it.
 
-:func:`plan` returns a :class:`Plan` (print it for a table) with notes and warnings in plain
-words; :func:`training_memory` is the bytes per device it plans with.
+:func:`plan` returns a :class:`Plan`; :func:`training_memory` is the bytes per device it plans
+with. A real Hugging Face fine-tune: :func:`course_lib.finetune.plan_finetune` (also here).
 """
 
 from __future__ import annotations
@@ -18,31 +17,24 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import memory
-from ._checks import positive_int
-from .budget import (
-    ADAMW_STATE_BYTES,
-    NoBatchFitsError,
-    SearchResult,
-    choose_shape,
-    find_max_batch_size,
-)
+from . import _checks, memory
+from ._checks import Checkpointing, checkpointing_mode, positive_int, seq_len_within
 from .finetune import plan_finetune  # noqa: F401  (the plan for a real fine-tune, also here)
+from .fit import NoBatchFitsError, PredictedProbe, SearchResult, find_largest
 from .model import TinyGPTConfig
-from .units import table
+from .units import ADAMW_STATE_BYTES, format_bytes, table
 
 
 @dataclass
 class TrainingMemory:
-    """Bytes per device for one AdamW training step (plain data parallel: every device holds a
-    full replica). ``weights``, ``gradients``: one ``dtype`` element per parameter each;
-    ``optimizer_state``: two fp32 moments per parameter; ``activations``: the memory model's peak
-    above the parameters (:func:`memory.activation_bytes`).
+    """Bytes per device for one AdamW step (data parallel: each device holds a full replica):
+    ``weights``, ``gradients`` (one ``dtype`` element per parameter each), ``optimizer_state``
+    (two fp32 moments per parameter), ``activations`` (:func:`memory.activation_bytes`).
 
-    Exact when gradients stay allocated between steps (``zero_grad(set_to_none=False)``). With
-    ``set_to_none=True`` the activation peak already holds the gradients made by then, so the sum
-    over-counts by at most ``gradients``, the safe side: on small TinyGPTs the measured peak
-    (:class:`MemoryProbe`) was 90-99% of this sum. The AdamW step's temporaries are not counted."""
+    Exact when gradients stay allocated between steps (``zero_grad(set_to_none=False)``); with
+    ``set_to_none=True`` it over-counts by at most ``gradients`` (the measured peak of
+    :class:`~course_lib.memory.MemoryProbe` was 90-99% of it). AdamW's temporaries are not
+    counted."""
 
     weights: int
     gradients: int
@@ -57,7 +49,11 @@ class TrainingMemory:
 def training_memory(
     config: TinyGPTConfig, micro_batch_size: int, seq_len: int, dtype: torch.dtype = torch.float32
 ) -> TrainingMemory:
-    """``P * (s + s + 8) + activations(B, T)`` bytes, for ``P`` parameters of ``s`` bytes."""
+    """``P * (s + s + 8) + activations(B, T)`` bytes, for ``P`` parameters of ``s`` bytes.
+
+    Raises:
+        ValueError: see :func:`course_lib.memory.activation_bytes`.
+    """
     n_params, size = memory.parameter_count(config), torch.empty(0, dtype=dtype).element_size()
     act = memory.activation_bytes(config, micro_batch_size, seq_len, dtype=dtype).total
     return TrainingMemory(n_params * size, n_params * size, n_params * ADAMW_STATE_BYTES, int(act))
@@ -65,31 +61,39 @@ def training_memory(
 
 @dataclass
 class Plan:
-    """What :func:`plan` chose, the figures behind it, and warnings in plain words. ``print()`` it
-    for a table."""
+    """What :func:`plan` chose, the figures behind it, and warnings in plain words (``print()``
+    it). Shared with :class:`course_lib.finetune.FinetunePlan`, under the same names:
+    ``seq_len``, ``memory_budget``, ``micro_batch``, ``grad_accum_steps``, ``checkpointing``,
+    ``max_micro_batch``, ``tokens_per_step``, ``effective_batch_size``, ``notes``,
+    ``warnings``. ``search`` found ``max_micro_batch``; ``probe.needed``: bytes per probe."""
 
     config: TinyGPTConfig
     seq_len: int
     dataset_size: int
-    micro_batch_size: int
+    micro_batch: int
     grad_accum_steps: int
     n_devices: int
-    max_micro_batch_size: int
+    max_micro_batch: int
     memory: TrainingMemory
-    memory_bytes: int
+    memory_budget: int
     target_effective: tuple[int, int]
     min_tokens_per_step: int
     search: SearchResult
+    probe: PredictedProbe
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dtype: torch.dtype = torch.float32
 
     @property
-    def effective_batch_size(self) -> int:
-        return self.micro_batch_size * self.grad_accum_steps * self.n_devices
+    def checkpointing(self) -> Checkpointing:
+        return self.config.checkpointing
 
     @property
-    def tokens_per_step(self) -> int:
+    def effective_batch_size(self) -> int:  # examples per optimiser step
+        return self.micro_batch * self.grad_accum_steps * self.n_devices
+
+    @property
+    def tokens_per_step(self) -> int:  # full rows
         return self.effective_batch_size * self.seq_len
 
     @property
@@ -98,51 +102,34 @@ class Plan:
         return self.dataset_size // self.effective_batch_size
 
     def rows(self) -> list[tuple[str, str]]:
-        c, mem, fb, e = self.config, self.memory, memory.format_bytes, self.effective_batch_size
+        """The plan as ``(label, text)`` rows."""
+        c, mem, fb, e = self.config, self.memory, format_bytes, self.effective_batch_size
         (lo, hi), fixed = self.target_effective, mem.total - mem.activations
+        n_params, dtype = memory.parameter_count(c), str(self.dtype).removeprefix("torch.")
+        accum = f"{self.grad_accum_steps} micro-batch{'es' * (self.grad_accum_steps > 1)}"
+        share = f"{100 * mem.total / self.memory_budget:.0f}%"
         return [
-            (
-                "model",
-                f"d_model={c.d_model} n_layers={c.n_layers} n_heads={c.n_heads} "
-                f"vocab={c.vocab_size} attn={c.attn_impl} ({memory.parameter_count(c):,} params, "
-                f"{str(self.dtype).removeprefix('torch.')})",
-            ),
+            ("model", f"d_model={c.d_model} n_layers={c.n_layers} n_heads={c.n_heads} "
+                      f"vocab={c.vocab_size} attn={c.attn_impl} ({n_params:,} params, {dtype})"),
             ("sequence length", f"{self.seq_len:,} tokens per row"),
-            (
-                "micro-batch",
-                f"{self.micro_batch_size} per device (largest that fits: "
-                f"{self.max_micro_batch_size}{'+' if self.search.capped else ''})",
-            ),
-            (
-                "grad accumulation",
-                f"{self.grad_accum_steps} micro-batch"
-                f"{'es' * (self.grad_accum_steps > 1)} per optimiser step",
-            ),
+            ("micro-batch", f"{self.micro_batch} per device (largest that fits: "
+                            f"{self.max_micro_batch}{'+' if self.search.capped else ''})"),
+            ("grad accumulation", f"{accum} per optimiser step"),
             ("devices", f"{self.n_devices}"),
-            (
-                "effective batch",
-                f"{e} = {self.micro_batch_size} x {self.grad_accum_steps} x "
-                f"{self.n_devices} (target {lo}-{hi})",
-            ),
-            (
-                "tokens per step",
-                f"{self.tokens_per_step:,} (full rows; target >= {self.min_tokens_per_step:,})",
-            ),
-            (
-                "steps per epoch",
-                f"{self.steps_per_epoch} full ({self.dataset_size:,} // {e}; "
-                f"{self.dataset_size % e} examples left over)",
-            ),
-            (
-                "memory per device",
-                f"{fb(mem.total)} of {fb(self.memory_bytes)} "
-                f"({100 * mem.total / self.memory_bytes:.0f}%): {fb(fixed)} weights+grads+AdamW, "
-                f"{fb(mem.activations)} activations",
-            ),
-            ("checkpointing", "off" if c.checkpointing == "none" else c.checkpointing),
-        ]
+            ("effective batch", f"{e} = {self.micro_batch} x {self.grad_accum_steps} x "
+                                f"{self.n_devices} (target {lo}-{hi})"),
+            ("tokens per step", f"{self.tokens_per_step:,} (full rows; target >= "
+                                f"{self.min_tokens_per_step:,})"),
+            ("steps per epoch", f"{self.steps_per_epoch} full ({self.dataset_size:,} // {e}; "
+                                f"{self.dataset_size % e} examples left over)"),
+            ("memory per device", f"{fb(mem.total)} of {fb(self.memory_budget)} ({share}): "
+                                  f"{fb(fixed)} weights+grads+AdamW, {fb(mem.activations)} "
+                                  "activations"),
+            ("checkpointing", self.checkpointing),
+        ]  # fmt: skip
 
     def to_table(self) -> str:
+        """The plan as text: what ``print(plan)`` shows."""
         return table(self.rows(), self.notes, self.warnings)
 
     __str__ = to_table
@@ -150,7 +137,7 @@ class Plan:
 
 def plan(
     config: TinyGPTConfig,
-    memory_bytes: int,
+    memory_budget: int | str,
     seq_len: int,
     dataset_size: int,
     target_effective: tuple[int, int] = (16, 64),
@@ -158,66 +145,49 @@ def plan(
     n_devices: int = 1,
     dtype: torch.dtype = torch.float32,
     min_steps_per_epoch: int = 25,
+    checkpointing: Checkpointing | bool | None = None,
 ) -> Plan:
     """The four-step recipe (module docstring) on the memory model (:func:`training_memory`,
     bytes per device).
 
-    1. Micro-batch ``B``: the largest with ``training_memory(B) <= memory_bytes``
-       (:func:`find_max_batch_size`, capped at ``min(target max, dataset_size)``). If ``B = 1``
-       does not fit, retry with ``checkpointing="blocks"`` and warn; if that fails too, raise
-       :class:`NoBatchFitsError`. The target range is clipped to ``dataset_size``.
+    1. Micro-batch ``B``: the largest with ``training_memory(B) <= memory_budget``, capped at
+       ``min(target max, dataset_size)``; if ``B = 1`` does not fit, ``checkpointing="blocks"``
+       and a warning. The target range is clipped to ``dataset_size``.
     2. Accumulation ``A`` and devices ``D``: ``tmin <= B*A*D <= tmax`` with the least ``A`` that
-       also gives ``B*A*D*seq_len >= min_tokens_per_step``
-       (:func:`~course_lib.budget.choose_shape`). ``B`` drops below the largest that fits only
-       to meet the targets; a note says so.
-    3. Warnings: tokens per step below target (raise accumulation, not the learning rate); fewer
-       than ``min_steps_per_epoch`` full steps per epoch (this course's rule of thumb: 800
-       examples at an effective batch of 64 give only 12); checkpointing switched on; devices
-       left idle.
+       also gives ``B*A*D*seq_len >= min_tokens_per_step`` (:func:`choose_shape`). ``B`` drops
+       below the largest that fits only to meet the targets; a note says so.
+    3. Warnings: too few tokens per step (raise accumulation, not the learning rate); fewer than
+       ``min_steps_per_epoch`` full steps per epoch (800 examples at 64 give 12); checkpointing
+       switched on; devices left idle.
+
+    Args:
+        memory_budget: bytes per device, or a string with a unit (``"24GiB"``).
+        checkpointing: ``None`` lets step 4 decide; a mode fixes it (``config``'s is replaced).
+
+    Raises:
+        ValueError: a bad value, naming it.
+        NoBatchFitsError: not even one row fits (with checkpointing, when it was free to choose).
     """
+    budget = _checks.memory_budget(memory_budget)
     tmin, tmax = _check_plan_args(
-        config,
-        memory_bytes,
-        seq_len,
-        dataset_size,
-        target_effective,
-        min_tokens_per_step,
-        n_devices,
-        min_steps_per_epoch,
-    )
-    notes: list[str] = []
+        config, seq_len, dataset_size, target_effective, (min_tokens_per_step, n_devices,
+        min_steps_per_epoch),
+    )  # fmt: skip
+    if checkpointing is not None:
+        config = replace(config, checkpointing=checkpointing_mode(checkpointing))
     warnings: list[str] = []
     lo, hi = min(tmin, dataset_size), min(tmax, dataset_size)  # a step never sees more than N
-    if dataset_size < tmin:
-        warnings.append(
-            f"the dataset has {dataset_size} examples, fewer than the smallest target "
-            f"effective batch ({tmin}): one optimiser step per epoch at most; get "
-            "more data or lower the target"
-        )
-    config, result = _fit_micro_batch(config, memory_bytes, seq_len, hi, dtype, warnings)
-    m_max = result.batch_size
-    m, a, d = choose_shape(
-        m_max, n_devices, seq_len, dataset_size, lo, hi, min_tokens_per_step, min_steps_per_epoch
+    config, probe, result = _fit_micro_batch(
+        config, budget, seq_len, hi, dtype, warnings, checkpointing is None
     )
+    m_max, targets = result.batch_size, (lo, hi, min_tokens_per_step, min_steps_per_epoch)
+    m, a, d = choose_shape(m_max, n_devices, seq_len, dataset_size, *targets)
     p = Plan(
-        config,
-        seq_len,
-        dataset_size,
-        m,
-        a,
-        d,
-        m_max,
-        training_memory(config, m, seq_len, dtype),
-        memory_bytes,
-        (tmin, tmax),
-        min_tokens_per_step,
-        result,
-        notes,
-        warnings,
-        dtype,
-    )
+        config, seq_len, dataset_size, m, a, d, m_max, training_memory(config, m, seq_len, dtype),
+        budget, (tmin, tmax), min_tokens_per_step, result, probe, [], warnings, dtype,
+    )  # fmt: skip
     if m < m_max:
-        notes.append(
+        p.notes.append(
             f"micro-batch {m} is below the largest that fits ({m_max}) to keep the "
             f"effective batch within {lo}-{hi} and the steps per epoch up"
         )
@@ -226,29 +196,14 @@ def plan(
 
 
 def _check_plan_args(
-    config,
-    memory_bytes,
-    seq_len,
-    dataset_size,
-    target_effective,
-    min_tokens_per_step,
-    n_devices,
-    min_steps_per_epoch,
-) -> tuple[int, int]:
-    for name, value in (
-        ("memory_bytes", memory_bytes),
-        ("seq_len", seq_len),
-        ("dataset_size", dataset_size),
-        ("min_tokens_per_step", min_tokens_per_step),
-        ("n_devices", n_devices),
-        ("min_steps_per_epoch", min_steps_per_epoch),
-    ):
+    config: TinyGPTConfig, seq_len: int, dataset_size: int, target_effective: tuple[int, int],
+    counts: tuple[int, int, int],
+) -> tuple[int, int]:  # fmt: skip
+    """The argument checks of :func:`plan`; returns ``target_effective`` checked."""
+    seq_len_within(seq_len, config.max_seq_len)
+    positive_int("dataset_size", dataset_size)
+    for name, value in zip(("min_tokens_per_step", "n_devices", "min_steps_per_epoch"), counts):
         positive_int(name, value)
-    if seq_len > config.max_seq_len:
-        raise ValueError(
-            f"seq_len={seq_len} exceeds config.max_seq_len={config.max_seq_len}; "
-            "build the config with max_seq_len >= seq_len"
-        )
     if len(target_effective) != 2:
         raise ValueError(f"target_effective must be (min, max), got {target_effective!r}")
     tmin, tmax = (positive_int(f"target_effective[{i}]", v) for i, v in enumerate(target_effective))
@@ -257,42 +212,72 @@ def _check_plan_args(
     return tmin, tmax
 
 
-def _fit_micro_batch(config, memory_bytes, seq_len, limit, dtype, warnings):
-    """Step 1 (and 4): the largest micro-batch, turning on checkpointing only if none fits."""
-    fb = memory.format_bytes
+def choose_shape(
+    m_max: int, n_devices: int, seq_len: int, dataset_size: int, tmin: int, tmax: int,
+    min_tokens: int, min_steps: int,
+) -> tuple[int, int, int]:  # fmt: skip
+    """Best ``(micro, accum, devices)`` with ``tmin <= m*a*d <= tmax``, ranked by: tokens per step
+    reach ``min_tokens``; at least ``min_steps`` full steps per epoch; more devices; a larger
+    micro-batch; fewer accumulation steps. ``a`` is the least meeting both lower targets."""
+    best, best_key = (1, 1, 1), None
+    for d in range(min(n_devices, tmax), 0, -1):
+        for m in range(min(m_max, tmax // d), 0, -1):
+            md = m * d
+            a_lo, a_hi = max(1, -(-tmin // md)), tmax // md
+            if a_lo > a_hi:
+                continue
+            a = min(max(a_lo, -(-min_tokens // (md * seq_len))), a_hi)
+            key = (md * a * seq_len >= min_tokens, dataset_size // (md * a) >= min_steps, d, m, -a)
+            if best_key is None or key > best_key:
+                best, best_key = (m, a, d), key
+            if key[0] and key[1]:  # the first fully satisfying one in (d, m) order is the best
+                return best
+    return best
 
-    def search(cfg: TinyGPTConfig) -> SearchResult:
-        fits = lambda n: training_memory(cfg, n, seq_len, dtype).total <= memory_bytes
-        return find_max_batch_size(fits, start=1, limit=limit)
+
+def _fit_micro_batch(
+    config: TinyGPTConfig, budget: int, seq_len: int, limit: int, dtype: torch.dtype,
+    warnings: list[str], may_checkpoint: bool,
+) -> tuple[TinyGPTConfig, PredictedProbe, SearchResult]:  # fmt: skip
+    """Step 1 (and 4): the largest micro-batch, turning on checkpointing only if none fits."""
+    fb = format_bytes
+
+    def search(cfg: TinyGPTConfig) -> tuple[TinyGPTConfig, PredictedProbe, SearchResult]:
+        probe = PredictedProbe(lambda n: training_memory(cfg, n, seq_len, dtype).total, budget)
+        return cfg, probe, find_largest(probe, start=1, limit=limit)
 
     try:
-        return config, search(config)
+        return search(config)
     except NoBatchFitsError:
-        pass
-    plain = training_memory(config, 1, seq_len, dtype)
+        pass  # step 4
+    plain = training_memory(replace(config, checkpointing="off"), 1, seq_len, dtype)
     ckpt = replace(config, checkpointing="blocks")
     with_ckpt = training_memory(ckpt, 1, seq_len, dtype)
     fixed = with_ckpt.total - with_ckpt.activations
-    if config.checkpointing == "blocks" or with_ckpt.total > memory_bytes:
+    if not may_checkpoint or config.checkpointing == "blocks" or with_ckpt.total > budget:
         raise NoBatchFitsError(
             f"micro-batch 1 at seq_len={seq_len} needs {fb(plain.total)} without activation "
             f"checkpointing and {fb(with_ckpt.total)} with it ({fb(fixed)} of that is "
-            "weights, gradients and AdamW state), more than "
-            f"the {fb(memory_bytes)} budget; shorten seq_len, use attn_impl='sdpa' or a "
-            "smaller model, or get more memory"
+            f"weights, gradients and AdamW state), more than the {fb(budget)} budget; "
+            "shorten seq_len, use attn_impl='sdpa' or a smaller model, or get more memory"
         ) from None
     warnings.append(
         f"micro-batch 1 does not fit without activation checkpointing ({fb(plain.total)} > "
-        f"{fb(memory_bytes)}), so the plan turns on checkpointing='blocks': each block is "
+        f"{fb(budget)}), so the plan turns on checkpointing='blocks': each block is "
         "recomputed in the backward pass, about 1.3x the time per step (lesson 4 measures it)"
     )
-    return ckpt, search(ckpt)
+    return search(ckpt)
 
 
 def _shape_warnings(p: Plan, n_devices: int, hi: int, min_steps_per_epoch: int) -> list[str]:
     """Step 3: the plan's weak spots, in plain words."""
-    out = []
-    e = p.effective_batch_size
+    out, e, tmin = [], p.effective_batch_size, p.target_effective[0]
+    if p.dataset_size < tmin:
+        out.append(
+            f"the dataset has {p.dataset_size} examples, fewer than the smallest target "
+            f"effective batch ({tmin}): one optimiser step per epoch at most; get more data or "
+            "lower the target"
+        )
     if p.n_devices < n_devices:
         out.append(
             f"only {p.n_devices} of {n_devices} devices are used: a batch of 1 on each of "
@@ -302,14 +287,14 @@ def _shape_warnings(p: Plan, n_devices: int, hi: int, min_steps_per_epoch: int) 
         out.append(
             f"tokens per step is {p.tokens_per_step:,}, below {p.min_tokens_per_step:,} even at "
             f"effective batch {hi}, the top of the range: gradients will be noisy. Raise gradient "
-            f"accumulation (a larger target max), not the learning rate"
+            "accumulation (a larger target max), not the learning rate"
         )
     if p.steps_per_epoch < min_steps_per_epoch:
         out.append(
             f"one epoch of {p.dataset_size:,} examples at effective batch {e} is only "
             f"{p.steps_per_epoch} full optimiser step{'s' * (p.steps_per_epoch != 1)} "
-            f"({p.dataset_size:,} // {e}), too few to move "
-            "an adapter anywhere useful: lower the effective batch (a smaller target) or train "
-            "more epochs; do not chase a large effective batch on a small dataset"
+            f"({p.dataset_size:,} // {e}), too few to move an adapter anywhere useful: lower the "
+            "effective batch (a smaller target) or train more epochs; do not chase a large "
+            "effective batch on a small dataset"
         )
     return out

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
 
 from ._checks import non_negative_int, positive_int
+
+Step = Callable[[int], object]  # one timed call: step(round) -> anything worth keeping
 
 
 @dataclass
@@ -27,9 +29,11 @@ class Timings:
     results: dict[str, list] = field(default_factory=dict, repr=False)
 
     def total(self, name: str) -> float:
+        """Seconds of every timed call of ``name``, summed."""
         return sum(self.seconds[name])
 
     def median(self, name: str) -> float:
+        """The median seconds of one call of ``name``."""
         return statistics.median(self.seconds[name])
 
     def pair_ratios(self, name: str, baseline: str) -> list[float]:
@@ -41,16 +45,16 @@ class Timings:
         return statistics.median(self.pair_ratios(name, baseline))
 
 
-def _synchronize(device) -> None:
+def _synchronize(device: str | torch.device | None) -> None:
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def interleave(
-    steps: dict[str, Callable[[int], object]],
+    steps: dict[str, Step],
     rounds: int | dict[str, int],
     warmup: int = 1,
-    device=None,
+    device: str | torch.device | None = None,
     progress: bool = False,
     desc: str = "interleaved steps",
 ) -> Timings:
@@ -60,6 +64,9 @@ def interleave(
     done, e.g. an epoch with fewer batches). ``r < 0`` are warm-up calls (``batches[r]`` then
     picks from the end), untimed. Returns :class:`Timings` with every timed call's seconds and
     return value.
+
+    Raises:
+        ValueError: no step, a round count that is not a positive int, or a negative warm-up.
     """
     if not steps:
         raise ValueError("interleave needs at least one step to time")
@@ -69,7 +76,7 @@ def interleave(
     non_negative_int("warmup", warmup)
     timings = Timings({n: [] for n in steps}, {n: [] for n in steps})
     order = list(steps)
-    schedule = range(-warmup, max(counts.values()))
+    schedule: Iterable[int] = range(-warmup, max(counts.values()))
     if progress:
         from tqdm.auto import tqdm
 

@@ -18,7 +18,9 @@ import torch.distributed as dist
 from .batch import count_loss_tokens
 from .distributed import all_reduce_sum, is_distributed
 
-LOW_TOKENS_PER_STEP = 4_000  # the seed's threshold: below it, raise accumulation, not the LR
+# A common rule of thumb for fine-tuning: below about 4,000 loss tokens per optimiser step the
+# gradient is noisy; raise accumulation rather than the learning rate (lesson 3 measures why).
+LOW_TOKENS_PER_STEP = 4_000
 
 
 @dataclass
@@ -34,7 +36,11 @@ class MicroBatchTokens:
 
 
 def batch_token_counts(batch: dict) -> MicroBatchTokens:
-    """Count the tokens of a batch dict with Hugging Face names (no forward pass)."""
+    """Count the tokens of a batch dict with Hugging Face names (no forward pass).
+
+    Raises:
+        ValueError: the batch has no ``input_ids``.
+    """
     if "input_ids" not in batch:
         raise ValueError(f"a batch needs 'input_ids'; got keys {sorted(batch)}")
     input_ids = batch["input_ids"]
@@ -93,11 +99,17 @@ class TokensPerStepLogger:
     _warned: bool = field(default=False, repr=False)
 
     def log_micro_batch(self, batch: dict) -> MicroBatchTokens:
+        """Count one micro-batch of the current step (no forward pass)."""
         counts = batch_token_counts(batch)
         self._current.append(counts)
         return counts
 
     def end_step(self) -> StepTokens:
+        """Close the current optimiser step: its :class:`StepTokens` (summed over ranks).
+
+        Raises:
+            ValueError: no micro-batch was logged since the last step.
+        """
         if not self._current:
             raise ValueError(
                 "end_step() with no micro-batch logged since the last step: call "
@@ -109,13 +121,11 @@ class TokensPerStepLogger:
         if self.sync_ranks and is_distributed():
             totals = [int(v) for v in all_reduce_sum(totals, torch.int64)]
             n_devices = dist.get_world_size()
+        examples, all_tokens, non_pad_tokens, loss_tokens = totals
         record = StepTokens(
-            len(self.history),
-            len(self._current),
-            *totals,
-            n_devices=n_devices,
-            low=totals[3] < self.threshold,
-        )
+            len(self.history), len(self._current), examples, all_tokens, non_pad_tokens,
+            loss_tokens, n_devices=n_devices, low=loss_tokens < self.threshold,
+        )  # fmt: skip
         self.history.append(record)
         self._current = []
         if record.low and not self._warned:
@@ -128,7 +138,21 @@ class TokensPerStepLogger:
             )
         return record
 
+    def table(self) -> str:
+        """Every logged step: examples, row slots, real tokens and loss tokens."""
+        lines = [f"{'step':>4} {'examples':>8} {'row slots':>9} {'real tokens':>11} "
+                 f"{'loss tokens':>11}"]  # fmt: skip
+        for s in self.history:
+            lines.append(f"{s.step:>4} {s.examples:>8} {s.all_tokens:>9,} "
+                         f"{s.non_pad_tokens:>11,} {s.loss_tokens:>11,}")  # fmt: skip
+        return "\n".join(lines)
+
     def summary(self) -> TokensSummary:
+        """Over the logged steps (:class:`TokensSummary`).
+
+        Raises:
+            ValueError: no step was logged yet.
+        """
         if not self.history:
             raise ValueError("no step logged yet: call end_step() after each optimiser step")
         h, n = self.history, len(self.history)

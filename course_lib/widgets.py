@@ -11,12 +11,18 @@ notebook can never hang on a widget.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from .figures.attention import plot_split
-from .splits import budget_split, split_seq_lens
+from .lessons.attention import budget_split, split_seq_lens
+from .memory.meter import Device
+from .model import TinyGPTConfig
+
+Spec = tuple[str, dict[str, Any]]  # a control, built lazily: ("int" | "choice", its arguments)
 
 __all__ = [
     "headless",
@@ -33,15 +39,23 @@ def headless() -> bool:
     return bool(os.environ.get("CI") or os.environ.get("NBGRADER_EXECUTION"))
 
 
-def int_slider(value: int, min: int, max: int, step: int = 1, description: str = ""):
-    """An ``IntSlider`` spec (built lazily so that importing this module needs no widgets)."""
+def int_slider(value: int, min: int, max: int, step: int = 1, description: str = "") -> Spec:
+    """An ``IntSlider`` spec (built lazily so that importing this module needs no widgets).
+
+    Raises:
+        ValueError: ``value`` outside ``[min, max]``.
+    """
     if not min <= value <= max:
         raise ValueError(f"slider {description!r}: value {value} is outside [{min}, {max}]")
     return ("int", dict(value=value, min=min, max=max, step=step, description=description))
 
 
-def choice(value, options, description: str = ""):
-    """A selection-slider spec over ``options`` (a list of values, or of ``(label, value)``)."""
+def choice(value: Any, options: Iterable[Any], description: str = "") -> Spec:
+    """A selection-slider spec over ``options`` (a list of values, or of ``(label, value)``).
+
+    Raises:
+        ValueError: ``value`` is not one of ``options``.
+    """
     options = list(options)
     values = [o[1] if isinstance(o, tuple) else o for o in options]
     if value not in values:
@@ -75,7 +89,12 @@ def _frame(figure_fn, compute, cache: bool, fixed: dict) -> Callable[..., plt.Fi
     return frame
 
 
-def build_explorer(figure_fn: Callable[..., plt.Figure], compute=None, cache=False, **controls):
+def build_explorer(
+    figure_fn: Callable[..., Figure],
+    compute: Callable[..., Any] | None = None,
+    cache: bool = False,
+    **controls: Any,
+) -> tuple[Any, dict[str, Any]]:
     """Build (without displaying) the widget: ``(container, {name: control})``.
 
     The figure is redrawn into an ``Output`` whenever a control moves (see :func:`_frame` for
@@ -114,7 +133,10 @@ def build_explorer(figure_fn: Callable[..., plt.Figure], compute=None, cache=Fal
 
 
 def explore(
-    figure_fn: Callable[..., plt.Figure], compute=None, cache: bool = False, **controls
+    figure_fn: Callable[..., Figure],
+    compute: Callable[..., Any] | None = None,
+    cache: bool = False,
+    **controls: Any,
 ) -> None:
     """Display ``figure_fn`` with one control per keyword; one static frame when headless.
 
@@ -134,13 +156,18 @@ def explore(
     display(container)
 
 
-def budget_split_explorer(config, token_budget: int, seq_lens=None, device=None) -> None:
+def budget_split_explorer(
+    config: TinyGPTConfig,
+    token_budget: int,
+    seq_lens: Sequence[int] | None = None,
+    device: Device = None,
+) -> None:
     """Lesson 1's slider: one token budget, every (batch, seq) split of it, predicted and measured.
 
     Each position of the slider is a shape ``(token_budget // seq_len) x seq_len``
-    (:func:`course_lib.splits.budget_split`); the figure shows the predicted components for eager
-    and sdpa attention and the measured peak of a real training step at that shape (measured on
-    first view, then cached).
+    (:func:`course_lib.lessons.attention.budget_split`); the figure shows the predicted
+    components for eager and sdpa attention and the measured peak of a real training step at that
+    shape (measured on first view, then cached).
     """
     if seq_lens is None:
         seq_lens = split_seq_lens(token_budget, config.max_seq_len)

@@ -1,6 +1,6 @@
 """Lesson 3's figures: gradient accumulation and the mean-of-means bug.
 
-The measurements come from :mod:`course_lib.accumulation` and :mod:`course_lib.windows`; these
+The measurements come from :mod:`course_lib.lessons.accumulation` and :mod:`course_lib.noise`; these
 functions only draw them. Relative errors below :data:`ERROR_FLOOR` (exact zeros included) are
 drawn at the floor so a log axis can show them.
 """
@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
-from ..windows import AccumulationWindow
+from ..lessons.accumulation import AccumulationRuns, AccumulationWindow
+from ..noise import GradientNoise
 from .style import MODE_COLOURS, label_above, require
 
 ERROR_FLOOR = 1e-9
@@ -23,12 +25,19 @@ def _floor(x: float) -> float:
     return max(float(x), ERROR_FLOOR)
 
 
-def plot_gradient_error_vs_spread(points, real_points=None, title: str = "") -> Figure:
+def plot_gradient_error_vs_spread(
+    points: Sequence[tuple[float, str, float]],
+    real_points: Sequence[tuple[float, str, float]] | None = None,
+    title: str = "",
+) -> Figure:
     """Measured relative gradient error against the full batch, over the window's spread.
 
     ``points``: ``(spread, mode, error)`` triples from controlled windows, where ``spread`` is
     ``max n_i / min n_i`` (loss tokens of the micro-batches); ``real_points`` the same for windows
     of untrimmed data, drawn as hollow markers. Errors below ``ERROR_FLOOR`` sit on the floor.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(bool(points), "plot_gradient_error_vs_spread needs at least one measured point")
     require(
@@ -49,8 +58,9 @@ def plot_gradient_error_vs_spread(points, real_points=None, title: str = "") -> 
             color=colour,
             label=f"{mode}: windows with a set spread",
         )
-    for mode in dict.fromkeys(m for _, m, _ in real_points or []):
-        sel = [(s, e) for s, m, e in real_points if m == mode]
+    real = list(real_points or [])
+    for mode in dict.fromkeys(m for _, m, _ in real):
+        sel = [(s, e) for s, m, e in real if m == mode]
         ax.plot(
             [s for s, _ in sel],
             [_floor(e) for _, e in sel],
@@ -120,11 +130,14 @@ def _draw_window_errors(ax, window: AccumulationWindow) -> None:
 
 
 def plot_accumulation_window(window: AccumulationWindow) -> Figure:
-    """One window, measured (:func:`course_lib.windows.accumulation_window`).
+    """One window, measured (:func:`course_lib.lessons.accumulation.accumulation_window`).
 
     Left: per micro-batch, its share of the window's loss tokens ``n_i / N`` (what the full batch
     gives it) beside ``1 / K`` (what ``loss / accum`` gives it). Right: the relative error of the
     accumulated gradient against one full batch, in each mode measured.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(bool(window.loss_tokens), "plot_accumulation_window needs at least one micro-batch")
     require(
@@ -163,15 +176,18 @@ def _draw_heldout(ax, heldout: dict) -> None:
     ax.legend(fontsize=8)
 
 
-def plot_accumulation_runs(
-    loss_by_mode: dict, distance: Sequence[float], heldout: dict | None = None
-) -> Figure:
-    """Two training runs from the same weights on the same windows, differing only in the mode.
+def plot_accumulation_runs(runs: AccumulationRuns) -> Figure:
+    """Two training runs from the same weights on the same windows, differing only in the mode
+    (:func:`course_lib.lessons.accumulation.accumulation_runs`).
 
-    ``loss_by_mode``: mode -> training loss per loss token at every step (nats). ``distance``:
-    ``||θ_mean − θ_token_weighted|| / ||θ_token_weighted − θ_0||`` per step. ``heldout``: mode ->
-    {group name: held-out loss per token}, drawn as grouped bars.
+    Left: the training loss per loss token at every step (nats). Middle: ``||θ_mean −
+    θ_token_weighted|| / ||θ_token_weighted − θ_0||`` per step. Right, when measured: the
+    held-out loss per token, one group of bars per slice of the data.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
+    loss_by_mode, distance, heldout = runs.losses, runs.distance, runs.heldout
     require(bool(loss_by_mode), "plot_accumulation_runs needs at least one run's losses")
     require(
         not heldout or all(heldout.values()),
@@ -203,4 +219,59 @@ def plot_accumulation_runs(
     if heldout:
         _draw_heldout(axes[2], heldout)
     fig.tight_layout()
+    return fig
+
+
+def plot_gradient_noise(noise: GradientNoise) -> Figure:
+    """Gradient noise of a step against examples per step (left) and loss tokens per step
+    (right), for short and long completions (:func:`course_lib.noise.gradient_noise`): measured
+    points, and the ``1 / K`` law through the noise of a one-example step as lines.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
+    require(bool(noise.ks), "plot_gradient_noise needs at least one step size")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for name, colour in (("short", "tab:blue"), ("long", "tab:red")):
+        per_example = noise.tokens_per_example[name]
+        label = f"{name} completions (~{per_example:.0f} loss tokens each)"
+        for ax, unit in zip(axes, (1, per_example)):
+            x = np.array(noise.ks) * unit
+            ax.loglog(x, noise.noise[name], "o", color=colour, label=label)
+            ax.loglog(x, [noise.one_example_noise[name] / k for k in noise.ks], "-",
+                      color=colour, alpha=0.5)  # fmt: skip
+    axes[0].set_xlabel("examples per step")
+    axes[1].set_xlabel("loss tokens per step")
+    axes[0].set_ylabel("gradient noise  E||g - g*||²")
+    for ax in axes:
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"{noise.device.split(':')[0].upper()}: the noise of a step's gradient, against "
+                 "examples and against tokens per step")  # fmt: skip
+    return fig
+
+
+def plot_noise_target(
+    noise: GradientNoise, accum: int, micro_batch_size: int, target: float
+) -> Figure:
+    """The measured noise-to-signal law for steps of ``micro_batch_size x accum`` examples
+    (``noise.noise_to_signal / examples``) against the ``target``, the chosen step marked.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
+    require(accum >= 1 and micro_batch_size >= 1, "plot_noise_target needs positive sizes")
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    rho, grid = noise.noise_to_signal, np.arange(1, 129)
+    ax.loglog(grid, rho / (micro_batch_size * grid), color="tab:purple", alpha=0.6,
+              label="measured 1/K law (all examples)")  # fmt: skip
+    ax.axhline(target, color="black", ls="--", label=f"target {target}")
+    ratio = rho / (micro_batch_size * accum)
+    ax.loglog([accum], [ratio], "o", ms=10, color="tab:purple")
+    tokens = micro_batch_size * accum * noise.tokens_per_example["all"]
+    ax.set_title(f"accumulation {accum}: ~{tokens:,.0f} loss tokens per step, "
+                 f"noise-to-signal {ratio:.3f}", fontsize=10)  # fmt: skip
+    ax.set_xlabel("gradient accumulation steps")
+    ax.set_ylabel("noise-to-signal ratio")
+    ax.legend(fontsize=8)
     return fig

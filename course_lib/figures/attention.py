@@ -1,7 +1,7 @@
 """Lesson 1's figures: tokens per step, and why attention memory is different.
 
 Inputs come from :mod:`course_lib.memory` (measured and predicted peaks) and
-:mod:`course_lib.splits` (splits of one token budget).
+:mod:`course_lib.lessons.attention` (splits of one token budget).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from ..lessons.attention import BudgetSplit, ValuesPerLayer
 from ..memory import ActivationBreakdown, ShapeComparison
-from ..splits import BudgetSplit, ValuesPerLayer
 from .style import (
     COMPONENT_COLOURS,
     IMPL_COLOURS,
@@ -27,6 +27,9 @@ def plot_measured_vs_predicted(rows: Sequence[ShapeComparison], title: str = "")
 
     ``rows``: :func:`~course_lib.memory.compare_shapes`. The lower panel shows predicted /
     measured for every point (1.0 = the model is exact).
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(bool(rows), "plot_measured_vs_predicted needs at least one measured row")
     fig, (ax, ax_ratio) = plt.subplots(
@@ -50,7 +53,11 @@ def plot_breakdown(
     title: str = "",
 ) -> Figure:
     """Stacked bars of predicted components per shape; measured peaks (bytes, one per breakdown)
-    as black diamonds."""
+    as black diamonds.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
     require(bool(breakdowns), "plot_breakdown needs at least one breakdown")
     require(
         measured is None or len(measured) == len(breakdowns),
@@ -79,8 +86,12 @@ def plot_breakdown(
 
 def plot_linear_vs_quadratic(values: ValuesPerLayer) -> Figure:
     """Per-layer values kept for backward at a fixed token budget, split into the two shapes
-    (:func:`~course_lib.splits.values_per_layer`): the linear parts stay put over ``seq_len``
-    while the eager scores grow with it."""
+    (:func:`~course_lib.lessons.attention.values_per_layer`): the linear parts stay put over
+    ``seq_len`` while the eager scores grow with it.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
     require(bool(values.seq_lens), "plot_linear_vs_quadratic needs at least one seq_len")
     require(
         len(values.linear) == len(values.scores) == len(values.seq_lens),
@@ -113,8 +124,12 @@ def plot_linear_vs_quadratic(values: ValuesPerLayer) -> Figure:
 
 
 def plot_split(split: BudgetSplit) -> Figure:
-    """One split of a token budget (:func:`~course_lib.splits.budget_split`): predicted
-    components and, when measured, the measured peaks, one bar per attention path."""
+    """One split of a token budget (:func:`~course_lib.lessons.attention.budget_split`): predicted
+    components and, when measured, the measured peaks, one bar per attention path.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
     require(bool(split.breakdowns), "plot_split needs a split with at least one breakdown")
     measured = None
     if split.measured:

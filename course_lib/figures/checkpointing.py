@@ -2,7 +2,7 @@
 
 Inputs: :func:`course_lib.memory.compare_checkpointing` (measured and predicted peaks),
 :func:`course_lib.checkpointing.time_checkpointing` (step times) and
-:func:`course_lib.budget_curves.budget_fit` (what fits a budget).
+:func:`course_lib.lessons.checkpointing.budget_fit` (what fits a budget).
 """
 
 from __future__ import annotations
@@ -12,23 +12,27 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ..budget_curves import BudgetFit
+from .._checks import Checkpointing
 from ..checkpointing import StepTimes
-from ..memory import CheckpointingRow, mode_label
+from ..lessons.checkpointing import BudgetFit
+from ..memory import ShapeComparison, mode_label
 from .style import CHECKPOINT_COLOURS, draw_predicted_vs_measured, mib, require
 
-FIT_LABELS = {"none": "plain", "blocks": "checkpointed blocks"}
+FIT_LABELS: dict[Checkpointing, str] = {"off": "checkpointing off", "blocks": "checkpointed blocks"}
 
 
 def _checkpoint_colour(label: str) -> str:
     return CHECKPOINT_COLOURS.get(label.split("/")[0], "tab:green")
 
 
-def plot_checkpointing_peaks(rows: Sequence[CheckpointingRow], title: str = "") -> Figure:
+def plot_checkpointing_peaks(rows: Sequence[ShapeComparison], title: str = "") -> Figure:
     """Peak memory of one step over ``seq_len``, one colour per checkpointing mode.
 
     ``rows`` from :func:`~course_lib.memory.compare_checkpointing`: predictions as lines,
     measurements as points; the lower panel is predicted / measured (1.0 = exact).
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(bool(rows), "plot_checkpointing_peaks needs at least one measured row")
     fig, (ax, ax_ratio) = plt.subplots(
@@ -48,14 +52,18 @@ def plot_checkpointing_peaks(rows: Sequence[CheckpointingRow], title: str = "") 
 
 
 def plot_step_times(times: StepTimes, title: str = "") -> Figure:
-    """Step time with and without checkpointing: every repeat as a dot, the median as a bar."""
+    """Step time with and without checkpointing: every repeat as a dot, the median as a bar.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
     require(
         bool(times.plain_seconds) and bool(times.checkpointed_seconds),
         "plot_step_times needs at least one timed repeat on each side",
     )
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     sides = [
-        ("plain", times.plain_seconds, times.plain_median, CHECKPOINT_COLOURS["plain"]),
+        ("off", times.plain_seconds, times.plain_median, CHECKPOINT_COLOURS["off"]),
         (
             "checkpointed",
             times.checkpointed_seconds,
@@ -80,10 +88,13 @@ def plot_step_times(times: StepTimes, title: str = "") -> Figure:
 
 
 def plot_budget_fit(fit: BudgetFit) -> Figure:
-    """Does one step fit a memory budget? (:func:`course_lib.budget_curves.budget_fit`)
+    """Does one step fit a memory budget? (:func:`course_lib.lessons.checkpointing.budget_fit`)
 
-    Predicted peaks over ``seq_len``, plain and checkpointed; the dashed line is the budget; the
+    Predicted peaks over ``seq_len``, checkpointing off and on; the dashed line is the budget; the
     chosen ``seq_len`` is marked (a circle fits, a cross does not) and the title says which fits.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(bool(fit.seq_lens), "plot_budget_fit needs at least one seq_len")
     require(
@@ -91,7 +102,7 @@ def plot_budget_fit(fit: BudgetFit) -> Figure:
         f"plot_budget_fit needs peaks for the modes {tuple(FIT_LABELS)}, got {tuple(fit.peaks)}",
     )
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    budget = mib(fit.budget_bytes)
+    budget = mib(fit.memory_budget)
     for mode, label in FIT_LABELS.items():
         colour = _checkpoint_colour(mode_label(mode))
         here = mib(fit.at_seq_len[mode])
@@ -102,7 +113,7 @@ def plot_budget_fit(fit: BudgetFit) -> Figure:
             f"{here:.1f} MiB",
             (fit.seq_len, here),
             textcoords="offset points",
-            xytext=(6, 6 if mode == "none" else -12),
+            xytext=(6, 6 if mode == "off" else -12),
             fontsize=8,
             color=colour,
         )

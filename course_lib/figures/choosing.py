@@ -1,20 +1,22 @@
 """Lesson 5's figures: choosing micro-batch, accumulation and tokens per step.
 
-Inputs: :func:`course_lib.budget.find_max_batch_size` and :class:`course_lib.budget.MemoryProbe`
-(the search), :class:`course_lib.token_log.TokensPerStepLogger` (a logged run) and
-:mod:`course_lib.budget_curves` (the plan and the small-dataset trap).
+Inputs: :func:`course_lib.fit.find_largest` and :class:`course_lib.memory.MemoryProbe` (the
+search), :class:`course_lib.token_log.TokensPerStepLogger` (a logged run) and
+:mod:`course_lib.lessons.choosing` (the plan and the small-dataset trap).
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..budget_curves import PlanCurve, SmallDatasetTrap
-from ..memory import format_bytes
+from ..lessons.choosing import PlanCurve, SmallDatasetTrap
+from ..token_log import StepTokens
+from ..units import format_bytes
 from .style import FIT_COLOUR, NO_FIT_COLOUR, mib, require
 
 
@@ -22,7 +24,7 @@ def _probe_marker(fitted: bool) -> dict:
     return {"marker": "o" if fitted else "X", "color": FIT_COLOUR if fitted else NO_FIT_COLOUR}
 
 
-def _draw_probe_bytes(ax, history, needed, budget_bytes: int, predicted) -> None:
+def _draw_probe_bytes(ax, history, needed, memory_budget: int, predicted) -> None:
     """Bytes needed against the micro-batch size, each probe numbered in probe order."""
     if predicted:
         xs = sorted(predicted)
@@ -41,11 +43,11 @@ def _draw_probe_bytes(ax, history, needed, budget_bytes: int, predicted) -> None
     ax.plot([], [], linestyle="none", label="probe fits", **_probe_marker(True))
     ax.plot([], [], linestyle="none", label="probe does not fit", **_probe_marker(False))
     ax.axhline(
-        mib(budget_bytes),
+        mib(memory_budget),
         color="black",
         ls="--",
         lw=1,
-        label=f"budget {format_bytes(budget_bytes)}",
+        label=f"budget {format_bytes(memory_budget)}",
     )
     ax.set_xlabel("micro-batch size n (rows of the longest seq_len)")
     ax.set_ylabel("memory needed for one step (MiB)")
@@ -87,7 +89,11 @@ def _draw_bracket(ax, history) -> None:
 
 
 def plot_search_probes(
-    history, needed, budget_bytes: int, predicted=None, title: str = ""
+    history: Sequence[tuple[int, bool]],
+    needed: dict[int, int],
+    memory_budget: int,
+    predicted: dict[int, int] | None = None,
+    title: str = "",
 ) -> Figure:
     """The largest-micro-batch search drawn probe by probe.
 
@@ -97,12 +103,15 @@ def plot_search_probes(
     micro-batch size, fits as green circles, failures as red crosses, each numbered in probe order,
     the budget dashed. Right: the size tried at each probe and the bracket ``[largest fit, smallest
     failure]`` closing in.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(bool(history), "plot_search_probes needs at least one probe in history")
     missing = [n for n, _ in history if n not in needed]
     require(not missing, f"plot_search_probes has no measured bytes for probes {missing}")
     fig, (ax, ax_order) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
-    _draw_probe_bytes(ax, history, needed, budget_bytes, predicted)
+    _draw_probe_bytes(ax, history, needed, memory_budget, predicted)
     ax.set_title(title or f"{len(history)} probes (numbers: probe order)")
     _draw_bracket(ax_order, history)
     fig.tight_layout()
@@ -110,12 +119,19 @@ def plot_search_probes(
 
 
 def plot_step_tokens(
-    history, threshold: int = 4000, planned: int | None = None, title: str = ""
+    history: Sequence[StepTokens],
+    threshold: int = 4000,
+    planned: int | None = None,
+    title: str = "",
 ) -> Figure:
     """Tokens per optimiser step as a :class:`~course_lib.token_log.TokensPerStepLogger` logged
     them: for every step, the row slots (``all_tokens``), the real tokens (``non_pad_tokens``) and
     the tokens the loss trains on (``loss_tokens``), beside the ``threshold`` and the ``planned``
-    full-row count."""
+    full-row count.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
     require(bool(history), "plot_step_tokens needs at least one logged step")
     fig, ax = plt.subplots(figsize=(7.5, 4))
     xs = [s.step for s in history]
@@ -168,9 +184,13 @@ def _draw_rule_bands(ax, trap: SmallDatasetTrap) -> None:
 
 
 def plot_small_dataset_trap(trap: SmallDatasetTrap) -> Figure:
-    """Two rules against one dataset (:func:`course_lib.budget_curves.small_dataset_trap`):
+    """Two rules against one dataset (:func:`course_lib.lessons.choosing.small_dataset_trap`):
     optimiser steps per epoch and loss tokens per step over the effective batch ``E``. The
-    shaded bands mark where each rule of thumb holds."""
+    shaded bands mark where each rule of thumb holds.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
     es = trap.effective_batches
     require(bool(es), "plot_small_dataset_trap needs at least one effective batch")
     require(
@@ -203,7 +223,7 @@ def plot_small_dataset_trap(trap: SmallDatasetTrap) -> Figure:
     ax2.set_ylabel("loss tokens per step", color="tab:orange")
     _draw_rule_bands(ax, trap)
     handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="center left")
+    ax.legend(handles, [str(h.get_label()) for h in handles], fontsize=8, loc="center left")
     ax.set_title(
         f"{trap.dataset_size:,} examples, {trap.loss_tokens_per_example:.0f} loss tokens each "
         "(measured mean)"
@@ -222,11 +242,14 @@ def _plan_text(curve: PlanCurve) -> str:
 
 
 def plot_training_plan(curve: PlanCurve) -> Figure:
-    """One frame of the planner (:func:`course_lib.budget_curves.plan_curve`).
+    """One frame of the planner (:func:`course_lib.lessons.choosing.plan_curve`).
 
     Left: the memory model's bytes for one training step over the micro-batch size (weights,
     gradients and AdamW state at the bottom), the budget, the search's probes and the chosen
     micro-batch. Right: the plan as a table, with its notes and warnings.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(bool(curve.micro_batch_sizes), "plot_training_plan needs at least one micro-batch")
     require(
@@ -247,7 +270,7 @@ def plot_training_plan(curve: PlanCurve) -> Figure:
         ha="left",
         transform=ax_text.transAxes,
     )
-    ns, budget = curve.micro_batch_sizes, mib(curve.memory_bytes)
+    ns, budget = curve.micro_batch_sizes, mib(curve.memory_budget)
     ax.fill_between(
         ns, 0, mib(curve.fixed_bytes), color="tab:gray", alpha=0.3, label="weights + grads + AdamW"
     )
@@ -258,19 +281,19 @@ def plot_training_plan(curve: PlanCurve) -> Figure:
     if curve.plan is not None:
         p = curve.plan
         ax.plot(
-            p.micro_batch_size,
+            p.micro_batch,
             mib(p.memory.total),
             "*",
             color="gold",
             markersize=16,
             markeredgecolor="black",
-            label=f"chosen micro-batch {p.micro_batch_size}",
+            label=f"chosen micro-batch {p.micro_batch}",
         )
     ax.set_ylim(0, max(budget, mib(curve.totals[-1])) * 1.1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("micro-batch size")
     ax.set_ylabel("MiB per device")
-    ckpt = "" if curve.checkpointing == "none" else f", checkpointing={curve.checkpointing}"
+    ckpt = "" if curve.checkpointing == "off" else f", checkpointing={curve.checkpointing}"
     ax.set_title(f"seq_len {curve.seq_len}, {budget:g} MiB{ckpt}", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)

@@ -1,8 +1,8 @@
 """Lesson 2's figures: padding and packing.
 
-The token grid each batching scheme computes on (:func:`course_lib.layouts.batch_layouts`), the
-measured waste over batch sizes, measured training throughput, and the loss curves of a packed run
-with and without its document boundaries.
+The token grid each batching scheme computes on, the measured waste over batch sizes, measured
+training throughput, and the loss curves of a packed run with and without its document
+boundaries; the results come from :mod:`course_lib.lessons.padding`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ..layouts import BatchLayouts
+from ..lessons.padding import BatchLayouts, Throughput
 from .style import PAD_COLOUR, SCHEME_COLOURS, label_above, require
 
 
@@ -26,6 +26,9 @@ def plot_padding_waste(batch_sizes: Sequence[int], waste: dict, title: str = "")
 
     ``waste``: scheme name -> one fraction per batch size (``padding_stats(...).waste_fraction``).
     Names starting with "random", "length-grouped" or "packed" get the course's colours.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(
         bool(batch_sizes) and bool(waste),
@@ -93,10 +96,14 @@ def _layout_title(layout, batch_size: int) -> str:
 
 
 def plot_batch_layouts(layouts: BatchLayouts) -> Figure:
-    """What the model computes on, one panel per scheme (:func:`course_lib.layouts.batch_layouts`).
+    """What the model computes on, one panel per scheme
+    (:func:`course_lib.lessons.padding.batch_layouts`).
 
     Each document is a coloured segment, padding is gray; titles give the waste of the rows shown
     and of the whole epoch.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
     panels = layouts.layouts
     require(bool(panels), "plot_batch_layouts needs at least one scheme's layout")
@@ -122,22 +129,20 @@ def plot_batch_layouts(layouts: BatchLayouts) -> Figure:
     return fig
 
 
-def plot_throughput(
-    names: Sequence[str],
-    real_tokens: Sequence[int],
-    total_slots: Sequence[int],
-    seconds: Sequence[float],
-    title: str = "",
-) -> Figure:
-    """Measured training throughput of batching schemes that saw the same examples.
+def plot_throughput(throughput: Throughput, title: str = "") -> Figure:
+    """Measured training throughput of batching schemes that saw the same examples
+    (:func:`course_lib.lessons.padding.train_schemes`).
 
     Left: real (non-pad) tokens per second, with the ratio to the first scheme. Right: the slots
     each scheme computed on, split into real tokens and padding.
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
     """
-    require(
-        bool(names) and len(names) == len(real_tokens) == len(total_slots) == len(seconds),
-        "plot_throughput needs one real_tokens, total_slots and seconds per name",
-    )
+    runs = throughput.runs
+    require(bool(runs), "plot_throughput needs at least one scheme's run")
+    names, seconds = [r.name for r in runs], [r.seconds for r in runs]
+    real_tokens, total_slots = [r.real_tokens for r in runs], [r.total_slots for r in runs]
     require(min(seconds) > 0, f"plot_throughput needs positive seconds, got {list(seconds)}")
     fig, (ax, ax_slots) = plt.subplots(1, 2, figsize=(10, 3.8))
     colours = [_scheme_colour(n) for n in names]
@@ -166,7 +171,11 @@ def plot_throughput(
 
 
 def plot_loss_curves(curves: dict, title: str = "") -> Figure:
-    """Training loss per step of runs that share initial weights and data (``name -> losses``)."""
+    """Training loss per step of runs that share initial weights and data (``name -> losses``).
+
+    Raises:
+        ValueError: an empty or inconsistent input; the message names what is missing.
+    """
     require(bool(curves), "plot_loss_curves needs at least one curve")
     require(all(len(v) for v in curves.values()), "plot_loss_curves got an empty curve")
     fig, ax = plt.subplots(figsize=(7.5, 3.8))

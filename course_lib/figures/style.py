@@ -4,6 +4,9 @@ helpers that more than one lesson uses."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
 
 # Lesson 1: attention paths, and the components of the memory model.
 IMPL_COLOURS = {"eager": "tab:red", "sdpa": "tab:blue", "varlen": "tab:green"}
@@ -23,7 +26,7 @@ PAD_COLOUR = "lightgray"
 # Lesson 3: accumulation modes.
 MODE_COLOURS = {"token_weighted": "tab:blue", "mean": "tab:red", "full batch": "black"}
 # Lessons 4 and 5: checkpointing modes (labels from ``course_lib.memory.mode_label``).
-CHECKPOINT_COLOURS = {"plain": "tab:red", "blocks": "tab:blue", "attention": "tab:purple"}
+CHECKPOINT_COLOURS = {"off": "tab:red", "blocks": "tab:blue", "attention": "tab:purple"}
 FIT_COLOUR, NO_FIT_COLOUR = "tab:green", "tab:red"
 
 
@@ -33,19 +36,25 @@ def mib(n_bytes: float) -> float:
 
 
 def require(condition: bool, message: str) -> None:
-    """Raise ``ValueError(message)`` unless ``condition``: a figure's one input check."""
+    """Raise ``ValueError(message)`` unless ``condition``: a figure's one input check.
+
+    Raises:
+        ValueError: ``condition`` is false.
+    """
     if not condition:
         raise ValueError(message)
 
 
-def label_above(ax, text: str, xy, fontsize: int = 8, **kwargs) -> None:
+def label_above(
+    ax: Axes, text: str, xy: tuple[float, float], fontsize: int = 8, **kwargs: Any
+) -> None:
     """Write ``text`` just above the point ``xy`` (data coordinates), centred."""
     kwargs.setdefault("ha", "center")
     ax.annotate(text, xy, textcoords="offset points", xytext=(0, 2), fontsize=fontsize, **kwargs)
 
 
 def draw_predicted_vs_measured(
-    ax, ax_ratio, rows: Sequence, group: Callable, colour_of: Callable[[str], str]
+    ax: Axes, ax_ratio: Axes, rows: Sequence, group: Callable, colour_of: Callable[[str], str]
 ) -> None:
     """Predicted peaks as lines, measured peaks as points, over ``seq_len``; predicted / measured
     on ``ax_ratio`` (1.0 = the memory model is exact), with its axis finished.

@@ -6,22 +6,41 @@ batch_size * seq_len`` tokens, ``b`` bytes per element of the model's dtype).
 
 from __future__ import annotations
 
-FP32 = 4
-INT64 = 8
+from collections.abc import Callable
+
+from ..units import FP32, INT64
+from .tape import Tape
 
 
 class AttentionOps:
     """The attention ops of :class:`~course_lib.hf.ops.Ops`."""
 
-    tape: object
+    tape: Tape
     N: int
     B: int
     T: int
     b: int
     cuda: bool
     half: bool
+    # the Ops methods these recipes call (defined on Ops, the class that mixes this in)
+    _dx: Callable[..., list[tuple]]
+    add: Callable[..., int]
+    scale: Callable[..., int]
+    copy: Callable[..., int]
+    to: Callable[..., int]
+    _to_n: Callable[..., int]
 
-    def rope(self, where, comp, x, width, cos, sin, wide=0, phi3=False) -> int:
+    def rope(
+        self,
+        where: str,
+        comp: str,
+        x: int,
+        width: int,
+        cos: int,
+        sin: int,
+        wide: int = 0,
+        phi3: bool = False,
+    ) -> int:
         """``x * cos + rotate_half(x) * sin`` on ``N x width`` elements; ``rotate_half`` is two
         slices (views whose backward each pays a full-size buffer), a negation and a ``cat``.
         Saves only ``cos`` and ``sin`` (one row of positions, shared by every layer). ``wide``:
@@ -57,7 +76,7 @@ class AttentionOps:
         del src
         return out
 
-    def sdpa(self, where, comp, q, k, v, H, K, d) -> int:
+    def sdpa(self, where: str, comp: str, q: int, k: int, v: int, H: int, K: int, d: int) -> int:
         """``scaled_dot_product_attention(is_causal=True)`` on the CPU's fused flash kernel, with
         ``H`` query and ``K`` key/value heads of ``d`` (grouped-query attention natively:
         ``enable_gqa``): saves q, k, v, the output and a log-sum-exp per head and token (fp32);
@@ -70,7 +89,9 @@ class AttentionOps:
         t.drop(lse)
         return out
 
-    def sdpa_masked(self, where, comp, q, k, v, H, d, mask) -> int:
+    def sdpa_masked(
+        self, where: str, comp: str, q: int, k: int, v: int, H: int, d: int, mask: int
+    ) -> int:
         """``scaled_dot_product_attention(attn_mask=bool_mask)`` (packed documents: the model's
         block-diagonal causal mask, so no ``is_causal``): ATen converts the boolean mask to a
         float copy in q's dtype (``convert_boolean_attn_mask``), which the CPU flash kernel
@@ -86,7 +107,18 @@ class AttentionOps:
         t.drop(lse, fmask)
         return out
 
-    def flash(self, where, comp, q, k, v, H, K, d, documents: int = 0) -> int:
+    def flash(
+        self,
+        where: str,
+        comp: str,
+        q: int,
+        k: int,
+        v: int,
+        H: int,
+        K: int,
+        d: int,
+        documents: int = 0,
+    ) -> int:
         """FlashAttention-2 (``flash_attn_func``, CUDA): saves q, k, v, the output and an fp32
         log-sum-exp per head and token (plus a 16-byte RNG state); no ``seq_len**2`` tensor. Its
         backward (``mha_bwd``) makes dq, dk, dv, an fp32 ``dq_accum`` (tokens rounded up to 128,
@@ -105,7 +137,7 @@ class AttentionOps:
         seqs = B * documents
         acc = (N + 128 * seqs) * H * d32 * FP32 if documents else B * T128 * H * d32 * FP32
         sd = (seqs if documents else B) * H * T128 * FP32
-        prog = [("new", "q", N * H * d * b), ("new", "k", N * K * d * b),
+        prog: list[tuple] = [("new", "q", N * H * d * b), ("new", "k", N * K * d * b),
                 ("new", "v", N * K * d * b), ("new", "acc", acc), ("new", "sd", sd)]  # fmt: skip
         if H != K:
             prog += [("new", "ke", N * H * d * b), ("new", "ve", N * H * d * b)]
@@ -123,8 +155,9 @@ class AttentionOps:
         return out
 
     def eager_attention(
-        self, where, comp, q, k, v, H, d, mask, fp32_softmax, copy_kv, softcap=0.0, copy_q=True
-    ) -> int:
+        self, where: str, comp: str, q: int, k: int, v: int, H: int, d: int, mask: int,
+        fp32_softmax: bool, copy_kv: bool, softcap: float = 0.0, copy_q: bool = True,
+    ) -> tuple[int, int]:  # fmt: skip
         """Eager attention on ``(B, H, T, d)`` tensors: ``softmax(q @ k.T * scale + mask) @ v``.
 
         ``matmul`` folds q and k to 3-D: q (laid out as ``(B, T, H, d)`` by RoPE or the fused
@@ -182,7 +215,9 @@ class AttentionOps:
             t.drop(vc)
         return out, probs
 
-    def _bmm(self, where, comp, x, y, out_bytes, nx, ny):
+    def _bmm(
+        self, where: str, comp: str, x: int, y: int, out_bytes: int, nx: int, ny: int
+    ) -> list[int]:
         """A batched matmul ``x @ y``: each input's gradient is made only if it needs one, and
         each is saved only for the other's gradient (as autograd's ``BmmBackward0`` does)."""
         t = self.tape

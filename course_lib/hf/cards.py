@@ -48,7 +48,11 @@ RESERVE = {"sdpa": 1.10, "flash": 1.10, "eager": 1.18}
 
 
 def card_name(name: str) -> str:
-    """A shipped card's name as :data:`CARDS` spells it (case and spaces ignored)."""
+    """A shipped card's name as :data:`CARDS` spells it (case and spaces ignored).
+
+    Raises:
+        ValueError: a card that is not shipped, listing the shipped ones.
+    """
     key = name.replace(" ", "").lower()
     for card in CARDS:
         if card.replace(" ", "").lower() == key:

@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 MODES = ("ddp", "zero1", "fsdp")
@@ -56,7 +57,7 @@ def _wrap(mode: str, model, rank: int):
     return ddp, torch.optim.AdamW(ddp.parameters(), foreach=True)
 
 
-def counted(fn, timeline: list | None = None) -> dict:
+def counted(fn: Callable[[], object], timeline: list | None = None) -> dict:
     """Run ``fn()`` under a live-bytes counter like the meter's that also sees what FSDP2 does
     outside dispatched ops: a ``DTensor``'s bytes are its local shard's (the wrapper reports
     the global size and holds nothing), and storages resized in place count (FSDP2 frees a
@@ -106,12 +107,12 @@ def counted(fn, timeline: list | None = None) -> dict:
                 timeline.append(("resize_", nbytes - before, tracker.live_bytes))
         return out
 
-    torch.UntypedStorage.resize_ = resize
+    torch.UntypedStorage.resize_ = resize  # type: ignore[method-assign]
     try:
         with tracker:
             fn()
     finally:
-        torch.UntypedStorage.resize_ = original
+        torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]
     return {"peak": tracker.peak_bytes, "retained": tracker.live_bytes}
 
 

@@ -7,7 +7,9 @@ supported family are named (SmolLM2 and TinyLlama ship ``model_type: llama``).
 
 from __future__ import annotations
 
-from .models import Arch
+from typing import Any
+
+from .spec import Arch
 
 LLAMA_LIKE = (
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "mixtral",
@@ -36,14 +38,17 @@ NEAREST = {
     ),
 }
 _ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+# QK-norm: per head (Qwen3, Gemma 3) or over the whole projection (OLMo 2)
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "qwen3_moe": "head", "olmo2": "full"}
 
 
 def architecture(c: dict) -> Arch:
     """The fields of config dict ``c`` the memory model reads, checked.
 
-    Raises ``ValueError`` for an unsupported ``model_type`` (naming the nearest supported one and
-    the families that load as a supported type), a missing field, or an MLP activation the
-    family's recipe does not have.
+    Raises:
+        ValueError: an unsupported ``model_type`` (naming the nearest supported one and the
+            families that load as a supported type), a missing field, or an MLP activation the
+            family's recipe does not have.
     """
     model_type = c.get("model_type")
     if model_type == "gemma3" and isinstance(c.get("text_config"), dict):
@@ -59,7 +64,7 @@ def architecture(c: dict) -> Arch:
         raise ValueError(f"the {model_type} config has no field {missing}") from None
 
 
-def unsupported(model_type) -> str:
+def unsupported(model_type: Any) -> str:
     """The error for a family the memory model does not read."""
     near = NEAREST.get(model_type)
     hint = f"; nearest supported: {near[0]} ({near[1]})" if near else ""
@@ -70,8 +75,9 @@ def unsupported(model_type) -> str:
     )
 
 
-def _llama_like(c: dict, model_type: str) -> Arch:
-    C, H = c["hidden_size"], c["num_attention_heads"]
+def _activation(c: dict, model_type: str) -> str:
+    """The MLP's activation as the recipes name it; refuses what they do not model (another
+    activation, RoPE on part of each head)."""
     act = c.get("hidden_activation") or c.get("hidden_act", "silu")
     if model_type.startswith("gemma"):
         act = c.get("hidden_activation") or "gelu_pytorch_tanh"
@@ -86,6 +92,12 @@ def _llama_like(c: dict, model_type: str) -> Arch:
             f"{model_type} with partial_rotary_factor={partial} is not modelled "
             "(RoPE on part of each head); nearest: the same family without it"
         )
+    return _ACTS[act]
+
+
+def _llama_like(c: dict, model_type: str) -> Arch:
+    C, H = c["hidden_size"], c["num_attention_heads"]
+    act = _activation(c, model_type)
     bias = bool(c.get("attention_bias", False))
     gemma = model_type in ("gemma2", "gemma3_text")
     moe = model_type in ("mixtral", "qwen3_moe")
@@ -105,15 +117,11 @@ def _llama_like(c: dict, model_type: str) -> Arch:
         qkv_bias=model_type == "qwen2" or bias,
         o_bias=model_type != "qwen2" and bias,
         mlp_bias=bool(c.get("mlp_bias", False)),
-        activation=_ACTS[act],
+        activation=act,
         model_type=model_type,
         norm="gemma" if gemma else "olmo2" if model_type == "olmo2" else "llama",
         layout="sandwich" if gemma else "post" if model_type == "olmo2" else "pre",
-        qk_norm="head"
-        if model_type in ("qwen3", "gemma3_text", "qwen3_moe")
-        else "full"
-        if model_type == "olmo2"
-        else "",
+        qk_norm=QK_NORM.get(model_type, ""),
         qk_norm_each=model_type in ("qwen3", "olmo2", "qwen3_moe"),
         fused=model_type == "phi3",
         embed_scale=gemma,
@@ -198,9 +206,15 @@ def default_targets(arch: Arch) -> tuple[str, ...]:
     return PEFT_DEFAULT_TARGETS.get(arch.model_type, ("q_proj", "v_proj"))
 
 
-def lora_targets_for(arch: Arch, lora_targets) -> tuple[str, ...]:
+def lora_targets_for(
+    arch: Arch, lora_targets: str | list[str] | tuple[str, ...] | None
+) -> tuple[str, ...]:
     """``None``: PEFT's default for the family; ``"all-linear"``: every projection; else a list
-    (or comma-separated string) of PEFT module names, each checked."""
+    (or comma-separated string) of PEFT module names, each checked.
+
+    Raises:
+        ValueError: a name that is not a projection of the family, or no name at all.
+    """
     allowed = lora_modules(arch)
     if lora_targets is None:
         return default_targets(arch)

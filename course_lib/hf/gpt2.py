@@ -4,10 +4,12 @@ learned positions, LayerNorm, a fused ``c_attn`` split into views, and ``Conv1D`
 
 from __future__ import annotations
 
-from .ops import INT64, Ops
+from ..units import INT64
+from .ops import Adapters, Ops
+from .spec import Arch, StepSpec
 
 
-def gpt2_positions(ops: Ops, arch, x: int, full: bool) -> tuple[int, tuple[int], int]:
+def gpt2_positions(ops: Ops, arch: Arch, x: int, full: bool) -> tuple[int, tuple[int, ...], int]:
     """``wte(ids) + wpe(position_ids)``: the position table's gradient is all of it
     (``max_position_embeddings x hidden``), and the sum's backward reduces the gradient over the
     batch for it. Returns the sum, ``(position_ids,)`` and the position embeddings."""
@@ -20,7 +22,10 @@ def gpt2_positions(ops: Ops, arch, x: int, full: bool) -> tuple[int, tuple[int],
     return h, (pos,), pe
 
 
-def gpt2_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
+def gpt2_layer(
+    ops: Ops, arch: Arch, spec: StepSpec, name: str, x: int, extra: tuple[int, ...], mask: int,
+    full: bool, ad: Adapters | None,
+) -> int:  # fmt: skip
     """``GPT2Block`` as ops: LayerNorm, fused ``c_attn``, attention, ``c_proj``, LayerNorm,
     ``c_fc``, tanh-GELU, ``c_proj`` (every ``Conv1D`` is an ``addmm`` with a bias)."""
     t, N, b = ops.tape, ops.N, ops.b
@@ -28,18 +33,9 @@ def gpt2_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     d, nc = arch.head_dim, ops.N * arch.hidden_size * ops.b
     att, mlp_ = f"{name}.attn", f"{name}.mlp"
 
-    def lin(where, x_, n_in, n_out, module):
-        return ops.linear(
-            where,
-            "attention" if where.startswith(att) else "mlp",
-            x_,
-            n_in,
-            n_out,
-            where,
-            full,
-            True,
-            ad and ad(module),
-        )
+    def lin(where: str, x_: int, n_in: int, n_out: int, module: str) -> int:
+        comp = "attention" if where.startswith(att) else "mlp"
+        return ops.project(where, comp, x_, n_in, n_out, full, True, ad)  # module: where's end
 
     h = ops.layernorm(f"{name}.ln_1", "norms", x, C, f"{name}.ln_1", full)
     qkv = lin(f"{att}.c_attn", h, C, 3 * C, "c_attn")

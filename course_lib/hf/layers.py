@@ -17,16 +17,19 @@ GPT-2 (learned positions, LayerNorm, ``Conv1D``) keeps its own layer (:mod:`~cou
 
 from __future__ import annotations
 
+from ..units import INT64
+from .mlp import mlp
 from .moe import moe_block
-from .ops import INT64, Ops
+from .ops import Adapters, Ops
+from .spec import Arch, StepSpec
 
 
-def window_of(arch, layer: int) -> int:
+def window_of(arch: Arch, layer: int) -> int:
     """The sliding window of ``layer`` (0: full attention)."""
     return arch.windows[layer] if arch.windows else 0
 
 
-def rope_tables(ops: Ops, arch, spec) -> tuple:
+def rope_tables(ops: Ops, arch: Arch, spec: StepSpec) -> tuple[int, ...]:
     """RoPE's ``cos`` and ``sin``: one ``(1, seq_len, head_dim)`` row each per table (Gemma 3
     has a local and a global one), shared by all layers, and the ``position_ids`` they come from
     (int64; a checkpointed layer keeps them too). Returns ``(cos, sin, [cos, sin,] ids)``."""
@@ -39,14 +42,14 @@ def rope_tables(ops: Ops, arch, spec) -> tuple:
     return (*rope, ids)
 
 
-def layer_tables(arch, extra: tuple, layer: int) -> tuple[int, int]:
+def layer_tables(arch: Arch, extra: tuple[int, ...], layer: int) -> tuple[int, int]:
     """The ``(cos, sin)`` pair ``layer`` is given: Gemma 3 hands each layer the table of its
     kind (``position_embeddings[layer_type]``), the others the one pair."""
     window = window_of(arch, layer)
-    return extra[:2] if not window or arch.rope_tables == 1 else extra[2:4]
+    return (extra[0], extra[1]) if not window or arch.rope_tables == 1 else (extra[2], extra[3])
 
 
-def causal_mask(ops: Ops, spec, window: int) -> int:
+def causal_mask(ops: Ops, spec: StepSpec, window: int) -> int:
     """Eager attention's additive mask, ``(batch, 1, seq_len, seq_len)`` in the model's dtype,
     made from a boolean one (a sliding window's mask is made the same way); it lives through the
     forward pass (and a checkpointed layer keeps it until its backward is over)."""
@@ -58,7 +61,7 @@ def causal_mask(ops: Ops, spec, window: int) -> int:
     return mask
 
 
-def attention_masks(ops: Ops, arch, spec) -> dict[int, int]:
+def attention_masks(ops: Ops, arch: Arch, spec: StepSpec) -> dict[int, int]:
     """The masks the model builds once, by window (0: the causal one). Eager attention builds
     one for each kind of layer it has; sdpa and flash need none (sliding windows are refused
     there unless the window exceeds ``seq_len``, when ``transformers`` skips the mask)."""
@@ -68,7 +71,10 @@ def attention_masks(ops: Ops, arch, spec) -> dict[int, int]:
     return {w: causal_mask(ops, spec, w) for w in kinds}
 
 
-def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
+def decoder_layer(
+    ops: Ops, arch: Arch, spec: StepSpec, name: str, x: int, extra: tuple[int, ...], mask: int,
+    full: bool, ad: Adapters | None,
+) -> int:  # fmt: skip
     """One decoder layer of a Llama-like family (module docstring), in the order it runs."""
     t, C, nc = ops.tape, arch.hidden_size, ops.N * arch.hidden_size * ops.b
     pre, post = arch.layout in ("pre", "sandwich"), arch.layout in ("post", "sandwich")
@@ -111,29 +117,38 @@ def decoder_layer(ops: Ops, arch, spec, name, x, extra, mask, full, ad) -> int:
     return out
 
 
-def _projection(ops: Ops, arch, att, h, full, ad, p: str, n_out: int) -> int:
+def _projection(
+    ops: Ops,
+    arch: Arch,
+    att: str,
+    h: int,
+    full: bool,
+    ad: Adapters | None,
+    p: str,
+    n_out: int,
+) -> int:
     """One of ``q_proj``, ``k_proj``, ``v_proj`` (a LoRA adapter if ``p`` is a target)."""
-    return ops.linear(
-        f"{att}.{p}", "attention", h, arch.hidden_size, n_out, f"{att}.{p}", full,
-        arch.qkv_bias, ad and ad(p),
-    )  # fmt: skip
+    return ops.project(
+        f"{att}.{p}", "attention", h, arch.hidden_size, n_out, full, arch.qkv_bias, ad
+    )
 
 
-def _fused_qkv(ops: Ops, arch, att, h, full, ad) -> tuple[int, int, int, int]:
+def _fused_qkv(
+    ops: Ops, arch: Arch, att: str, h: int, full: bool, ad: Adapters | None
+) -> tuple[int, int, int, int]:
     """Phi-3's one ``qkv_proj``, sliced into three views; each slice's backward pays a
     full-size zero-filled buffer. Returns ``(q, k, v, qkv)``."""
     C, d, H, K = arch.hidden_size, arch.head_dim, arch.num_attention_heads, arch.num_key_value_heads
     w = (H + 2 * K) * d
-    qkv = ops.linear(f"{att}.qkv_proj", "attention", h, C, w, f"{att}.qkv_proj", full,
-                     arch.qkv_bias, ad and ad("qkv_proj"))  # fmt: skip
+    qkv = ops.project(f"{att}.qkv_proj", "attention", h, C, w, full, arch.qkv_bias, ad)
     views = []
     for _ in range(3):
         (v,) = ops.tape.op(att, "attention", [qkv], [0], (), ops._dx(ops.N * w * ops.b))
         views.append(ops.tape.view(v, qkv))
-    return (*views, qkv)
+    return views[0], views[1], views[2], qkv
 
 
-def _qk_norm(ops: Ops, arch, att, z, n: int, which: str, full) -> int:
+def _qk_norm(ops: Ops, arch: Arch, att: str, z: int, n: int, which: str, full: bool) -> int:
     """A QK-norm: per head on the ``(B, T, n, d)`` view (Qwen3, Gemma 3), or over the whole
     projection (OLMo 2, whose view follows)."""
     d, nb = arch.head_dim, ops.N * n * arch.head_dim * ops.b
@@ -145,7 +160,15 @@ def _qk_norm(ops: Ops, arch, att, z, n: int, which: str, full) -> int:
                        kind=arch.norm, wsize=d)  # fmt: skip
 
 
-def _rotated_qk(ops: Ops, arch, att, h, extra, full, ad) -> tuple[int, int, int, list]:
+def _rotated_qk(
+    ops: Ops,
+    arch: Arch,
+    att: str,
+    h: int,
+    extra: tuple[int, ...],
+    full: bool,
+    ad: Adapters | None,
+) -> tuple[int, int, int, list[int]]:
     """q, k and v as each family makes them, in its order (node order is backward order):
 
     * no QK-norm: the three projections (or Phi-3's fused one), then RoPE on q, then k;
@@ -191,10 +214,13 @@ def _rotated_qk(ops: Ops, arch, att, h, extra, full, ad) -> tuple[int, int, int,
         rotated.append(ops.rope(f"{att}.rope", "attention", zv, n * d, cos, sin, wide, arch.fused))
     if not arch.fused:
         t.drop(q, k)
-    return (*rotated, v, held)
+    return rotated[0], rotated[1], v, held
 
 
-def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> tuple[int, tuple]:
+def attention(
+    ops: Ops, arch: Arch, spec: StepSpec, att: str, h: int, extra: tuple[int, ...], mask: int,
+    full: bool, ad: Adapters | None,
+) -> tuple[int, tuple[int, ...]]:  # fmt: skip
     """q, k, v projections, QK-norm, RoPE, attention (sdpa, flash, or eager with ``repeat_kv``),
     ``o_proj``. Returns the output and the attention weights it hands back (eager only)."""
     t, N, b, C, d = ops.tape, ops.N, ops.b, arch.hidden_size, arch.head_dim
@@ -237,17 +263,7 @@ def attention(ops: Ops, arch, spec, att, h, extra, mask, full, ad) -> tuple[int,
         out = oc
         oc = ops.copy(att, "attention", out, nq)
         t.drop(out)
-    a = ops.linear(
-        f"{att}.o_proj",
-        "attention",
-        oc,
-        H * d,
-        C,
-        f"{att}.o_proj",
-        full,
-        arch.o_bias,
-        ad and ad("o_proj"),
-    )
+    a = ops.project(f"{att}.o_proj", "attention", oc, H * d, C, full, arch.o_bias, ad)
     t.drop(oc, qe, ke, v, *fused)  # the attention's locals go when it returns
     return a, ((probs,) if spec.eager else ())
 
@@ -257,60 +273,3 @@ def _repeat_kv(ops: Ops, att: str, kv: int, nkv: int, nq: int) -> int:
     copies, then (``nq`` bytes) a copy whose backward passes the gradient on."""
     kv = ops.expand_sum(att, "attention", kv, nkv)
     return ops.copy(att, "attention", kv, nq) if nq else kv
-
-
-def mlp(ops: Ops, arch, name: str, h2: int, full: bool, ad) -> int:
-    """``down_proj(act(gate_proj(x)) * up_proj(x))`` (Phi-3: ``gate_up_proj``, chunked): the
-    activation keeps its input, the product both of its factors (four ``N x intermediate``
-    tensors in all)."""
-    t, C, M, bias = ops.tape, arch.hidden_size, arch.intermediate_size, arch.mlp_bias
-    nm = ops.N * M * ops.b
-    lin = ops.linear
-    if arch.fused:  # gate, up = gate_up_proj(x).chunk(2); up * act(gate)
-        gu = lin(
-            f"{name}.gate_up_proj",
-            "mlp",
-            h2,
-            C,
-            2 * M,
-            f"{name}.gate_up_proj",
-            full,
-            bias,
-            ad and ad("gate_up_proj"),
-        )
-        gate, up = (t.view(t.op(name, "mlp", [gu], [0], (), ops._dx(2 * nm))[0], gu) for _ in "gu")
-        (act,) = t.op(f"{name}.act_fn", "mlp", [gate], [nm], (gate,), ops._dx(nm))
-        prod = ops.mul(f"{name}.up * act_fn", "mlp", up, act, nm)
-        t.drop(act, gu)
-    else:
-        gate = lin(
-            f"{name}.gate_proj",
-            "mlp",
-            h2,
-            C,
-            M,
-            f"{name}.gate_proj",
-            full,
-            bias,
-            ad and ad("gate_proj"),
-        )
-        (act,) = t.op(f"{name}.act_fn", "mlp", [gate], [nm], (gate,), ops._dx(nm))
-        t.drop(gate)
-        up = lin(
-            f"{name}.up_proj", "mlp", h2, C, M, f"{name}.up_proj", full, bias, ad and ad("up_proj")
-        )
-        prod = ops.mul(f"{name}.act_fn * up_proj", "mlp", act, up, nm)
-        t.drop(act, up)
-    down = lin(
-        f"{name}.down_proj",
-        "mlp",
-        prod,
-        M,
-        C,
-        f"{name}.down_proj",
-        full,
-        bias,
-        ad and ad("down_proj"),
-    )
-    t.drop(prod)
-    return down

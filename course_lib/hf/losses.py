@@ -17,11 +17,13 @@ that one moment it counts ``N x C`` (and ``V x C``) twice: an over-estimate of a
 
 from __future__ import annotations
 
-from .ops import FP32, INT64, Ops
+from ..units import FP32, INT64
+from .ops import Ops
+from .spec import Arch, StepSpec
 from .tape import LOSS
 
 
-def record_loss(ops: Ops, arch, spec, h: int, head: str, full: bool) -> None:
+def record_loss(ops: Ops, arch: Arch, spec: StepSpec, h: int, head: str, full: bool) -> None:
     """Record the head and the loss on ``ops.tape`` from the final hidden state ``h``."""
     C, V = arch.hidden_size, arch.vocab_size
     if spec.loss == "chunked":

@@ -20,14 +20,22 @@ parameters and a plain ``nn.Parameter`` router are not ``nn.Linear``): LoRA trai
 
 from __future__ import annotations
 
-FP32, INT64, INT32 = 4, 8, 4
+from ..units import FP32, INT64
+from .ops import Adapters, Ops
+from .spec import Arch, StepSpec
+
+INT32 = 4  # bytes of an int32 element: the experts' offsets
 IMPLEMENTATIONS = ("grouped_mm", "eager")  # "eager" is refused (_eager_experts)
 
 
 def routing(n_tokens: int, n_experts: int, top_k: int, case: str = "worst") -> tuple[int, ...]:
     """Tokens each expert receives in one layer for ``n_tokens`` tokens: ``"worst"`` (every
     token routed to the same ``top_k`` experts) or ``"uniform"`` (the ``n_tokens x top_k``
-    pairs spread as evenly as they go, the expected load of a balanced router)."""
+    pairs spread as evenly as they go, the expected load of a balanced router).
+
+    Raises:
+        ValueError: another ``case``.
+    """
     if case == "worst":
         return tuple(n_tokens if e < top_k else 0 for e in range(n_experts))
     if case == "uniform":
@@ -36,7 +44,7 @@ def routing(n_tokens: int, n_experts: int, top_k: int, case: str = "worst") -> t
     raise ValueError(f"routing case {case!r} is not 'worst' or 'uniform'")
 
 
-def router(ops, arch, name, h, full) -> tuple[int, int, int]:
+def router(ops: Ops, arch: Arch, name: str, h: int, full: bool) -> tuple[int, tuple[int, int], int]:
     """``MixtralTopKRouter``: logits, fp32 softmax, ``topk``, ``weights /= weights.sum()``.
     Returns ``(logits, (weights, their base), indices)``: the block keeps the logits
     (``_``) until it returns."""
@@ -68,8 +76,21 @@ def router(ops, arch, name, h, full) -> tuple[int, int, int]:
     return logits, (w, vals), idx
 
 
-def moe_block(ops, arch, spec, name, h, full, ad, layer) -> int:
-    """``MixtralSparseMoeBlock`` on ``h`` (module docstring); returns its output."""
+def moe_block(
+    ops: Ops,
+    arch: Arch,
+    spec: StepSpec,
+    name: str,
+    h: int,
+    full: bool,
+    ad: Adapters | None,
+    layer: int,
+) -> int:
+    """``MixtralSparseMoeBlock`` on ``h`` (module docstring); returns its output.
+
+    Raises:
+        ValueError: ``experts="eager"``, which is not modelled.
+    """
     del ad  # neither the router nor the experts take a LoRA adapter
     impl = spec.experts
     logits, (w, vals), idx = router(ops, arch, name, h, full)
@@ -82,12 +103,23 @@ def moe_block(ops, arch, spec, name, h, full, ad, layer) -> int:
     return out
 
 
-def _grouped(ops, name, x, rows, n_in, n_out, n_experts, offsets, full, b) -> int:
+def _grouped(
+    ops: Ops,
+    name: str,
+    x: int,
+    rows: int,
+    n_in: int,
+    n_out: int,
+    n_experts: int,
+    offsets: int,
+    full: bool,
+    b: int,
+) -> int:
     """One ``grouped_mm`` over ``rows`` sorted rows: keeps its input (when the experts train)
     and the offsets; its backward makes the weight's gradient (all experts), then the
     input's."""
     t = ops.tape
-    prog = [("param", name, n_experts * n_in * n_out * b)] if full else []
+    prog: list[tuple] = [("param", name, n_experts * n_in * n_out * b)] if full else []
     if t.grad(x):
         prog += [("new", "dx", rows * n_in * b), ("grad", 0, "dx")]
     saves = (x, offsets) if full else (offsets,)
@@ -95,7 +127,7 @@ def _grouped(ops, name, x, rows, n_in, n_out, n_experts, offsets, full, b) -> in
     return out
 
 
-def _grouped_experts(ops, arch, name, h, w, idx, full) -> int:
+def _grouped_experts(ops: Ops, arch: Arch, name: str, h: int, w: int, idx: int, full: bool) -> int:
     """``grouped_mm_experts_forward``: sort the pairs by expert, gather their rows, two
     grouped projections, weight by the router, restore the order, sum the ``k`` copies."""
     t, N, b = ops.tape, ops.N, ops.b
@@ -147,7 +179,7 @@ def _grouped_experts(ops, arch, name, h, w, idx, full) -> int:
     return out
 
 
-def _gate(ops, name, gu, rows, M, b) -> tuple[int, int]:
+def _gate(ops: Ops, name: str, gu: int, rows: int, M: int, b: int) -> tuple[int, int]:
     """``act(gate) * up`` on the two halves of ``gu`` (views): the activation keeps its
     input, the product both factors; the halves' gradients are concatenated."""
     t = ops.tape
@@ -160,7 +192,16 @@ def _gate(ops, name, gu, rows, M, b) -> tuple[int, int]:
     return act, prod
 
 
-def _eager_experts(ops, arch, name, h, w, idx, full, counts) -> int:
+def _eager_experts(
+    ops: Ops,
+    arch: Arch,
+    name: str,
+    h: int,
+    w: int,
+    idx: int,
+    full: bool,
+    counts: tuple[int, ...] | None,
+) -> int:
     raise ValueError(
         "experts='eager' (transformers' per-expert loop) is not modelled: its one-hot masks, "
         "nonzero indices and, for a full fine-tune, a full-size zero gradient per expert make "

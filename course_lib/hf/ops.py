@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention import FP32, INT64, AttentionOps  # noqa: F401  (the element sizes, re-exported)
+from ..units import FP32
+from .attention import AttentionOps
+from .norms import NormOps
 from .tape import Tape
 
 
@@ -30,7 +32,18 @@ class Lora:
     mask: int = FP32  # CPU: a noise tensor in the input's dtype; CUDA: native_dropout's bool mask
 
 
-class Ops(AttentionOps):
+class Adapters:
+    """Which projections get a LoRA adapter (by PEFT module name), and the adapter itself."""
+
+    def __init__(self, lora: Lora, targets: tuple[str, ...]) -> None:
+        self.lora, self.targets = lora, set(targets)
+
+    def __call__(self, name: str) -> Lora | None:
+        """The adapter of projection ``name``, or ``None`` when PEFT leaves it frozen."""
+        return self.lora if not self.targets or name in self.targets else None
+
+
+class Ops(AttentionOps, NormOps):
     """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``."""
 
     def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int, quant: str = "") -> None:
@@ -44,14 +57,25 @@ class Ops(AttentionOps):
 
     # -- linear layers ------------------------------------------------------------------------
 
-    def matmul(self, where, comp, x, n_in, n_out, pid, trainable, bias=False, b=None) -> int:
+    def matmul(
+        self,
+        where: str,
+        comp: str,
+        x: int,
+        n_in: int,
+        n_out: int,
+        pid: str,
+        trainable: bool,
+        bias: bool = False,
+        b: int | None = None,
+    ) -> int:
         """``x @ W.T`` on ``(N, n_in)``: ``MmBackward0`` saves ``x`` only when ``W`` trains and
         makes the weight's gradient before the input's. With a bias, ``AddmmBackward0`` makes
         the input's, the weight's, then the bias's (and is done with ``x`` before the last)."""
         b = self.b if b is None else b
         t, N = self.tape, self.N
-        dx = [("new", "dx", N * n_in * b), ("grad", 0, "dx")] if t.grad(x) else []
-        dw = [("param", pid, n_in * n_out * b)] if trainable else []
+        dx: list[tuple] = [("new", "dx", N * n_in * b), ("grad", 0, "dx")] if t.grad(x) else []
+        dw: list[tuple] = [("param", pid, n_in * n_out * b)] if trainable else []
         if bias and trainable:  # done with x after the weight's gradient (mm reads its sizes)
             program = dx + dw + [("release", 0), ("param", pid + ".bias", n_out * b)]
         else:
@@ -60,7 +84,10 @@ class Ops(AttentionOps):
         (out,) = t.op(where, comp, [x], [N * n_out * b], saves, program, trainable)
         return out
 
-    def linear(self, where, comp, x, n_in, n_out, pid, trainable, bias=False, lora=None) -> int:
+    def linear(
+        self, where: str, comp: str, x: int, n_in: int, n_out: int, pid: str, trainable: bool,
+        bias: bool = False, lora: Lora | None = None,
+    ) -> int:  # fmt: skip
         """An ``nn.Linear`` (or GPT-2's ``Conv1D``), with PEFT LoRA if ``lora``: ``base(x) +
         B(A(dropout(x.to(adapter dtype)))) * scaling``. PEFT's ``Linear`` sums in the wider
         dtype and casts the sum back (fp32 adapters on a bf16 model: the base output's gradient
@@ -109,7 +136,16 @@ class Ops(AttentionOps):
         t.drop(*keep)
         return res
 
-    def dropout(self, where, comp, x, n, elem, mask) -> int:
+    def project(
+        self, where: str, comp: str, x: int, n_in: int, n_out: int, full: bool, bias: bool,
+        ad: Adapters | None,
+    ) -> int:  # fmt: skip
+        """:meth:`linear` of the projection at ``where`` (also its parameter's name), with the
+        adapter ``ad`` gives the PEFT module name ``where`` ends in (``None``: frozen, none)."""
+        lora = ad(where.rsplit(".", 1)[-1]) if ad else None
+        return self.linear(where, comp, x, n_in, n_out, where, full, bias, lora)
+
+    def dropout(self, where: str, comp: str, x: int, n: int, elem: int, mask: int) -> int:
         """``nn.Dropout(p > 0)`` in training on ``n`` elements of ``elem`` bytes: on the CPU
         ``x * noise`` keeps the noise (``elem`` bytes each, ``mask == elem``); on CUDA
         ``native_dropout`` keeps a one-byte mask (``mask == 1``). The backward makes one
@@ -120,7 +156,7 @@ class Ops(AttentionOps):
         t.drop(noise)
         return out
 
-    def quant_linear(self, where, comp, x, n_in, n_out) -> int:
+    def quant_linear(self, where: str, comp: str, x: int, n_in: int, n_out: int) -> int:
         """A frozen bitsandbytes projection as training runs it. ``Linear4bit`` casts its input
         to the compute dtype, dequantises the weight (an ``n_out x n_in`` transient, in the
         forward and again in the backward), keeps no input (``MatMul4Bit`` saves only the packed
@@ -147,7 +183,9 @@ class Ops(AttentionOps):
             t.drop(out)
         return res
 
-    def to(self, where, comp, x, width, dst, src=None) -> int:
+    def to(
+        self, where: str, comp: str, x: int, width: int, dst: int, src: int | None = None
+    ) -> int:
         """``x.to(dtype)`` of ``N x width`` elements: free when the dtype is unchanged, else a
         copy, and its backward copies the gradient back."""
         src = self.b if src is None else src
@@ -163,19 +201,19 @@ class Ops(AttentionOps):
 
     # -- elementwise ------------------------------------------------------------------------------
 
-    def add(self, where, comp, x, y, nbytes) -> int:
+    def add(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
         """``x + y``: saves nothing; both inputs get the incoming gradient itself."""
         (out,) = self.tape.op(
             where, comp, [x, y], [nbytes], (), [("grad", 0, "g"), ("grad", 1, "g")]
         )
         return out
 
-    def scale(self, where, comp, x, nbytes) -> int:
+    def scale(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """``x * python_number``: saves nothing; the gradient is a new tensor."""
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), self._dx(nbytes))
         return out
 
-    def mul(self, where, comp, x, y, nbytes) -> int:
+    def mul(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
         """``x * y``, same shapes: each input's gradient is a new tensor; saves the other one."""
         t = self.tape
         saves = tuple(v for v, other in ((y, x), (x, y)) if t.grad(other))
@@ -183,118 +221,27 @@ class Ops(AttentionOps):
         (out,) = t.op(where, comp, [x, y], [nbytes], saves, program)
         return out
 
-    # -- norms --------------------------------------------------------------------------------
-
-    def rmsnorm(self, where, comp, x, C, pid, trainable, groups=1, kind="llama", wsize=0) -> int:
-        """RMSNorm over ``C`` features (``groups`` norms per token: a per-head QK-norm), op by
-        op: ``x32 = x.to(fp32)``; ``x32 * rsqrt(x32.pow(2).mean(-1) + eps)`` in fp32; then the
-        weight, three ways: ``"llama"`` ``weight * h.to(dtype)``; ``"olmo2"`` ``(weight *
-        h).to(dtype)``; ``"gemma"`` ``(h * (1 + weight.float())).type_as(x)``. Saves the fp32
-        input (twice over: ``pow`` and the product), the fp32 ``rsqrt`` per row, and what the
-        weight's product needs."""
-        t, N, b = self.tape, self.N, self.b
-        R = N * groups  # rows normalised
-        n32 = N * C * FP32
-        x32 = self.to(where, comp, x, C, FP32)
-        sq_bwd = [("new", "a", n32), ("new", "b", n32)] + self._dx(n32)
-        (sq,) = t.op(where, comp, [x32], [n32], (x32,), sq_bwd)
-        (mean,) = t.op(where, comp, [sq], [R * FP32], (), self._dx(n32))
-        t.drop(sq)
-        (var,) = t.op(where, comp, [mean], [R * FP32], (), [("grad", 0, "g")])
-        t.drop(mean)
-        rs_bwd = [("new", "a", R * FP32), ("new", "b", R * FP32)] + self._dx(R * FP32)
-        (rs,) = t.op(where, comp, [var], [R * FP32], ("out",), rs_bwd)
-        t.drop(var)
-        h_bwd = self._dx(n32, 0) + [("new", "t", n32)] + self._dx(R * FP32, 1)
-        (h,) = t.op(where, comp, [x32, rs], [n32], (x32, rs), h_bwd + [("del", "t")])
-        if x32 != x:
-            t.drop(x32)
-        t.drop(rs)
-        if kind == "llama":
-            h_b = self.to(where, comp, h, C, b, src=FP32)
-            if h_b != h:
-                t.drop(h)
-            return self.weight_mul(where, comp, h_b, C, pid, trainable, wsize=wsize)
-        if kind == "olmo2":
-            out = self.weight_mul(where, comp, h, C, pid, trainable, FP32, wsize)
-        else:
-            out = self._gemma_scale(where, comp, h, C, pid, trainable, wsize)
-        res = self.to(where, comp, out, C, b, src=FP32)
-        if res != out:
-            t.drop(out)
-        return res
-
-    def _gemma_scale(self, where, comp, h, C, pid, trainable, wsize=0) -> int:
-        """``h * (1.0 + weight.float())`` in fp32: ``weight.float()`` (a copy unless fp32) and
-        ``1 + w`` are ``C``-sized; the product keeps ``1 + w`` (and ``h`` if the weight trains);
-        the weight's gradient is ``(g * h)`` summed over tokens, through a full-size temporary,
-        then cast back to the weight's dtype."""
-        t, N, b = self.tape, self.N, self.b
-        W = wsize or C
-        wc = [("param", pid, W * b)] if trainable else []  # the cast's backward: the grad
-        if b != FP32:  # weight.float(): a copy, whose backward casts the gradient back
-            (w,) = t.op(where, comp, [], [W * FP32], (), wc, trainable)
-            (w1,) = t.op(where, comp, [w], [W * FP32], (), [("grad", 0, "g")] * trainable)
-            t.drop(w)
-        else:  # already fp32: 1 + weight reads the parameter itself
-            (w1,) = t.op(where, comp, [], [W * FP32], (), wc, trainable)
-        n32 = N * C * FP32
-        program = self._dx(n32, 0) if t.grad(h) else []
-        if trainable:
-            program += [("new", "t", n32), ("new", "d1", W * FP32), ("del", "t"), ("grad", 1, "d1")]
-        saves = (w1, h) if trainable else (w1,)
-        (out,) = t.op(where, comp, [h, w1], [n32], saves, program)
-        t.drop(h, w1)
-        return out
-
-    def weight_mul(self, where, comp, h, C, pid, trainable, e=None, wsize=0) -> int:
-        """``weight * h`` (a norm's scale) on ``e``-byte elements (default: the model's): the
-        weight's gradient is ``(g * h).sum()``, made through a full-size temporary; ``h`` is
-        saved only if the weight trains."""
-        t, N, b = self.tape, self.N, self.b if e is None else e
-        program = self._dx(N * C * b) if t.grad(h) else []
-        if trainable:
-            wb = self.b  # the parameter's own dtype
-            program += [("new", "t", N * C * b), ("param", pid, (wsize or C) * wb), ("del", "t")]
-        (out,) = t.op(where, comp, [h], [N * C * b], (h,) if trainable else (), program, trainable)
-        t.drop(h)
-        return out
-
-    def layernorm(self, where, comp, x, C, pid, trainable) -> int:
-        """``nn.LayerNorm`` (``native_layer_norm``): saves the input and a mean and a reciprocal
-        standard deviation per token (the input's dtype on the CPU); the backward makes the
-        input's, the weight's and the bias's gradients."""
-        t, N, b = self.tape, self.N, self.b
-        program = self._dx(N * C * b) if t.grad(x) else []
-        if trainable:
-            program += [("param", pid, C * b), ("param", pid + ".bias", C * b)]
-        e = FP32 if self.cuda else b  # mean, rstd: the input's dtype on the CPU, fp32 on CUDA
-        stats = [t.tensor(N * e, False, comp, where) for _ in "mr"]
-        (out,) = t.op(where, comp, [x], [N * C * b], (x, *stats), program, trainable)
-        t.drop(*stats)
-        return out
-
-    def _to_n(self, where, comp, x, n, dst, src=None) -> int:
+    def _to_n(self, where: str, comp: str, x: int, n: int, dst: int, src: int | None = None) -> int:
         """``x.to(dtype)`` of ``n`` elements (a copy; the gradient is copied back)."""
         src = self.b if src is None else src
         (out,) = self.tape.op(where, comp, [x], [n * dst], (), self._dx(n * src))
         return out
 
-    def view_copy(self, where, comp, x, nbytes) -> int:
+    def view_copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """A view whose backward must copy (the gradient arrives in another memory layout)."""
         (out,) = self.tape.op(where, comp, [x], [0], (), self._dx(nbytes))
         return self.tape.view(out, x)
 
-    def copy(self, where, comp, x, nbytes) -> int:
+    def copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """``.contiguous()`` / a ``reshape`` that copies: the gradient passes straight through."""
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), [("grad", 0, "g")])
         return out
 
-    def expand_sum(self, where, comp, x, nbytes) -> int:
+    def expand_sum(self, where: str, comp: str, x: int, nbytes: int) -> int:
         """``expand`` (a view) whose backward sums the gradient back to ``nbytes``."""
         return self.view_copy(where, comp, x, nbytes)
 
-    def gelu_tanh(self, where, comp, x, width) -> int:
+    def gelu_tanh(self, where: str, comp: str, x: int, width: int) -> int:
         """GPT-2's ``gelu_new`` written out: ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
         x**3)))``, eight ops that keep four ``N x width`` tensors (``x``, the tanh, ``1 + tanh``,
         ``0.5 * x``) where a fused GELU keeps one."""

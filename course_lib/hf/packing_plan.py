@@ -20,7 +20,9 @@ attention take a block-diagonal ``seq_len x seq_len`` mask instead: a packed row
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .memory import HFMemory, predict_hf_memory
 
@@ -48,10 +50,17 @@ class PackingPlan:
     sample: int  # documents drawn from the distribution
 
 
-def document_lengths(lengths, n: int = 20_000, seed: int = 0, scale: int = 1):
+def document_lengths(
+    lengths: str | Sequence[int] | Any, n: int = 20_000, seed: int = 0, scale: int = 1
+) -> Any:
     """Lengths as an int64 array: a shipped histogram's name (``"wikipedia_512"``,
     ``"squad_1_1_384"``), a ``length,count`` CSV path (``n`` draws from either, seeded) or the
-    lengths themselves."""
+    lengths themselves.
+
+    Raises:
+        ValueError: lengths that are not a non-empty list of positive ints, or a histogram or
+            CSV that :mod:`course_lib.data` cannot read.
+    """
     import numpy as np
 
     from .. import data
@@ -69,8 +78,8 @@ def document_lengths(lengths, n: int = 20_000, seed: int = 0, scale: int = 1):
 
 
 def plan_packing(
-    config,
-    lengths,
+    config: Any,
+    lengths: str | Sequence[int] | Any,
     *,
     micro_batch: int,
     capacity: int | None = None,
@@ -78,11 +87,15 @@ def plan_packing(
     sample: int = 20_000,
     seed: int = 0,
     scale: int = 1,
-    **memory_kwargs,
+    **memory_kwargs: Any,
 ) -> PackingPlan:
     """Plan packed (``capacity``) or padding-free (``capacity=None``) micro-batches of
     ``micro_batch`` rows (documents, padding-free) drawn from ``lengths`` (module docstring);
-    ``memory_kwargs`` go to :func:`~course_lib.hf.memory.predict_hf_memory`."""
+    ``memory_kwargs`` go to :func:`~course_lib.hf.memory.predict_hf_memory`.
+
+    Raises:
+        ValueError: a bad ``micro_batch`` or ``lengths``, or a setting the memory model refuses.
+    """
     import numpy as np
 
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:

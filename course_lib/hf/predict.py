@@ -21,28 +21,27 @@ layer, non-reentrant). :mod:`~course_lib.hf.settings` checks the settings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from .._checks import one_of, positive_int
-from .families import SUPPORTED_MODEL_TYPES, lora_targets_for
-from .models import StepSpec, record_step
+from .._checks import Checkpointing, one_of, positive_int
+from ..units import DTYPE_BYTES, FP32, dtype_name
+from .arch import SUPPORTED_MODEL_TYPES, Arch, StepSpec, architecture, config_dict
+from .families import lora_targets_for
+from .models import record_step
 from .moe import IMPLEMENTATIONS
 from .replay import replay
 from .settings import (
     ATTENTION,
     DEVICES,
-    DTYPE_BYTES,
-    FP32_B,
     LOOPS,
     LOSSES,
     WEIGHTS,
-    architecture,
     checkpoint_mode,
-    config_dict,
     config_dtype,
-    dtype_name,
     expert_counts,
     notes_for,
     packed_documents,
+    refuse_unmodelled,
 )
 
 __all__ = [
@@ -51,10 +50,8 @@ __all__ = [
     "predict_hf_step",
     "architecture",
     "config_dict",
-    "dtype_name",
     "notes_for",
     "step_spec",
-    "DTYPE_BYTES",
     "lora_targets_for",
 ]
 
@@ -80,7 +77,7 @@ class HFStepBreakdown:
     dtype: str
     attn_impl: str
     lora_rank: int | None
-    checkpointing: str
+    checkpointing: Checkpointing
     activations: int
     logits_and_loss: int
     gradients: int
@@ -103,11 +100,17 @@ class HFStepBreakdown:
         return sum(self.saved.values())
 
 
-def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw):
+def step_spec(
+    config: Any, batch_size: int, seq_len: int, attn_impl: str, dtype: object,
+    lora_rank: int | None, checkpointing: Checkpointing | bool | None, **kw: Any,
+) -> tuple[Arch, StepSpec, str, Checkpointing]:  # fmt: skip
     """Check the arguments of :func:`predict_hf_step`: ``(Arch, StepSpec, dtype name, mode)``.
 
     Without keywords (the planner's call) LoRA goes on every projection; :func:`predict_hf_step`
     passes ``lora_targets`` and the other settings through ``kw``.
+
+    Raises:
+        ValueError: see :func:`predict_hf_step`.
     """
     arch = architecture(config)
     positive_int("batch_size", batch_size)
@@ -117,36 +120,18 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
     if lora_rank is not None:
         positive_int("lora_rank", lora_rank, "or None for a full fine-tune")
     mode = checkpoint_mode(checkpointing)
-    if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
-        raise ValueError(
-            f"seq_len={seq_len} exceeds GPT-2's n_positions={arch.max_position_embeddings}"
-        )
     name = dtype_name(dtype if dtype is not None else config_dtype(config_dict(config)))
     b = DTYPE_BYTES[name]
     weights = one_of("weights", kw.get("weights", "16bit"), WEIGHTS)
     upcast = kw.get("kbit_prepare")
     upcast = weights != "16bit" if upcast is None else bool(upcast)
-    if weights != "16bit" and lora_rank is None:
-        raise ValueError(
-            f"weights={weights!r} are frozen: a quantised model trains adapters "
-            "only (pass lora_rank), or use weights='16bit' for a full fine-tune"
-        )
-    if arch.attn_softcap and attn_impl == "sdpa":
-        raise ValueError(
-            f"{arch.model_type} soft-caps its attention scores, which sdpa cannot "
-            "do (transformers refuses it): use attn_impl='eager' or 'flash'"
-        )
+    refuse_unmodelled(arch, seq_len, attn_impl, weights, lora_rank)
     every = positive_int("checkpoint_every", kw.get("checkpoint_every", 1))
     dropout = float(kw.get("lora_dropout", 0.0))
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"lora_dropout={dropout!r} must be in [0, 1)")
     spec = StepSpec(
-        batch_size,
-        seq_len,
-        FP32_B if upcast else b,
-        attn_impl == "eager",
-        lora_rank,
-        mode == "blocks",
+        batch_size, seq_len, FP32 if upcast else b, attn_impl == "eager", lora_rank, mode,
         lora_targets=kw.get("targets", ()),
         lora_dropout=dropout > 0,
         adapter_b=DTYPE_BYTES[dtype_name(kw.get("adapter_dtype") or "float32")],
@@ -162,29 +147,29 @@ def step_spec(config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpoi
         half=name == "float16" and not upcast,
         experts=one_of("experts", kw.get("experts", "grouped_mm"), IMPLEMENTATIONS),
         documents=packed_documents(kw.get("documents"), seq_len, arch),
-    )
+    )  # fmt: skip
     return arch, spec, name, mode
 
 
 def predict_hf_step(
-    config,
+    config: Any,
     batch_size: int,
     seq_len: int,
     *,
     attn_impl: str = "sdpa",
-    dtype=None,
+    dtype: object = None,
     lora_rank: int | None = None,
-    checkpointing="none",
-    lora_targets=None,
+    checkpointing: Checkpointing | bool | None = "off",
+    lora_targets: str | tuple[str, ...] | list[str] | None = None,
     lora_dropout: float = 0.0,
-    adapter_dtype="float32",
+    adapter_dtype: object = "float32",
     weights: str = "16bit",
     kbit_prepare: bool | None = None,
     loss: str = "standard",
     loop: str = "trainer",
     device: str = "cpu",
     checkpoint_every: int = 1,
-    expert_tokens=None,
+    expert_tokens: str | list | tuple | None = None,
     experts: str = "grouped_mm",
     documents: int | None = None,
 ) -> HFStepBreakdown:
@@ -201,7 +186,7 @@ def predict_hf_step(
         dtype: the model's dtype (``torch.bfloat16`` or ``"bf16"``...); default: the config's.
             With 4/8-bit weights: the compute dtype.
         lora_rank: PEFT LoRA of this rank (base frozen); ``None``: a full fine-tune.
-        checkpointing: ``"none"``/``"off"``/``False`` or ``"blocks"``/``"on"``/``True``.
+        checkpointing: ``"off"``/``False`` or ``"blocks"``/``"on"``/``True``.
         lora_targets: ``None`` (PEFT's default for the family, e.g. ``q_proj, v_proj``),
             ``"all-linear"``, or module names.
         lora_dropout: PEFT's ``lora_dropout`` (> 0 adds a dropout on each adapter's input).
@@ -240,19 +225,11 @@ def predict_hf_step(
     arch = architecture(config)
     targets = lora_targets_for(arch, lora_targets) if lora_rank is not None else ()
     kw = dict(
-        targets=targets,
-        lora_dropout=lora_dropout,
-        adapter_dtype=adapter_dtype,
-        weights=weights,
-        kbit_prepare=kbit_prepare,
-        loss=loss,
-        loop=loop,
-        device=device,
-        checkpoint_every=checkpoint_every,
-        expert_tokens=expert_tokens,
-        experts=experts,
+        targets=targets, lora_dropout=lora_dropout, adapter_dtype=adapter_dtype, weights=weights,
+        kbit_prepare=kbit_prepare, loss=loss, loop=loop, device=device,
+        checkpoint_every=checkpoint_every, expert_tokens=expert_tokens, experts=experts,
         documents=documents,
-    )
+    )  # fmt: skip
     arch, spec, name, mode = step_spec(
         config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw
     )
@@ -262,22 +239,8 @@ def predict_hf_step(
     r = replay(record_step(arch, spec))
     settings = {"attn_impl": spec.attn, "checkpoint_every": spec.checkpoint_every, **kw}
     return HFStepBreakdown(
-        model_type=arch.model_type,
-        batch_size=batch_size,
-        seq_len=seq_len,
-        dtype=name,
-        attn_impl=spec.attn,
-        lora_rank=lora_rank,
-        checkpointing=mode,
-        activations=r.activations,
-        logits_and_loss=r.logits_and_loss,
-        gradients=r.gradients,
-        transient=r.transient,
-        total=r.peak,
-        peak_at=r.peak_at,
-        forward_peak=r.forward_peak,
-        saved=r.saved,
-        notes=notes,
-        lora_targets=targets,
+        arch.model_type, batch_size, seq_len, name, spec.attn, lora_rank, mode, r.activations,
+        r.logits_and_loss, r.gradients, r.transient, total=r.peak, peak_at=r.peak_at,
+        forward_peak=r.forward_peak, saved=r.saved, notes=notes, lora_targets=targets,
         settings=settings,
-    )
+    )  # fmt: skip

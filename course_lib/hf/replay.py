@@ -118,7 +118,9 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
     first_of_region = {reg: next(it for k, it in ev if k == "node") for reg, ev in regions.items()}
     keeps = {reg: [it for k, it in ev if k in ("keep", "capture")] for reg, ev in regions.items()}
     for node in reversed(nodes):
-        events = regions.pop(node.region, None) if node.saves else None
+        events = None
+        if node.saves and node.region is not None:
+            events = regions.pop(node.region, None)
         if events is not None:
             _recompute(r, events)
         _run_node(r, node)

@@ -3,10 +3,11 @@
 Every tensor of a training step grows linearly with the rows of the micro-batch (for two rows and
 more: one row skips the labels' copy, 8 bytes per token), so the live bytes at each allocation of
 :func:`~course_lib.hf.replay.replay` are ``a + b * rows``: one replay at 2 and one at 3
-rows give the peak at every micro-batch, and the largest micro-batch that fits a budget is a
-closed form (:meth:`PeakLine.max_rows`). The same holds layer for layer in the depth, so the line
-of a 32- or 80-layer model is read off models of 6 and 7 layers and carried over
-(:func:`peak_line`); ``tests/test_finetune_plan.py`` checks it against full replays.
+rows give the peak at every micro-batch, so the largest micro-batch that fits a budget is found
+by :func:`course_lib.fit.find_largest` over :meth:`PeakLine.peak` in microseconds. The same holds
+layer for layer in the depth, so the line of a 32- or 80-layer model is read off models of 6 and
+7 layers and carried over (:func:`peak_line`); ``tests/library/test_finetune_plan.py`` checks it
+against full replays.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .models import Arch, StepSpec, record_step
+from .arch import Arch, StepSpec
+from .models import record_step
 from .replay import replay
 
 
@@ -37,17 +39,6 @@ class PeakLine:
         total = self.a[best] + self.b[best] * rows - g[best] + (grads or 0)
         return total, self.where[best], self.b[best]
 
-    def max_rows(self, room: int, grads: int) -> int:
-        """The most rows whose peak fits in ``room`` bytes (0: not even one)."""
-        limit = 10**9
-        for a, b, g in zip(self.a, self.b, self.g):
-            spare = room - (a - g + grads)
-            if b == 0 and spare < 0:
-                return 0
-            if b > 0:
-                limit = min(limit, spare // b)
-        return max(limit, 0)
-
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 ENDS = 3  # layers kept at each end of the stack when the line is read off a shorter model
@@ -64,6 +55,7 @@ def _logs(arch: Arch, spec: StepSpec, n_layers: int) -> list[list[tuple[str, int
     out = []
     for rows in (2, 3):
         log = replay(record_step(arch, replace(spec, batch_size=rows)), log=True).log
+        assert log is not None  # replay(..., log=True) keeps one
         kept = []
         for where, live, grads in log:
             m = _LAYER.search(where)
@@ -82,6 +74,10 @@ def peak_line(arch: Arch, spec: StepSpec) -> PeakLine:
     layer. So the line is read off models of ``2 ENDS`` and ``2 ENDS + 1`` layers, at 2 and 3
     rows, and carried to the real depth; a middle layer's moments are never above both the
     ends' (its base is between theirs), so only the three layers at each end are followed.
+
+    Raises:
+        AssertionError: the recorded ops changed with the rows or the depth (the line would not
+            hold); a bug in the recipes, not in the caller's input.
     """
     L = arch.num_hidden_layers
     base = min(L, 2 * ENDS)

@@ -1,16 +1,15 @@
 """The settings :func:`~course_lib.hf.predict.predict_hf_step` takes, checked: dtypes, the config
 as a dict, what the prediction assumes that a config says otherwise, checkpointing's mode, packed
-documents and a mixture of experts' routed tokens."""
+documents and a mixture of experts' routed tokens (dtypes: :mod:`course_lib.units`)."""
 
 from __future__ import annotations
 
-from .._checks import checkpointing_mode
-from . import families
-from .models import Arch
+from typing import Any
+
+from .._checks import Checkpointing, checkpointing_mode
+from .arch import Arch, architecture, config_dict
 from .moe import routing
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ATTENTION = ("eager", "sdpa", "flash")
 WEIGHTS = ("16bit", "int8", "nf4")
 LOSSES = ("standard", "chunked")
@@ -18,43 +17,17 @@ LOOPS = ("trainer", "plain")
 DEVICES = ("cpu", "cuda")
 
 
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16``, ``"bf16"`` or ``"bfloat16"`` -> ``"bfloat16"`` (also fp32, fp16)."""
-    name = str(dtype).removeprefix("torch.")
-    name = _DTYPE_ALIASES.get(name, name)
-    if name not in DTYPE_BYTES:
-        raise ValueError(
-            f"dtype={dtype!r} is not one of float32, bfloat16, float16 (or fp32, bf16)"
-        )
-    return name
-
-
-def config_dict(config) -> dict:
-    """A config as a plain dict: a ``PretrainedConfig`` (``.to_dict()``) or a dict."""
-    if hasattr(config, "to_dict"):
-        config = config.to_dict()
-    if not isinstance(config, dict):
-        raise ValueError(
-            f"config must be a transformers config or a dict, got {type(config).__name__}"
-        )
-    return config
-
-
-def architecture(config) -> Arch:
-    """The fields of ``config`` the memory model reads, checked
-    (:func:`course_lib.hf.families.architecture`)."""
-    return families.architecture(config_dict(config))
-
-
-def notes_for(config, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
-    """What the prediction assumes that this config says otherwise; raises ``ValueError`` where
-    the difference is too large to pass over.
+def notes_for(config: Any, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
+    """What the prediction assumes that this config says otherwise.
 
     Sliding windows: eager attention builds one ``(batch, 1, seq_len, seq_len)`` mask per kind of
     layer (counted); flash takes the window natively (nothing to count); sdpa is refused when a
     window is not longer than ``seq_len``, because ``transformers`` then builds a dense mask
     that sdpa turns into a float copy per layer (``seq_len == window`` included: only a window
     longer than the rows lets it use ``is_causal`` and skip the mask).
+
+    Raises:
+        ValueError: where the difference is too large to pass over (a sliding window with sdpa).
     """
     c = config_dict(config)
     arch = architecture(c)
@@ -76,26 +49,52 @@ def notes_for(config, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
     return []
 
 
-FP32_B = 4
+def checkpoint_mode(checkpointing: object) -> Checkpointing:
+    """``"off"`` or ``"blocks"`` (:func:`course_lib._checks.checkpointing_mode`; ``"on"`` too).
 
-
-def checkpoint_mode(checkpointing) -> str:
-    """``"none"`` or ``"blocks"`` (``"off"``, ``False``, ``None`` / ``"on"``, ``True``)."""
-    alias = {"off": False, "on": True}
-    value = (
-        alias.get(checkpointing, checkpointing) if isinstance(checkpointing, str) else checkpointing
-    )
-    mode = checkpointing_mode(value)
+    Raises:
+        ValueError: TinyGPT's ``"attention"`` or a value that is no checkpointing mode.
+    """
+    mode = checkpointing_mode(True if checkpointing == "on" else checkpointing)
     if mode == "attention":
         raise ValueError(
             "checkpointing='attention' is TinyGPT's; Hugging Face models checkpoint whole decoder "
-            "layers: use 'blocks' (True) or 'none'"
+            "layers: use 'blocks' (True) or 'off'"
         )
     return mode
 
 
-def packed_documents(documents, seq_len: int, arch: Arch) -> int:
-    """``None``: one sequence a row; else the documents packed in each row (1 to seq_len)."""
+def refuse_unmodelled(
+    arch: Arch, seq_len: int, attn_impl: str, weights: str, lora_rank: int | None
+) -> None:
+    """Refuse a step the recipes do not model, saying what to do instead.
+
+    Raises:
+        ValueError: GPT-2 rows longer than its position table, a full fine-tune of 4/8-bit
+            weights, or sdpa on a model that soft-caps its attention scores.
+    """
+    if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
+        raise ValueError(
+            f"seq_len={seq_len} exceeds GPT-2's n_positions={arch.max_position_embeddings}"
+        )
+    if weights != "16bit" and lora_rank is None:
+        raise ValueError(
+            f"weights={weights!r} are frozen: a quantised model trains adapters "
+            "only (pass lora_rank), or use weights='16bit' for a full fine-tune"
+        )
+    if arch.attn_softcap and attn_impl == "sdpa":
+        raise ValueError(
+            f"{arch.model_type} soft-caps its attention scores, which sdpa cannot "
+            "do (transformers refuses it): use attn_impl='eager' or 'flash'"
+        )
+
+
+def packed_documents(documents: int | None, seq_len: int, arch: Arch) -> int:
+    """``None``: one sequence a row; else the documents packed in each row (1 to seq_len).
+
+    Raises:
+        ValueError: not a positive int up to ``seq_len``, or GPT-2 (learned positions).
+    """
     if documents is None:
         return 0
     if isinstance(documents, bool) or not isinstance(documents, int):
@@ -110,10 +109,16 @@ def packed_documents(documents, seq_len: int, arch: Arch) -> int:
     return documents
 
 
-def expert_counts(arch: Arch, tokens: int, expert_tokens) -> tuple:
+def expert_counts(
+    arch: Arch, tokens: int, expert_tokens: str | list | tuple | None
+) -> tuple[tuple[int, ...], ...]:
     """Tokens per expert for every layer: ``"worst"`` (default) or ``"uniform"``
     (:func:`~course_lib.hf.moe.routing`), one list of ``n_experts`` counts for every layer, or
-    one list per layer; each list must add up to ``tokens x top_k``."""
+    one list per layer; each list must add up to ``tokens x top_k``.
+
+    Raises:
+        ValueError: counts for a model without experts, or counts of the wrong length or sum.
+    """
     if not arch.n_experts:
         if expert_tokens not in (None, "worst", "uniform"):
             raise ValueError(
@@ -137,4 +142,5 @@ def expert_counts(arch: Arch, tokens: int, expert_tokens) -> tuple:
 
 
 def config_dtype(c: dict) -> str:
-    return c.get("dtype") or c.get("torch_dtype") or "float32"
+    """The dtype a config dict names (``dtype``, or the older ``torch_dtype``; else fp32)."""
+    return str(c.get("dtype") or c.get("torch_dtype") or "float32")

@@ -47,7 +47,11 @@ def int8_bytes(n_in: int, n_out: int) -> int:
 
 def optimizer_state_bytes(shapes: list[int], optimizer: str, param_b: int) -> int:
     """Optimiser state for trainable tensors of ``shapes`` (element counts), ``param_b`` bytes
-    per parameter element (module docstring)."""
+    per parameter element (module docstring).
+
+    Raises:
+        ValueError: an optimiser not in :data:`OPTIMIZERS`.
+    """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
     total = 0
@@ -101,11 +105,20 @@ class Sharding:
     counts), gradients as an even flat split. ``"zero3"`` / ``"fsdp"``: everything divided as
     FSDP2's ``fully_shard`` does: each tensor on dim 0, padded so every rank holds
     ``ceil(rows / devices)`` rows.
+
+    Raises:
+        ValueError: a mode not in :data:`SHARDING`, or ``devices`` not a positive int.
     """
 
     devices: int = 1
     mode: str = "none"  # "none" (DDP), "zero1", "zero2", "zero3", "fsdp"
     offload: bool = False  # optimizer states (and master weights) kept on the CPU
+
+    def __post_init__(self) -> None:
+        if self.mode not in SHARDING:
+            raise ValueError(f"sharding={self.mode!r} is not one of {SHARDING}")
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
+            raise ValueError(f"devices must be a positive int, got {self.devices!r}")
 
     @property
     def dim0(self) -> bool:
@@ -122,6 +135,8 @@ class Sharding:
         return -(-total // self.devices) if self.dim0 else total
 
     def gradients(self, dims: list[tuple[int, int]], b: int) -> int:
+        """Bytes of this rank's gradients of the tensors ``dims`` at ``b`` bytes an element:
+        ZeRO-2 keeps an even share of them, FSDP its dim-0 shards, the rest every one."""
         if self.mode == "zero2" and self.devices > 1:
             return -(-sum(r * c for r, c in dims) * b // self.devices)
         return sum(self.local(dims)) * b

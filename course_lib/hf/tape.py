@@ -16,6 +16,7 @@ in a checkpointed block, where the node's unpacked copy is its only holder, it d
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 LOSS = "logits_and_loss"  # the component whose tensors the breakdown reports on their own
@@ -72,7 +73,10 @@ class Tape:
         self.base[t] = self.base.get(of, of)
         return t
 
-    def op(self, name, component, inputs, out_bytes, saves=(), program=(), trainable=False):
+    def op(
+        self, name: str, component: str, inputs: list[int], out_bytes: list[int],
+        saves: tuple[int | str, ...] = (), program: Iterable[tuple] = (), trainable: bool = False,
+    ) -> list[int]:  # fmt: skip
         """Allocate one op's outputs and record its autograd node, if it gets one.
 
         PyTorch makes a node only when an input needs a gradient or a trainable parameter is
@@ -83,8 +87,8 @@ class Tape:
         outs = [self.tensor(n, needs, component, name) for n in out_bytes]
         if needs:
             named = {"out": outs[0], "out1": outs[-1]}
-            kept = (named.get(t, t) if isinstance(t, str) else t for t in saves)
-            kept = tuple(self.base.get(t, t) for t in kept)
+            ids = [named[t] if isinstance(t, str) else t for t in saves]
+            kept = tuple(self.base.get(t, t) for t in ids)
             ins = tuple(t if self.grad(t) else -1 for t in inputs)
             node = Node(name, component, ins, tuple(outs), kept, tuple(program), self.region)
             self.events.append(("node", node, self.region))
@@ -107,4 +111,5 @@ class Tape:
         self.events.extend(("capture", t, self.region) for t in captured)
 
     def end_checkpoint(self) -> None:
+        """Close the checkpointed region that :meth:`begin_checkpoint` opened."""
         self.region = None

@@ -1,9 +1,11 @@
 """Small configs of every supported family (plain data: no torch), for the CPU checks in
 :mod:`course_lib.memory.hf_check` and the benchmarks."""
 
+from typing import Any
+
 # Small enough to measure in milliseconds, shaped like the real thing: GQA (or MQA), tied and
 # untied embeddings, a head_dim that is not hidden / heads where the family allows it.
-TINY = {
+TINY: dict[str, dict[str, Any]] = {
     "llama": dict(
         hidden_size=64,
         intermediate_size=96,

@@ -17,6 +17,7 @@ field; nothing is downloaded at run time. :func:`load_config` takes a shipped na
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -27,11 +28,15 @@ def available() -> list[str]:
     return sorted(f.name.removesuffix(".json") for f in files if f.name.endswith(".json"))
 
 
-def load_config(name_or_path) -> dict:
+def load_config(name_or_path: str | os.PathLike) -> dict:
     """The config dict of a shipped model name, or of a ``config.json`` path.
 
     Raises ``ValueError`` naming the shipped names when ``name_or_path`` is neither, and when the
     file is not a JSON object.
+
+    Raises:
+        ValueError: ``name_or_path`` is neither a shipped name nor a ``config.json`` (naming the
+            shipped ones), or the file is not a JSON object.
     """
     text = str(name_or_path)
     path = Path(text)

@@ -1,4 +1,5 @@
-"""Memory of one training step: measured (``meter``), predicted (``predict``), compared (``sweep``).
+"""Memory of one training step: measured (``meter``), predicted (``predict``), compared
+(``sweep``), and the measured "does it fit" probe (``probe``).
 
 The names below are the package's public API; each lives in the module it is imported from
 (``predict_hf_step``, for Hugging Face models, in the torch-free :mod:`course_lib.hf`).
@@ -7,27 +8,27 @@ The names below are the package's public API; each lives in the module it is imp
 from ..hf.predict import HFStepBreakdown, predict_hf_step
 from ..units import format_bytes
 from .meter import (
+    CPU_METHOD,
+    GPU_METHOD,
     LiveBytesTracker,
     MemoryReport,
     measure,
     measure_step,
+    measurement_method,
     pick_device,
     training_step,
 )
 from .predict import ActivationBreakdown, activation_bytes, attention_elements, parameter_count
-from .sweep import (
-    CheckpointingRow,
-    ShapeComparison,
-    compare_checkpointing,
-    compare_shapes,
-    mode_label,
-)
+from .probe import MemoryProbe
+from .sweep import ShapeComparison, compare_checkpointing, compare_shapes, mode_label
 
 __all__ = [
     "ActivationBreakdown",
+    "CPU_METHOD",
+    "GPU_METHOD",
     "HFStepBreakdown",
-    "CheckpointingRow",
     "LiveBytesTracker",
+    "MemoryProbe",
     "MemoryReport",
     "ShapeComparison",
     "activation_bytes",
@@ -37,6 +38,7 @@ __all__ = [
     "format_bytes",
     "measure",
     "measure_step",
+    "measurement_method",
     "mode_label",
     "parameter_count",
     "pick_device",

@@ -1,7 +1,7 @@
 """Predicted beside measured for Hugging Face models: tiny random copies of each family.
 
-:func:`tiny_config` builds a small config of a supported family locally (no download; grouped-
-query attention where the family has it), :func:`build_model` instantiates it the way a
+:func:`tiny_hf_config` builds a small config of a supported family locally (no download;
+grouped-query attention where the family has it), :func:`build_model` instantiates it the way a
 fine-tune would run (``model.train()``, PEFT LoRA on every attention and MLP projection,
 ``activation_checkpointing_enable()``), and :func:`compare_hf` runs one real training step per
 shape under :func:`~course_lib.memory.meter.measure_step` beside
@@ -11,13 +11,20 @@ shape under :func:`~course_lib.memory.meter.measure_step` beside
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import torch
 
+from .._checks import Checkpointing, checkpointing_mode
+from ..batch import random_batch
+from ..hf.arch import architecture
+from ..hf.families import lora_targets_for
 from ..hf.predict import predict_hf_step
-from ..hf.tiny import CLASSES, TINY  # noqa: E402
-from .meter import LiveBytesTracker, measure, pick_device, training_step
+from ..hf.tiny import CLASSES, TINY
+from .meter import Device, LiveBytesTracker, measure, pick_device, training_step
 
 LORA_TARGETS = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
@@ -25,31 +32,37 @@ LORA_TARGETS = {
 }
 
 
-def tiny_config(model_type: str, **overrides):
-    """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``)."""
+def tiny_hf_config(model_type: str, **overrides: Any) -> Any:
+    """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``).
+
+    Raises:
+        KeyError: a model type without a tiny config (one of :data:`TINY`'s keys).
+    """
     import transformers
 
     return getattr(transformers, CLASSES[model_type])(**{**TINY[model_type], **overrides})
 
 
 def build_model(
-    config,
+    config: Any,
     *,
-    dtype,
-    attn_impl,
-    lora_rank=None,
-    checkpointing="none",
-    seed=0,
-    lora_targets=None,
-    lora_dropout=0.0,
-    weights="16bit",
-):
+    dtype: torch.dtype,
+    attn_impl: str,
+    lora_rank: int | None = None,
+    checkpointing: Checkpointing | bool = "off",
+    seed: int = 0,
+    lora_targets: str | list[str] | tuple[str, ...] | None = None,
+    lora_dropout: float = 0.0,
+    weights: str = "16bit",
+) -> Any:
     """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
     PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
-    weights through bitsandbytes with ``prepare_model_for_kbit_training`` (the QLoRA recipe)."""
-    import transformers
+    weights through bitsandbytes with ``prepare_model_for_kbit_training`` (the QLoRA recipe).
 
-    from ..hf.predict import architecture, lora_targets_for
+    Raises:
+        AssertionError: transformers picked another attention path than ``attn_impl``.
+    """
+    import transformers
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -65,7 +78,7 @@ def build_model(
         import peft
 
         model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    if checkpointing not in (None, False, "none", "off"):
+    if checkpointing_mode(checkpointing) == "blocks":
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5
             model.activation_checkpointing_enable()
         else:  # transformers 4: the same, spelled out
@@ -88,7 +101,7 @@ def build_model(
     return model.train()
 
 
-def _quantise(model, weights, dtype):
+def _quantise(model: Any, weights: str, dtype: torch.dtype) -> Any:
     """Swap every projection but the head for bitsandbytes' ``Linear4bit`` (NF4, double
     quantisation) or ``Linear8bitLt``, on the CPU."""
     import bitsandbytes as bnb
@@ -97,6 +110,7 @@ def _quantise(model, weights, dtype):
         for child_name, child in list(module.named_children()):
             if not isinstance(child, torch.nn.Linear) or child_name == "lm_head":
                 continue
+            new: torch.nn.Module
             if weights == "nf4":
                 new = bnb.nn.Linear4bit(
                     child.in_features,
@@ -138,7 +152,7 @@ class HFComparison:
     dtype: str
     attn_impl: str
     lora_rank: int | None
-    checkpointing: str
+    checkpointing: Checkpointing
     batch_size: int
     seq_len: int
     predicted: int
@@ -156,6 +170,7 @@ class HFComparison:
 
     @property
     def label(self) -> str:
+        """The setting, as the benchmark's table prints it."""
         lora = f"LoRA r={self.lora_rank}" if self.lora_rank else "full"
         return f"{self.dtype} {self.attn_impl} {lora} checkpointing={self.checkpointing}"
 
@@ -163,7 +178,7 @@ class HFComparison:
 BUILD_KEYS = ("lora_targets", "lora_dropout", "weights")
 
 
-def _step(model, batch, loop: str):
+def _step(model: Any, batch: dict, loop: str) -> float:
     """One training step: ``"trainer"`` drops the outputs before backward, ``"plain"`` holds
     them (``outputs = model(...)``; ``outputs.loss.backward()``)."""
     if loop == "plain":
@@ -173,14 +188,14 @@ def _step(model, batch, loop: str):
     return training_step(model, batch)
 
 
-def every_nth(model, n: int) -> None:
+def every_nth(model: Any, n: int) -> None:
     """Keep checkpointing on decoder layers 0, n, 2n... only."""
     for i, layer in enumerate(_layers(model)):
         if i % n:
             layer.gradient_checkpointing = False
 
 
-def _layers(model):
+def _layers(model: Any) -> Iterator[Any]:
     for module in model.modules():
         if type(module).__name__.endswith(("DecoderLayer", "Block")) and hasattr(
             module, "gradient_checkpointing"
@@ -189,82 +204,45 @@ def _layers(model):
 
 
 def compare_hf(
-    config,
-    shapes,
-    *,
-    dtype,
-    attn_impl,
-    lora_rank=None,
-    checkpointing="none",
-    device=None,
-    seed=0,
-    loop="trainer",
-    checkpoint_every=1,
-    **settings,
-) -> list[HFComparison]:
+    config: Any, shapes: Iterable[tuple[int, int]], *, dtype: torch.dtype, attn_impl: str,
+    lora_rank: int | None = None, checkpointing: Checkpointing | bool = "off",
+    device: Device = None, seed: int = 0, loop: str = "trainer", checkpoint_every: int = 1,
+    **settings: Any,
+) -> list[HFComparison]:  # fmt: skip
     """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction;
     ``settings`` are :func:`~course_lib.hf.predict.predict_hf_step`'s keywords."""
     dev = pick_device(device)
     build = {k: settings[k] for k in BUILD_KEYS if k in settings}
-    model = build_model(
-        config,
-        dtype=dtype,
-        attn_impl=attn_impl,
-        lora_rank=lora_rank,
-        checkpointing=checkpointing,
-        seed=seed,
-        **build,
-    ).to(dev)
+    common: dict[str, Any] = dict(
+        attn_impl=attn_impl, lora_rank=lora_rank, checkpointing=checkpointing
+    )
+    model = build_model(config, dtype=dtype, seed=seed, **common, **build).to(dev)
     if checkpoint_every > 1:
         every_nth(model, checkpoint_every)
-    gen = torch.Generator().manual_seed(seed)
     rows = []
     for batch_size, seq_len in shapes:
-        ids = torch.randint(config.vocab_size, (batch_size, seq_len), generator=gen).to(dev)
-        batch = {"input_ids": ids, "labels": ids, "use_cache": False}
+        batch: dict[str, Any] = random_batch(config.vocab_size, batch_size, seq_len, seed, dev)
+        batch["use_cache"] = False
         model.zero_grad(set_to_none=True)
         try:
-            report = measure(lambda b=batch: _step(model, b, loop), device=dev)
+            report = measure(partial(_step, model, batch, loop), device=dev)
         finally:
             model.zero_grad(set_to_none=True)
-        p = predict_hf_step(
-            config,
-            batch_size,
-            seq_len,
-            attn_impl=attn_impl,
-            dtype=dtype,
-            lora_rank=lora_rank,
-            checkpointing=checkpointing,
-            loop=loop,
-            checkpoint_every=checkpoint_every,
-            **settings,
-        )
-        rows.append(
-            HFComparison(
-                config.model_type,
-                p.dtype,
-                attn_impl,
-                lora_rank,
-                p.checkpointing,
-                batch_size,
-                seq_len,
-                p.total,
-                report.peak_bytes,
-                p.saved_total,
-                report.saved_bytes,
-                p.peak_at,
-                report.method,
-                report.counted_peak_bytes,
-            )
-        )
+        p = predict_hf_step(config, batch_size, seq_len, dtype=dtype, loop=loop,
+                            checkpoint_every=checkpoint_every, **common, **settings)  # fmt: skip
+        rows.append(HFComparison(
+            config.model_type, p.dtype, attn_impl, lora_rank, p.checkpointing, batch_size,
+            seq_len, p.total, report.peak_bytes, p.saved_total, report.saved_bytes, p.peak_at,
+            report.method, report.counted_peak_bytes,
+        ))  # fmt: skip
     return rows
 
 
-def saved_by_module(model, batch: dict) -> dict[str, int]:
+def saved_by_module(model: Any, batch: dict) -> dict[str, int]:
     """Bytes autograd saves in one forward pass, by the module that made each tensor (a
     checkpointed layer's own input: ``"<layer>:input"``), the measured side of
     ``HFStepBreakdown.saved``: which module's tensors moved."""
-    stack, seen, made, out = [""], set(), {}, {}
+    stack, seen, made, out = [""], set(), {}, dict[str, int]()
 
     def enter(module, args, name):
         stack.append(name)

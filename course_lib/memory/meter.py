@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -50,11 +51,6 @@ class LiveBytesTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self._live: dict[int, int] = {}
-        self.timeline: list[tuple[str, int]] | None = None
-
-    def record_timeline(self) -> LiveBytesTracker:
-        self.timeline = []
-        return self
 
     def _release(self, key: int, nbytes: int) -> None:
         if self._live.get(key) == nbytes:
@@ -62,9 +58,12 @@ class LiveBytesTracker(TorchDispatchMode):
             self.live_bytes -= nbytes
 
     def is_tracked(self, t: torch.Tensor) -> bool:
+        """Whether ``t``'s storage was allocated (and is still alive) under this tracker."""
         return _storage_key(t) in self._live
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
         inputs = {
             _storage_key(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)
@@ -82,8 +81,6 @@ class LiveBytesTracker(TorchDispatchMode):
             if self.live_bytes > self.peak_bytes:
                 self.peak_bytes = self.live_bytes
             weakref.finalize(storage, self._release, key, nbytes)
-            if self.timeline is not None:
-                self.timeline.append((str(func), self.live_bytes))
         return out
 
 
@@ -112,19 +109,48 @@ class MemoryReport:
         return f"{self.method}: {format_bytes(self.peak_bytes)}"
 
 
-def pick_device(device) -> torch.device:
+Device = str | torch.device | None  # where a step runs; None: CUDA when available, else the CPU
+GPU_METHOD = "GPU: allocator peak"  # torch.cuda.max_memory_allocated above the start
+CPU_METHOD = "CPU: counted bytes"  # every tensor allocation counted by LiveBytesTracker
+
+
+def pick_device(device: Device = None) -> torch.device:
+    """``device`` as a ``torch.device``; ``None`` picks CUDA when it is available, else the CPU.
+
+    Raises:
+        RuntimeError: a string torch does not know as a device (torch's own message).
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
 
-def measure(fn: Callable[[], object], device=None, count_saved: bool = True) -> MemoryReport:
+def measurement_method(device: Device = None) -> str:
+    """How :func:`measure` measures on ``device`` (default: :func:`pick_device`'s choice):
+    ``"GPU: allocator peak"`` on CUDA, ``"CPU: counted bytes"`` everywhere else."""
+    return GPU_METHOD if pick_device(device).type == "cuda" else CPU_METHOD
+
+
+def measure(
+    fn: Callable[[], object], device: Device = None, count_saved: bool = True
+) -> MemoryReport:
     """Run ``fn()`` once and report its peak memory.
 
-    ``device`` defaults to CUDA when available, else the CPU. On CUDA the reported peak is the
-    caching allocator's ``max_memory_allocated`` above the starting point; on the CPU it is the
-    exact count of live tensor bytes (there is no CPU allocator API to ask). The measurement does
-    not change what it measures: ``fn`` runs once, with the same ops.
+    On CUDA the reported peak is the caching allocator's ``max_memory_allocated`` above the
+    starting point; on the CPU it is the exact count of live tensor bytes (there is no CPU
+    allocator API to ask). The measurement does not change what it measures: ``fn`` runs once,
+    with the same ops.
+
+    Args:
+        fn: the work to measure, called with no arguments (e.g. forward + backward).
+        device: where ``fn`` runs (default: CUDA when available, else the CPU).
+        count_saved: also count what autograd saves for backward (``saved_bytes``).
+
+    Returns:
+        :class:`MemoryReport`, ``peak_bytes`` in bytes, ``result`` what ``fn`` returned.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
     """
     if not callable(fn):
         raise TypeError(f"measure needs a callable with no arguments, got {type(fn).__name__}")
@@ -132,7 +158,7 @@ def measure(fn: Callable[[], object], device=None, count_saved: bool = True) -> 
     saved: dict[int, int] = {}
     tracker = LiveBytesTracker()
 
-    def pack(t: torch.Tensor):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         if tracker.is_tracked(t):
             storage = t.untyped_storage()
             saved.setdefault(storage._cdata, storage.nbytes())
@@ -153,10 +179,10 @@ def measure(fn: Callable[[], object], device=None, count_saved: bool = True) -> 
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         peak = torch.cuda.max_memory_allocated(dev) - start
-        method = "GPU: allocator peak"
+        method = GPU_METHOD
     else:
         peak = tracker.peak_bytes
-        method = "CPU: counted bytes"
+        method = CPU_METHOD
     seconds = time.perf_counter() - t0
     return MemoryReport(
         peak_bytes=int(peak),
@@ -184,8 +210,17 @@ def training_step(model: torch.nn.Module, batch: dict) -> float:
     return float(loss.detach())
 
 
-def measure_step(model: torch.nn.Module, batch: dict, device=None) -> MemoryReport:
-    """:func:`measure` one :func:`training_step`, with gradients cleared before and after."""
+def measure_step(model: torch.nn.Module, batch: dict, device: Device = None) -> MemoryReport:
+    """:func:`measure` one :func:`training_step`, with gradients cleared before and after.
+
+    Args:
+        model: any model whose output has ``.loss`` (TinyGPT, a Hugging Face causal LM).
+        batch: its keyword arguments (``model(**batch)``), already on ``device``.
+        device: where the step runs (default: CUDA when available, else the CPU).
+
+    Returns:
+        :class:`MemoryReport` of the step; the gradients are cleared again afterwards.
+    """
     model.zero_grad(set_to_none=True)  # so the gradients are allocated inside the step
     try:
         return measure(lambda: training_step(model, batch), device=device)

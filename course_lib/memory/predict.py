@@ -17,11 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import checkpointing_mode, positive_int
+from .._checks import Checkpointing, checkpointing_mode, positive_int, seq_len_within
 from ..model import TinyGPTConfig
-
-FP32 = 4  # layer-norm statistics, sdpa's log-sum-exp and the loss's log-probabilities
-INT64 = 8  # the shifted labels
+from ..units import FP32, INT64
 
 
 def attention_elements(batch_size: int, n_heads: int, seq_len: int) -> int:
@@ -29,6 +27,9 @@ def attention_elements(batch_size: int, n_heads: int, seq_len: int) -> int:
 
     The usual worked example (16,384 tokens per step, 32 heads): 16 x 32 x 1024² = 536,870,912
     (about 5.4e8) against 2 x 32 x 8192² = 4,294,967,296 (about 4.3e9): 8 times more.
+
+    Raises:
+        ValueError: a size that is not a positive int.
     """
     positive_int("batch_size", batch_size)
     positive_int("n_heads", n_heads)
@@ -41,6 +42,11 @@ def parameter_count(config: TinyGPTConfig) -> int:
     d, v, L = config.d_model, config.vocab_size, config.n_layers
     per_block = 2 * (2 * d) + 3 * d * d + d * d + 2 * d * config.d_mlp  # 2 LayerNorms, attn, MLP
     return v * d + L * per_block + 2 * d + v * d  # embedding, blocks, final LN, untied head
+
+
+# ActivationBreakdown's parts of the peak, in the order the lessons stack them.
+COMPONENTS = ("attention_scores", "attention_qkv", "mlp_hidden", "norms", "residual_stream",
+              "rope_and_masks", "logits_and_loss", "backward_transient")  # fmt: skip
 
 
 @dataclass
@@ -56,7 +62,7 @@ class ActivationBreakdown:
     batch_size: int
     seq_len: int
     attn_impl: str
-    checkpointing: str
+    checkpointing: Checkpointing
     attention_scores: int
     attention_qkv: int
     mlp_hidden: int
@@ -71,17 +77,7 @@ class ActivationBreakdown:
 
     def components(self) -> dict[str, int]:
         """The saved-for-backward components plus the backward transient, in bytes."""
-        names = (
-            "attention_scores",
-            "attention_qkv",
-            "mlp_hidden",
-            "norms",
-            "residual_stream",
-            "rope_and_masks",
-            "logits_and_loss",
-            "backward_transient",
-        )
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in COMPONENTS}
 
 
 @dataclass(frozen=True)
@@ -130,9 +126,10 @@ def shared_terms(s: _Shape) -> dict[str, int]:
     }
 
 
-def block_modes(mode: str, n_layers: int, every: int) -> list[str]:
-    """What each block recomputes, bottom to top: blocks ``0, every, 2 every, ...`` use ``mode``."""
-    return [mode if i % every == 0 else "none" for i in range(n_layers)]
+def block_modes(mode: Checkpointing, n_layers: int, checkpoint_every: int) -> list[Checkpointing]:
+    """What each block recomputes, bottom to top: blocks ``0, k, 2k, ...`` use ``mode`` for
+    ``checkpoint_every = k``, the others ``"off"``."""
+    return [mode if i % checkpoint_every == 0 else "off" for i in range(n_layers)]
 
 
 def _mlp_half(s: _Shape) -> int:
@@ -140,7 +137,9 @@ def _mlp_half(s: _Shape) -> int:
     return 2 * s.N * s.C * s.b + 2 * s.N * FP32 + 2 * s.N * s.M * s.b
 
 
-def _block_moments(s: _Shape, i: int, mode: str, entering: int, kept: int, terms) -> dict:
+def _block_moments(
+    s: _Shape, i: int, mode: Checkpointing, entering: int, kept: int, terms: dict[str, int]
+) -> dict[str, int]:
     """The candidate peaks while the backward pass is inside block ``i`` (bytes)."""
     N, C, M, b = s.N, s.C, s.M, s.b
     block = sum(terms.values())
@@ -167,11 +166,11 @@ def _block_moments(s: _Shape, i: int, mode: str, entering: int, kept: int, terms
         out[f"{name} attention backward"] = attn_only + C * C * b + 4 * N * C * b
     # The qkv projection: q/k/v's gradients, its weight gradient (3 C²) and dx. A plain bottom
     # block has used RoPE's tables (and the mask) for the last time by then.
-    released = shared_terms(s)["rope_masks"] if i == 0 and mode == "none" else 0
+    released = shared_terms(s)["rope_masks"] if i == 0 and mode == "off" else 0
     out[f"{name} qkv backward"] = (
         attn_only - qkv - scores - released + 4 * C * C * b + 4 * N * C * b
     )
-    if mode != "none" and s.eager:
+    if mode != "off" and s.eager:
         # Recomputing eager attention: ln1 output and statistics, q/k/v (4 N C), then either the
         # rotary temporaries (4 N C) or the scores and probabilities with y and its copy.
         before = entering if mode == "blocks" else entering - mlp_half + grads_mlp_half
@@ -180,7 +179,9 @@ def _block_moments(s: _Shape, i: int, mode: str, entering: int, kept: int, terms
     return out
 
 
-def backward_moments(s: _Shape, modes: list[str], config: TinyGPTConfig) -> dict[str, int]:
+def backward_moments(
+    s: _Shape, modes: list[Checkpointing], config: TinyGPTConfig
+) -> dict[str, int]:
     """Every named moment of the backward pass and the bytes alive at it.
 
     At large token counts the loss or the top block wins; when the activations are small next to
@@ -190,7 +191,7 @@ def backward_moments(s: _Shape, modes: list[str], config: TinyGPTConfig) -> dict
     N, C, M, V, b = s.N, s.C, s.M, s.V, s.b
     terms, shared = block_terms(s), shared_terms(s)
     keeps = {
-        "none": sum(terms.values()),
+        "off": sum(terms.values()),
         "blocks": N * C * b,  # only the block's input
         "attention": N * C * b + _mlp_half(s),  # its input and the MLP half's own saved set
     }
@@ -225,7 +226,7 @@ def activation_bytes(
     batch_size: int,
     seq_len: int,
     dtype: torch.dtype = torch.float32,
-    checkpointing=None,
+    checkpointing: Checkpointing | bool | None = None,
 ) -> ActivationBreakdown:
     """Predict the peak bytes (above the weights) of ``model(**batch).loss.backward()``.
 
@@ -239,39 +240,35 @@ def activation_bytes(
 
     Checked against the CPU count to the byte (a constant 8-byte loss scalar aside) for eager and
     sdpa, 1-4 heads, MLP ratios 1, 2 and 4, vocabularies of 16-260 and ``checkpoint_every`` 1-3.
+
+    Returns:
+        :class:`ActivationBreakdown`; ``total`` is the predicted peak in bytes.
+
+    Raises:
+        ValueError: a size that is not a positive int, ``seq_len > config.max_seq_len``, a dtype
+            that is not a floating ``torch.dtype``, or an unknown checkpointing mode.
     """
     positive_int("batch_size", batch_size)
-    positive_int("seq_len", seq_len)
-    if seq_len > config.max_seq_len:
-        raise ValueError(f"seq_len={seq_len} is longer than max_seq_len={config.max_seq_len}")
+    seq_len_within(seq_len, config.max_seq_len)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     mode = checkpointing_mode(config.checkpointing if checkpointing is None else checkpointing)
-    s = _Shape(
-        b=torch.empty((), dtype=dtype).element_size(),
-        B=batch_size,
-        T=seq_len,
-        C=config.d_model,
-        M=config.d_mlp,
-        H=config.n_heads,
-        L=config.n_layers,
-        V=config.vocab_size,
-        hd=config.head_dim,
-        eager=config.attn_impl == "eager",
-    )
+    c, b = config, torch.empty((), dtype=dtype).element_size()  # b: bytes per element
+    s = _Shape(b, batch_size, seq_len, c.d_model, c.d_mlp, c.n_heads, c.n_layers, c.vocab_size,
+               c.head_dim, c.attn_impl == "eager")  # fmt: skip
     modes = block_modes(mode, s.L, config.checkpoint_every)
     moments = backward_moments(s, modes, config)
-    peak_at = max(moments, key=moments.get)
+    peak_at = max(moments, key=lambda name: moments[name])
     return _breakdown(s, mode, config.attn_impl, modes, moments[peak_at], peak_at)
 
 
-def _breakdown(s: _Shape, mode: str, attn_impl: str, modes, total: int, peak_at: str):
+def _breakdown(
+    s: _Shape, mode: Checkpointing, attn_impl: str, modes: list[Checkpointing], total: int, at: str
+) -> ActivationBreakdown:
     """Group the saved terms by component, as the lessons draw them."""
     N, C, b = s.N, s.C, s.b
     terms, shared = block_terms(s), shared_terms(s)
-    n_full = modes.count("none")
-    n_attn = modes.count("attention")
-    n_blocks = modes.count("blocks")
+    n_full, n_attn, n_blocks = (modes.count(m) for m in ("off", "attention", "blocks"))
     parts = {
         "attention_scores": n_full * terms["scores"],
         "attention_qkv": n_full * terms["qkv"],
@@ -295,6 +292,6 @@ def _breakdown(s: _Shape, mode: str, attn_impl: str, modes, total: int, peak_at:
         saved_total=saved,
         backward_transient=total - saved,
         total=total,
-        peak_at=peak_at,
+        peak_at=at,
         **parts,
     )

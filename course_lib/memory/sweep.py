@@ -8,23 +8,29 @@ activation_bytes` at the same shape. :func:`compare_shapes` sweeps attention pat
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
-from .._checks import checkpointing_mode, positive_int
+from .._checks import Checkpointing, checkpointing_mode, positive_int, seq_len_within
+from ..batch import random_batch
 from ..model import TinyGPT, TinyGPTConfig
-from .meter import measure_step, pick_device
+from .meter import Device, measure_step, pick_device
 from .predict import activation_bytes, attention_elements
 
+Shape = tuple[int, int]  # (batch_size, seq_len)
 
-def mode_label(checkpointing, every: int = 1) -> str:
-    """``"none"``/``False`` -> ``'plain'``, ``True``/``"blocks"`` -> ``'blocks'``; ``every`` > 1
-    adds the stride (``'blocks/2'``)."""
+
+def mode_label(checkpointing: Checkpointing | bool | None, checkpoint_every: int = 1) -> str:
+    """How figures and tables name a checkpointing setting: the mode (``"off"``, ``"blocks"``,
+    ``"attention"``), with the stride when it is not 1 (``"blocks/2"``).
+
+    Raises:
+        ValueError: an unknown checkpointing mode.
+    """
     mode = checkpointing_mode(checkpointing)
-    if mode == "none":
-        return "plain"
-    return mode if every == 1 else f"{mode}/{every}"
+    return mode if mode == "off" or checkpoint_every == 1 else f"{mode}/{checkpoint_every}"
 
 
 @dataclass
@@ -37,7 +43,7 @@ class ShapeComparison:
     """
 
     attn_impl: str
-    checkpointing: str
+    checkpointing: Checkpointing
     checkpoint_every: int
     n_layers: int
     n_heads: int
@@ -70,34 +76,19 @@ class ShapeComparison:
         return mode_label(self.checkpointing, self.checkpoint_every)
 
 
-# The checkpointing sweep returns the same rows; the name says what a lesson-4 reader expects.
-CheckpointingRow = ShapeComparison
-
-
-def random_batch(config: TinyGPTConfig, batch_size: int, seq_len: int, seed: int, device) -> dict:
-    """Random token ids, every token a label; the same ids for the same shape and seed."""
-    gen = torch.Generator().manual_seed(seed + batch_size * 100003 + seq_len)
-    ids = torch.randint(0, config.vocab_size, (batch_size, seq_len), generator=gen)  # (B, T)
-    ids = ids.to(device)
-    return {"input_ids": ids, "labels": ids}
-
-
-def _check_shapes(config: TinyGPTConfig, shapes) -> list[tuple[int, int]]:
-    shapes = [(b, t) for b, t in shapes]
-    if not shapes:
+def _check_shapes(config: TinyGPTConfig, shapes: Iterable[Shape]) -> list[Shape]:
+    checked = [
+        (positive_int("batch_size", b), seq_len_within(t, config.max_seq_len)) for b, t in shapes
+    ]
+    if not checked:
         raise ValueError("the sweep needs at least one (batch_size, seq_len) shape")
-    for b, t in shapes:
-        positive_int("batch_size", b)
-        positive_int("seq_len", t)
-        if t > config.max_seq_len:
-            raise ValueError(f"seq_len={t} is longer than max_seq_len={config.max_seq_len}")
-    return shapes
+    return checked
 
 
 def sweep(
-    configs: list[TinyGPTConfig],
-    shapes,
-    device=None,
+    configs: Sequence[TinyGPTConfig],
+    shapes: Iterable[Shape],
+    device: Device = None,
     seed: int = 0,
     progress: bool = False,
     desc: str = "",
@@ -107,10 +98,15 @@ def sweep(
 
     Each config gets its own TinyGPT built from ``seed`` (so all share the same weights), in
     ``dtype``. Rows come config by config, shape by shape.
+
+    Raises:
+        ValueError: no shape, or a shape that is not positive or longer than ``max_seq_len``.
     """
     shapes = _check_shapes(configs[0], shapes)
     dev = pick_device(device)
-    jobs = [(cfg, b, t) for cfg in configs for b, t in shapes]
+    jobs: Iterable[tuple[TinyGPTConfig, int, int]] = [
+        (cfg, b, t) for cfg in configs for b, t in shapes
+    ]
     if progress:
         from tqdm.auto import tqdm
 
@@ -121,7 +117,8 @@ def sweep(
         if cfg not in models:
             torch.manual_seed(seed)
             models[cfg] = TinyGPT(cfg).to(dev, dtype)
-        report = measure_step(models[cfg], random_batch(cfg, b, t, seed, dev), device=dev)
+        batch = random_batch(cfg.vocab_size, b, t, seed, dev)
+        report = measure_step(models[cfg], batch, device=dev)
         predicted = activation_bytes(cfg, b, t, dtype)
         rows.append(
             ShapeComparison(
@@ -146,29 +143,43 @@ def sweep(
 
 def compare_shapes(
     config: TinyGPTConfig,
-    shapes,
-    attn_impls=("eager", "sdpa"),
-    device=None,
+    shapes: Iterable[Shape],
+    attn_impls: Sequence[str] = ("eager", "sdpa"),
+    device: Device = None,
     seed: int = 0,
     progress: bool = False,
     dtype: torch.dtype = torch.float32,
 ) -> list[ShapeComparison]:
     """Measure a training step at each ``(batch_size, seq_len)`` beside the prediction, for each
-    attention path (same weights for every path)."""
+    attention path (same weights for every path).
+
+    Returns:
+        One :class:`ShapeComparison` per path and shape, path by path.
+
+    Raises:
+        ValueError: see :func:`sweep`; an unknown attention path.
+    """
     configs = [replace(config, attn_impl=impl) for impl in attn_impls]
     return sweep(configs, shapes, device, seed, progress, "measuring shapes", dtype)
 
 
 def compare_checkpointing(
     config: TinyGPTConfig,
-    shapes,
-    modes=("none", "blocks"),
-    device=None,
+    shapes: Iterable[Shape],
+    modes: Sequence[Checkpointing | bool] = ("off", "blocks"),
+    device: Device = None,
     seed: int = 0,
     progress: bool = False,
     dtype: torch.dtype = torch.float32,
 ) -> list[ShapeComparison]:
     """Measure one training step at every shape for every checkpointing mode, beside the
-    prediction (same weights for every mode; ``config.checkpoint_every`` applies)."""
+    prediction (same weights for every mode; ``config.checkpoint_every`` applies).
+
+    Returns:
+        One :class:`ShapeComparison` per mode and shape, mode by mode.
+
+    Raises:
+        ValueError: see :func:`sweep`; an unknown checkpointing mode.
+    """
     configs = [replace(config, checkpointing=checkpointing_mode(m)) for m in modes]
     return sweep(configs, shapes, device, seed, progress, "measuring peaks", dtype)

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 
 from course_grading import course as wc
+from course_grading.errors import GradingError
 from course_grading.sandbox import check_available
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def sandbox_problem() -> str:
     """Why bubblewrap cannot sandbox here (``check_available``'s one line), or ``""``."""
     try:
         check_available()
-    except SystemExit as err:
+    except GradingError as err:
         return str(err)
     return ""
 

@@ -1,8 +1,10 @@
 """The static reading of student code (``course_grading.cheats``), on the fixture lesson.
 
-The fixture's tests: ``test_tokens`` (2 points) calls ``tokens_per_batch``; ``test_ratio``
-(1 point) uses ``isinstance``, ``int``, ``float``, ``math`` and ``attention_ratio``. A cell added
-at the end of the notebook comes after both tests; one added after the first answer cell comes
+It is a pointer for review, never a judge: a finding names the code and the later test cells it
+could have aimed at, and changes no grade (``tests/grading/test_cheating_class.py`` grades the
+same snippets). The fixture's visible tests: ``test_tokens`` calls ``tokens_per_batch``;
+``test_ratio`` uses ``isinstance``, ``int``, ``float`` and ``attention_ratio``. A cell added at
+the end of the notebook comes after both tests; one added after the first answer cell comes
 before both.
 """
 
@@ -38,7 +40,7 @@ def _with_cell(code: str, *, early: bool = True) -> nbformat.NotebookNode:
 
 
 @pytest.mark.parametrize(
-    ("code", "what", "zeroed"),
+    ("code", "what", "aimed"),
     [
         ("get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)", "swallows", BOTH),
         ("import sys\nsys.excepthook = print", "swallows exceptions", BOTH),
@@ -49,8 +51,6 @@ def _with_cell(code: str, *, early: bool = True) -> nbformat.NotebookNode:
         ("get_ipython().events.register('post_run_cell', print)", "tampers with the kernel", BOTH),
         ("exec('x = 1')", "tampers with the namespace (exec)", BOTH),
         ("isinstance = lambda *a: True", "redefines 'isinstance'", ("test_ratio",)),
-        ("import numpy as math", "redefines 'math'", ("test_ratio",)),
-        ("math.isclose = lambda *a, **k: True", "redefines 'math'", ("test_ratio",)),
         ("def float(x):\n    return x", "redefines 'float'", ("test_ratio",)),
         ("import course_lib.data as d\nd.VOCAB_SIZE = 1", "monkeypatches course_lib", BOTH),
         (
@@ -60,16 +60,16 @@ def _with_cell(code: str, *, early: bool = True) -> nbformat.NotebookNode:
         ),
     ],
 )
-def test_each_cheat_scores_the_tests_it_could_pass_zero(spec, code, what, zeroed):
+def test_each_tampering_is_named_with_the_tests_it_aimed_at(spec, code, what, aimed):
     cheats = [f for f in scan(_with_cell(code), spec) if f.cheat]
-    assert cheats, f"no cheat found in {code!r}"
+    assert cheats, f"no tampering found in {code!r}"
     assert what in cheats[0].what
-    assert set(cheats[0].zeroes) == set(zeroed)
+    assert set(cheats[0].tests) == set(aimed)
 
 
-def test_a_cheat_after_the_tests_zeroes_nothing(spec):
+def test_tampering_after_the_tests_aims_at_none(spec):
     (found,) = [f for f in scan(_with_cell("import os\nos._exit(0)", early=False), spec)]
-    assert found.cheat and found.zeroes == ()
+    assert found.cheat and found.tests == ()
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_a_cheat_after_the_tests_zeroes_nothing(spec):
 )
 def test_reaching_outside_is_flagged_not_penalised(spec, code, what):
     (found,) = scan(_with_cell(code), spec)
-    assert not found.cheat and what in found.what and found.zeroes == ()
+    assert not found.cheat and what in found.what and found.tests == ()
 
 
 @pytest.mark.parametrize(
@@ -95,10 +95,23 @@ def test_reaching_outside_is_flagged_not_penalised(spec, code, what):
         "tokens_per_batch = lambda b, s: b * s",  # the answer's own name
         "values = [1, 2, 3]\nvalues.remove(2)\nratio = max(values)",
         "import numpy as np\nx = np.ones(3)\nx.sum()",
+        # issue 19: this honest import was flagged as a cheat and zeroed every later test
+        "from IPython.display import display, Markdown\ndisplay(Markdown('**8** times'))",
+        "import IPython.display\nIPython.display.display(3)",
     ],
 )
 def test_honest_code_is_not_a_cheat(spec, code):
     assert scan(_with_cell(code), spec) == []
+
+
+def test_the_kernel_itself_is_still_named(spec):
+    """The display exception is narrow: the rest of IPython and ipykernel are still named."""
+    for code in (
+        "import IPython\nIPython.get_ipython().kernel",
+        "from ipykernel import kernelapp\nkernelapp.IPKernelApp",
+    ):
+        found = [f for f in scan(_with_cell(code), spec) if f.cheat]
+        assert found and "tampers with the kernel" in found[0].what, code
 
 
 def test_only_the_students_cells_are_read(spec):

@@ -20,11 +20,14 @@ from course_grading.feedback import (
     WithholdInstructorMaterial,
     withheld_record,
 )
+from course_grading.items import items_of
 from course_grading.leaks import instructor_lines, leaked, own_lines, visible_text
 
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
 RELEASE = FIXTURE_ROOT / wc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
-HIDDEN = "assert tokens_per_batch(3, 5) == 15"
+# The hidden regions now hold only declarations (no hidden test reaches a kernel): a declaration
+# line is still instructor material a page must not show.
+HIDDEN = items_of(FIXTURE)["test_tokens"].declaration_line()
 SOLUTION = "return batch_size * seq_len"
 
 
@@ -42,7 +45,7 @@ def _page(tmp_path, text: str):
 
 def test_instructor_lines_are_the_hidden_and_solution_regions(secret):
     assert HIDDEN in secret and SOLUTION in secret
-    assert "assert math.isclose(attention_ratio, 8.0)" in secret
+    assert items_of(FIXTURE)["test_ratio"].declaration_line() in secret
     assert "assert tokens_per_batch(16, 1024) == 16_384" not in secret  # a visible test
     assert not any("BEGIN" in line for line in secret)
     model_answer = next(line for line in secret if line.startswith("Linear activations"))

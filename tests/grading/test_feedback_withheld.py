@@ -3,9 +3,11 @@
 The grading command scans the feedback it makes, but an instructor regenerates feedback after
 manual grading, with ``nbgrader generate_feedback`` or formgrader's button (the same converter).
 The course's ``nbgrader_config.py`` puts ``WithholdInstructorMaterial`` in that converter, so a
-student whose kernel printed every cell it saw run (the hidden tests included: they run in the
-same kernel) gets no feedback file there either. One class of the fixture lesson: a spy and an
-honest student, graded by the command, then feedback generated again by hand in its course.
+student whose notebook prints instructor material gets no feedback file there either. Hidden
+tests no longer enter a kernel (``tests/grading/test_cheating_class.py`` proves a spy finds
+none), so the spy here prints a line of the written answer's model answer, as if it had got it
+somewhere. One class of the fixture lesson: a spy and an honest student, graded by the command,
+then feedback generated again by hand in its course.
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ from course_grading.leaks import instructor_lines, leaked, own_lines
 
 # The withholding holds either way; where bwrap cannot run, grade without it.
 NO_SANDBOX = ["--no-sandbox"] if sandbox_problem() else []
-SPY = (
-    "def _show(info):\n"
-    "    print(info.raw_cell)\n"
-    "get_ipython().events.register('pre_run_cell', _show)"
+SPY = (  # the model answer's line, put together at run time (not a line of the spy's own)
+    "print('Linear activations scale with batch × seq, attention scores with batch × heads'"
+    " + ' × seq²: moving tokens from the batch into the sequence grows the quadratic term.')"
 )
 
 

@@ -28,6 +28,7 @@ from class_builders import FIXTURE, FIXTURE_ROOT, digest, drop, filled, find, se
 
 from course_grading import course as wc
 from course_grading.autograde import Options
+from course_grading.errors import GradingError
 from course_grading.feedback import HideHiddenTests
 from course_grading.lesson import LessonSpec
 from course_grading.run import grade
@@ -363,7 +364,7 @@ def test_rerun_refuses_to_drop_manual_grades(graded_class, tmp_path):
     shutil.copyfile(graded_class["out"] / "course" / "gradebook.db", db)
     with sqlite3.connect(db) as con:
         con.execute("UPDATE grade SET manual_score = 1 WHERE id IN (SELECT id FROM grade LIMIT 1)")
-    with pytest.raises(SystemExit, match="manual grade"):
+    with pytest.raises(GradingError, match="manual grade"):
         prepare_workspace(out, force=False)
     assert db.is_file()
     prepare_workspace(out, force=True)
@@ -372,7 +373,7 @@ def test_rerun_refuses_to_drop_manual_grades(graded_class, tmp_path):
 
 def test_workspace_must_be_ours(tmp_path):
     (tmp_path / "thesis.tex").write_text("years of work", encoding="utf-8")
-    with pytest.raises(SystemExit, match="not a grading workspace"):
+    with pytest.raises(GradingError, match="not a grading workspace"):
         prepare_workspace(tmp_path, force=True)
     assert (tmp_path / "thesis.tex").is_file()
 

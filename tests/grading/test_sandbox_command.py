@@ -14,6 +14,7 @@ import pytest
 
 from course_grading import sandbox
 from course_grading.autograde import Options
+from course_grading.errors import GradingError
 from course_grading.run import grade
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_limits_and_the_dropped_uid_reach_the_kernel_command(tmp_path):
 def test_no_bwrap_stops_the_command_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     (tmp_path / "subs").mkdir()
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(GradingError) as stop:
         grade(tmp_path / "subs", tmp_path / "out", REPO, options=Options())
     message = str(stop.value)
     assert "bubblewrap is not installed" in message and "--no-sandbox" in message
@@ -88,7 +89,7 @@ def test_namespaces_refused_stop_the_command_in_one_line(monkeypatch):
     )
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: "/usr/bin/bwrap")
     monkeypatch.setattr(sandbox.subprocess, "run", lambda *a, **k: refused)
-    with pytest.raises(SystemExit, match="cannot create namespaces here .*No permissions"):
+    with pytest.raises(GradingError, match="cannot create namespaces here .*No permissions"):
         sandbox.check_available()
 
 

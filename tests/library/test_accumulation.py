@@ -13,11 +13,12 @@ from course_lib.accumulation import (
     accumulate_gradients,
     concatenate_micro_batches,
     count_loss_tokens,
+    flat_grad,
     gradient_error,
+    relative_error,
 )
 from course_lib.data import VOCAB_SIZE
-from course_lib.distributed import dp_token_weighted_loss
-from course_lib.model import TinyGPT
+from course_lib.model import TinyGPT, TinyGPTConfig
 from course_lib.token_log import LOW_TOKENS_PER_STEP, TokensPerStepLogger, batch_token_counts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -209,11 +210,36 @@ def test_concatenate_pads_rows_right_with_ignored_labels():
         concatenate_micro_batches([{**b, "cu_seq_lens": torch.tensor([0, 10, 20])}])
 
 
-def test_dp_loss_without_distributed_is_the_token_mean():
-    loss_sum = torch.tensor(12.0)
-    assert float(dp_token_weighted_loss(loss_sum, 4)) == pytest.approx(3.0)
-    with pytest.raises(ValueError, match="holds 0 loss tokens"):
-        dp_token_weighted_loss(loss_sum, 0)
+def test_simulated_ranks_scale_the_loss_like_ddp():
+    """Two replicas, each accumulating its own rows with the count over both ranks and times the
+    world size: their average gradient is the full batch's (what DDP's average would give)."""
+    gen = torch.Generator().manual_seed(8)
+    model = TinyGPT(TinyGPTConfig(d_model=32, n_heads=2, n_layers=1, max_seq_len=32))
+    ranks = [[micro_batch(gen, [(3, 5)])], [micro_batch(gen, [(2, 20), (4, 9)])]]
+    n_all = sum(count_loss_tokens(mb["labels"]) for w in ranks for mb in w)
+    grads = []
+    for window in ranks:
+        model.zero_grad(set_to_none=True)
+        stats = accumulate_gradients(model, window, simulate_ranks=(n_all, 2))
+        assert stats.window_loss_tokens == n_all and stats.world_size == 2
+        grads.append(flat_grad(model))
+    model.zero_grad(set_to_none=True)
+    model(**concatenate_micro_batches([mb for w in ranks for mb in w])).loss.backward()
+    assert relative_error(torch.stack(grads).mean(0), flat_grad(model)) < 1e-5
+    # each rank normalising by its own count is a mean of means again: far off
+    own = []
+    for window in ranks:
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(model, window, distributed=False)
+        own.append(flat_grad(model))
+    model.zero_grad(set_to_none=True)
+    model(**concatenate_micro_batches([mb for w in ranks for mb in w])).loss.backward()
+    assert relative_error(torch.stack(own).mean(0), flat_grad(model)) > 1e-2
+
+
+def test_relative_error_refuses_a_zero_reference():
+    with pytest.raises(ValueError, match="exactly 0"):
+        relative_error(torch.ones(3), torch.zeros(3))
 
 
 # --- logging tokens per step ---------------------------------------------------------------------

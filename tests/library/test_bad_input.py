@@ -19,6 +19,7 @@ from course_lib import (
     packing,
     plan,
 )
+from course_lib.lessons import checkpointing as lesson4
 from course_lib.model import TinyGPT, TinyGPTConfig
 
 CFG = TinyGPTConfig(d_model=32, n_heads=4, n_layers=1, max_seq_len=64)
@@ -225,7 +226,7 @@ CASES = [
     ),
     (
         "negative budget",
-        lambda m, ex: checkpointing.max_batch_under_budget(CFG, 32, -5),
+        lambda m, ex: lesson4.max_batch_under_budget(CFG, 32, -5),
         ValueError,
         "-5",
     ),

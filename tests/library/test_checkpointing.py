@@ -6,11 +6,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from course_lib.checkpointing import (
-    max_batch_under_budget,
-    max_seq_len_under_budget,
-    time_checkpointing,
-)
+from course_lib.checkpointing import time_checkpointing
+from course_lib.lessons.checkpointing import max_batch_under_budget, max_seq_len_under_budget
 from course_lib.memory import activation_bytes, compare_checkpointing, measure_step, mode_label
 from course_lib.model import TinyGPT, TinyGPTConfig
 
@@ -162,11 +159,11 @@ def test_checkpointing_fits_a_larger_batch_and_a_longer_sequence():
         (lambda: time_checkpointing(config(), 1, 8, warmup=-1), "warmup must be"),
         (
             lambda: max_batch_under_budget(config(), 8, -5),
-            "budget_bytes must be a positive finite number, got -5",
+            "memory_budget must be a positive number of bytes, got -5",
         ),
         (
-            lambda: max_batch_under_budget(config(), 8, "1 GiB"),
-            "budget_bytes must be a positive finite number, got '1 GiB'",
+            lambda: max_batch_under_budget(config(), 8, "1 apple"),
+            "memory_budget='1 apple': unknown unit 'apple'",
         ),
         (lambda: max_batch_under_budget(config(), 8, 10**6, "yes"), "checkpointing='yes'"),
         (lambda: max_seq_len_under_budget(config(), 0, 10**6), "batch_size must be"),
@@ -180,6 +177,6 @@ def test_bad_input_names_the_value(call, message):
 
 
 def test_mode_labels():
-    assert mode_label(False) == "plain"
+    assert mode_label(False) == "off" and mode_label("off", 2) == "off"
     assert mode_label(True) == "blocks"
     assert mode_label("attention", 2) == "attention/2"

@@ -28,8 +28,8 @@ PLAN_ARGS = [
     "32000",
     "--seq-len",
     "2048",
-    "--memory-gb",
-    "24",
+    "--gpu-memory",
+    "24GiB",
     "--dataset-size",
     "800",
 ]
@@ -55,8 +55,10 @@ def test_help_is_clear():
     assert sub.returncode == 0, sub.stderr
     for text in (
         "--seq-len",
-        "--memory-gb",
-        "GiB",
+        "--gpu-memory",
+        "24GiB (binary",
+        "80GB (decimal)",
+        "--checkpointing",
         "--target-min",
         "examples:",
         "python -m course_lib plan --d-model",
@@ -95,8 +97,10 @@ def with_value(flag, value):
     "argv, message",
     [
         (with_value("--n-heads", "abc"), "argument --n-heads: invalid int value: 'abc'"),
-        (with_value("--memory-gb", "0"), "--memory-gb must be a positive finite number, got 0.0"),
-        (with_value("--memory-gb", "nan"), "--memory-gb must be a positive finite number, got nan"),
+        (with_value("--gpu-memory", "24"), "'24' has no unit: add one, e.g. '24GiB'"),
+        (with_value("--gpu-memory", "0GiB"), "'0GiB' is not a positive amount of memory"),
+        (with_value("--gpu-memory", "24GiBs"), "unknown unit 'GiBs'"),
+        (PLAN_ARGS + ["--checkpointing", "sometimes"], "argument --checkpointing: invalid choice"),
         (with_value("--dataset-size", "0"), "--dataset-size must be positive, got 0"),
         (with_value("--d-model", "770"), "d_model=770 is not divisible by n_heads=12"),
         (PLAN_ARGS + ["--target-min", "65"], "--target-min 65 is above --target-max 64"),
@@ -113,7 +117,7 @@ def test_errors_are_one_line_with_exit_2(capsys, argv, message):
 
 
 def test_nothing_fits_is_one_line_and_exit_1(capsys):
-    assert main(with_value("--memory-gb", "0.5")) == 1
+    assert main(with_value("--gpu-memory", "512MiB")) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nothing fits" in err and "512 MiB" in err
 
@@ -133,10 +137,11 @@ def test_the_real_fine_tune_example_prints_the_library_plan():
         attn_impl="sdpa", target_tokens=32000,
     )  # fmt: skip
     assert out.stdout.strip() == expected.to_table()
-    for row in ("weights", "adapters", "gradients", "optimiser states", "activations per row",
+    for row in ("weights", "adapters", "gradients", "optimiser state", "activations per row",
                 "logits per row", "largest micro-batch", "tokens per step"):  # fmt: skip
         assert f"\n{row} " in out.stdout
-    assert expected.micro_batch_size * expected.grad_accum_steps * 4096 >= 32000
+    assert expected.micro_batch * expected.grad_accum_steps * 4096 >= 32000
+    assert expected.tokens_per_step == expected.micro_batch * expected.grad_accum_steps * 4096
 
 
 def test_the_example_plans_in_well_under_a_second_of_cpu():
@@ -161,7 +166,9 @@ def hf_args(**changes):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (hf_args(gpu_memory="lots"), "memory 'lots' is not a size like 24GiB"),
+        (hf_args(gpu_memory="lots"), "'lots' is not an amount like '24GiB', '80GB'"),
+        (hf_args(gpu_memory="24"), "'24' has no unit"),
+        (hf_args(checkpointing="attention"), "checkpointing='attention' is TinyGPT's"),
         (hf_args(model="Llama-9"), "unknown model 'Llama-9': pass the path of its config.json"),
         (hf_args(lora_rank="0"), "--lora-rank must be positive, got 0"),
         (hf_args(target_tokens="-5"), "--target-tokens must be positive, got -5"),
@@ -199,5 +206,39 @@ def test_your_own_config_json_and_its_unsupported_kind(capsys, tmp_path):
 def test_nothing_fits_warns_in_plain_words_and_exits_1(capsys):
     assert main(hf_args(finetune="full", gpu_memory="40GiB")) == 1
     out = capsys.readouterr().out
-    assert "warning: nothing fits: the weights, adapters and optimiser states alone need" in out
+    assert "warning: nothing fits: the weights, adapters and optimiser state alone need" in out
     assert "fine-tune with LoRA instead" in out
+
+
+def test_memory_gb_still_works_for_one_release_and_says_so(capsys):
+    """--memory-gb meant GiB: the same plan as --gpu-memory 24GiB, and a warning on stderr."""
+    old = [a if a != "--gpu-memory" else "--memory-gb" for a in PLAN_ARGS]
+    old[old.index("--memory-gb") + 1] = "24"
+    assert main(old) == 0
+    captured = capsys.readouterr()
+    assert "--memory-gb is deprecated" in captured.err and "--gpu-memory 24GiB" in captured.err
+    assert main(PLAN_ARGS) == 0
+    assert capsys.readouterr().out == captured.out
+    with pytest.raises(SystemExit):
+        main(old + ["--gpu-memory", "24GiB"])  # both: one line saying so
+    assert "give --gpu-memory only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, mode", [("on", "blocks"), ("blocks", "blocks"), ("off", "off")])
+def test_checkpointing_flag_fixes_the_mode_on_both_plans(capsys, flag, mode):
+    assert main(PLAN_ARGS + ["--checkpointing", flag]) == 0
+    assert f"checkpointing      {mode}" in capsys.readouterr().out
+    assert main(hf_args(checkpointing=flag)) in (0, 1)
+    expected = plan_finetune(
+        "Llama-3.1-8B", "24GiB", 4096, dtype="bf16", lora_rank=16, target_tokens=32000,
+        checkpointing=mode,
+    )  # fmt: skip
+    assert capsys.readouterr().out.strip() == expected.to_table()
+    assert expected.checkpointing == mode
+
+
+def test_decimal_and_binary_gigabytes_plan_differently(capsys):
+    assert main(with_value("--gpu-memory", "24GB")) in (0, 1)
+    decimal = capsys.readouterr().out
+    assert main(PLAN_ARGS) == 0
+    assert "of 22.4 GiB" in decimal and "of 24 GiB" in capsys.readouterr().out

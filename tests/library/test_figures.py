@@ -13,20 +13,16 @@ from helpers import tiny_config
 from matplotlib.figure import Figure
 
 import course_lib.figures
-from course_lib.budget_curves import (
-    PlanCurve,
-    SmallDatasetTrap,
-    budget_fit,
-    plan_curve,
-    small_dataset_trap,
-)
 from course_lib.checkpointing import StepTimes
 from course_lib.figures import accumulation, attention, checkpointing, choosing, padding
-from course_lib.layouts import BatchLayouts, batch_layouts
+from course_lib.lessons.accumulation import AccumulationRuns, AccumulationWindow
+from course_lib.lessons.attention import BudgetSplit, ValuesPerLayer, budget_split, values_per_layer
+from course_lib.lessons.checkpointing import budget_fit
+from course_lib.lessons.choosing import PlanCurve, SmallDatasetTrap, plan_curve, small_dataset_trap
+from course_lib.lessons.padding import BatchLayouts, SchemeRun, Throughput, batch_layouts
 from course_lib.memory import ShapeComparison, activation_bytes
-from course_lib.splits import BudgetSplit, ValuesPerLayer, budget_split, values_per_layer
+from course_lib.noise import GradientNoise
 from course_lib.token_log import StepTokens
-from course_lib.windows import AccumulationWindow
 
 MiB = 2**20
 
@@ -37,7 +33,7 @@ def _close_figures():
     plt.close("all")
 
 
-def row(impl="eager", seq_len=64, measured=3 * MiB, predicted=3 * MiB, mode="none", batch=4):
+def row(impl="eager", seq_len=64, measured=3 * MiB, predicted=3 * MiB, mode="off", batch=4):
     return ShapeComparison(
         attn_impl=impl,
         checkpointing=mode,
@@ -57,6 +53,15 @@ def row(impl="eager", seq_len=64, measured=3 * MiB, predicted=3 * MiB, mode="non
 
 def step_times(plain=(0.010, 0.012, 0.011), checkpointed=(0.014, 0.015, 0.013)):
     return StepTimes("blocks", 1, "sdpa", 4, 2, 128, "cpu", list(plain), list(checkpointed))
+
+
+def noise(ks=(1, 2, 4)):
+    per = {"short": 10.0, "long": 40.0, "all": 25.0}
+    one = {"short": 4.0, "long": 1.0, "all": 2.0}
+    measured = {g: [one[g] / k * 1.1 for k in ks] for g in per}
+    return GradientNoise(
+        list(ks), per, one, {"short": 1.0, "long": 1.0, "all": 4.0}, measured, "cpu"
+    )
 
 
 def step_tokens(step, loss_tokens):
@@ -130,7 +135,8 @@ def case_batch_layouts():
 
 
 def case_throughput():
-    fig = padding.plot_throughput(["random", "packed"], [100, 100], [200, 110], [2.0, 1.0])
+    runs = [SchemeRun("random", 3, 100, 200, 90, 2.0), SchemeRun("packed", 2, 100, 110, 90, 1.0)]
+    fig = padding.plot_throughput(Throughput(runs, "cpu"))
     assert [b.get_height() for b in fig.axes[0].patches] == [50.0, 100.0]
     return fig
 
@@ -163,18 +169,17 @@ def case_accumulation_window():
 
 def case_accumulation_runs():
     heldout = {"mean": {"short": 2.0, "long": 2.5}, "token_weighted": {"short": 2.1, "long": 2.4}}
-    fig = accumulation.plot_accumulation_runs(
-        {"mean": [3.0, 2.0], "token_weighted": [3.0, 2.1]}, [0.1, 0.2], heldout
-    )
+    losses = {"mean": [3.0, 2.0], "token_weighted": [3.0, 2.1]}
+    fig = accumulation.plot_accumulation_runs(AccumulationRuns(losses, [0.1, 0.2], heldout, {}))
     assert len(fig.axes) == 3
     assert ydata(fig.axes[0], "mean") == [3.0, 2.0]
     return fig
 
 
 def case_checkpointing_peaks():
-    rows = [row(seq_len=t, measured=t * MiB, mode=m) for t in (64, 128) for m in ("none", "blocks")]
+    rows = [row(seq_len=t, measured=t * MiB, mode=m) for t in (64, 128) for m in ("off", "blocks")]
     fig = checkpointing.plot_checkpointing_peaks(rows)
-    assert ydata(fig.axes[0], "plain: measured") == [64.0, 128.0]
+    assert ydata(fig.axes[0], "off: measured") == [64.0, 128.0]
     assert ydata(fig.axes[0], "blocks: measured") == [64.0, 128.0]
     return fig
 
@@ -188,11 +193,11 @@ def case_step_times():
 
 
 def case_budget_fit():
-    fit = budget_fit(tiny_config(n_layers=4), seq_len=512, n_layers=4, budget_mib=8)
+    fit = budget_fit(tiny_config(n_layers=4), seq_len=512, n_layers=4, memory_budget="8MiB")
     fig = checkpointing.plot_budget_fit(fit)
     assert fit.verdict in fig.axes[0].get_title()
-    plain = ydata(fig.axes[0], "plain (predicted)")
-    assert plain == pytest.approx([p / MiB for p in fit.peaks["none"]])
+    plain = ydata(fig.axes[0], "checkpointing off (predicted)")
+    assert plain == pytest.approx([p / MiB for p in fit.peaks["off"]])
     return fig
 
 
@@ -220,18 +225,36 @@ def case_small_dataset_trap():
 
 
 def case_training_plan():
-    curve = plan_curve(tiny_config(), 8, 128, 800)
+    curve = plan_curve(tiny_config(), "8MiB", 128, 800)
     fig = choosing.plot_training_plan(curve)
-    assert f"chosen micro-batch {curve.plan.micro_batch_size}" in [
+    assert f"chosen micro-batch {curve.plan.micro_batch}" in [
         ln.get_label() for ln in fig.axes[0].get_lines()
     ]
-    nothing = plan_curve(tiny_config(d_model=256, n_layers=4), 1, 512, 800)
+    nothing = plan_curve(tiny_config(d_model=256, n_layers=4), "1MiB", 512, 800)
     text = choosing.plot_training_plan(nothing).axes[1].texts[0].get_text()
     assert text.startswith("nothing fits")
     return fig
 
 
+def case_gradient_noise():
+    fig = accumulation.plot_gradient_noise(noise())
+    short = [ln for ln in fig.axes[1].get_lines() if ln.get_label().startswith("short")][0]
+    assert list(short.get_xdata()) == [10.0, 20.0, 40.0]  # against tokens: k * 10 per example
+    assert list(short.get_ydata()) == pytest.approx([4.4, 2.2, 1.1])
+    assert fig._suptitle.get_text().startswith("CPU:")
+    return fig
+
+
+def case_noise_target():
+    fig = accumulation.plot_noise_target(noise(), accum=4, micro_batch_size=2, target=0.05)
+    (point,) = [ln for ln in fig.axes[0].get_lines() if list(ln.get_xdata()) == [4]]
+    assert list(point.get_ydata()) == pytest.approx([0.5 / 8])  # noise_to_signal 2 / 4, 8 rows
+    return fig
+
+
 CASES = {
+    "plot_gradient_noise": case_gradient_noise,
+    "plot_noise_target": case_noise_target,
     "plot_measured_vs_predicted": case_measured_vs_predicted,
     "plot_breakdown": case_breakdown,
     "plot_linear_vs_quadratic": case_linear_vs_quadratic,
@@ -280,7 +303,7 @@ def test_figure_draws_its_result(name):
 
 
 def _fit_without_checkpointing():
-    fit = budget_fit(tiny_config(), seq_len=128, n_layers=2, budget_mib=8)
+    fit = budget_fit(tiny_config(), seq_len=128, n_layers=2, memory_budget="8MiB")
     del fit.peaks["blocks"]
     return fit
 
@@ -308,8 +331,16 @@ BAD = {
         "at least one scheme",
     ),
     "plot_throughput": (
-        lambda: padding.plot_throughput(["a", "b"], [1], [2], [1.0]),
-        "one real_tokens",
+        lambda: padding.plot_throughput(Throughput([], "cpu")),
+        "at least one scheme's run",
+    ),
+    "plot_gradient_noise": (
+        lambda: accumulation.plot_gradient_noise(noise(ks=())),
+        "at least one step size",
+    ),
+    "plot_noise_target": (
+        lambda: accumulation.plot_noise_target(noise(), accum=0, micro_batch_size=2, target=0.1),
+        "positive sizes",
     ),
     "plot_loss_curves": (lambda: padding.plot_loss_curves({}), "at least one curve"),
     "plot_gradient_error_vs_spread": (
@@ -321,7 +352,7 @@ BAD = {
         "at least one loss token",
     ),
     "plot_accumulation_runs": (
-        lambda: accumulation.plot_accumulation_runs({}, []),
+        lambda: accumulation.plot_accumulation_runs(AccumulationRuns({}, [], {}, {})),
         "at least one run",
     ),
     "plot_checkpointing_peaks": (
@@ -349,7 +380,7 @@ BAD = {
     ),
     "plot_training_plan": (
         lambda: choosing.plot_training_plan(
-            PlanCurve(MiB, 8, None, "no plan", "none", [], [], 0, [])
+            PlanCurve(MiB, 8, None, "no plan", "off", [], [], 0, [])
         ),
         "at least one micro-batch",
     ),

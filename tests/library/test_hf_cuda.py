@@ -88,11 +88,11 @@ FORWARD_CASES = [
 @pytest.mark.parametrize(("family", "attn", "rows", "lora"), FORWARD_CASES)
 def test_forward_peak_matches_the_meter(family, attn, rows, lora):
     pytest.importorskip("peft")
-    from course_lib.memory.hf_check import build_model, tiny_config
+    from course_lib.memory.hf_check import build_model, tiny_hf_config
     from course_lib.memory.meter import measure
 
-    config = tiny_config(family)
-    ckpt = "blocks" if lora else "none"
+    config = tiny_hf_config(family)
+    ckpt = "blocks" if lora else "off"
     model = build_model(config, dtype=torch.bfloat16, attn_impl=attn, lora_rank=lora,
                         checkpointing=ckpt, lora_targets="all-linear")  # fmt: skip
     ids = torch.randint(config.vocab_size, (rows, 40), generator=torch.Generator().manual_seed(0))
@@ -104,10 +104,10 @@ def test_forward_peak_matches_the_meter(family, attn, rows, lora):
 
 def test_a_copy_that_never_happens_moves_the_forward_peak(monkeypatch):
     # The failing case of the test above: pretend matmul never copies its operands.
-    from course_lib.memory.hf_check import build_model, tiny_config
+    from course_lib.memory.hf_check import build_model, tiny_hf_config
     from course_lib.memory.meter import measure
 
-    config = tiny_config("llama")
+    config = tiny_hf_config("llama")
     model = build_model(config, dtype=torch.float32, attn_impl="eager")
     ids = torch.randint(config.vocab_size, (3, 40), generator=torch.Generator().manual_seed(0))
     measured = measure(lambda: model(input_ids=ids, labels=ids, use_cache=False).loss).peak_bytes

@@ -20,15 +20,15 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (optional extra: pip install -e '.[hf]')"
 )
 
-from course_lib.hf.models import lora_parameter_count  # noqa: E402
+from course_lib.hf.arch import architecture, lora_parameter_count  # noqa: E402
 from course_lib.hf.ops import Ops  # noqa: E402
-from course_lib.hf.predict import CHECKED_WITH, architecture  # noqa: E402
+from course_lib.hf.predict import CHECKED_WITH  # noqa: E402
 from course_lib.memory import HFStepBreakdown, attention_elements, predict_hf_step  # noqa: E402
 from course_lib.memory.hf_check import (  # noqa: E402
     build_model,
     compare_hf,
     saved_by_module,
-    tiny_config,
+    tiny_hf_config,
 )
 
 TOLERANCE = 0.03
@@ -39,15 +39,15 @@ DTYPES, ATTENTION, LORA, CHECKPOINTING = (
     ("float32", "bfloat16"),
     ("eager", "sdpa"),
     (None, 4),
-    ("none", "blocks"),
+    ("off", "blocks"),
 )
 VARIANTS = list(itertools.product(DTYPES, ATTENTION, LORA, CHECKPOINTING))
 ORIGINAL = ("llama", "mistral", "qwen2", "gpt2")
 NEW_FAMILIES = ("qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "mixtral")
 # The newer families: six settings each (the original four run all sixteen).
-FEW = [("float32", "sdpa", None, "none"), ("bfloat16", "sdpa", None, "none"),
-       ("bfloat16", "eager", None, "none"), ("bfloat16", "sdpa", 4, "blocks"),
-       ("float32", "eager", 4, "blocks"), ("bfloat16", "sdpa", 4, "none")]  # fmt: skip
+FEW = [("float32", "sdpa", None, "off"), ("bfloat16", "sdpa", None, "off"),
+       ("bfloat16", "eager", None, "off"), ("bfloat16", "sdpa", 4, "blocks"),
+       ("float32", "eager", 4, "blocks"), ("bfloat16", "sdpa", 4, "off")]  # fmt: skip
 # On the stack the recipes were read from the prediction is the counted bytes, to the byte;
 # elsewhere (another transformers or torch) within TOLERANCE, and the failure says what moved.
 EXACT = transformers.__version__ == "5.24.0" and torch.__version__.startswith("2.13.")
@@ -60,7 +60,7 @@ pytestmark = [
 
 def variant_id(v) -> str:
     dtype, attn, lora, ckpt = v
-    return f"{dtype}-{attn}-{'lora' if lora else 'full'}-{'ckpt' if ckpt == 'blocks' else 'plain'}"
+    return f"{dtype}-{attn}-{'lora' if lora else 'full'}-{'ckpt' if ckpt == 'blocks' else 'off'}"
 
 
 def component_of(module: str) -> str:
@@ -125,7 +125,7 @@ def test_prediction_matches_the_meter(model_type, variant):
         pytest.skip("peft is not installed (hf extra): the LoRA comparisons need it")
     k = VARIANTS.index(variant) if variant in VARIANTS else 0
     shapes = [SHAPES[k], SHAPES[(k + 8) % len(SHAPES)]]  # every family sees all 16 shapes
-    config = tiny_config(model_type)
+    config = tiny_hf_config(model_type)
     targets = "all-linear" if model_type in NEW_FAMILIES else None
     rows = compare_hf(
         config, shapes, dtype=getattr(torch, dtype), attn_impl=attn_impl,
@@ -153,18 +153,18 @@ def plant_one_tensor_per_layer(monkeypatch):
 def test_a_planted_error_of_one_tensor_per_layer_fails(monkeypatch):
     # Shapes where activations make the peak (below ~64 tokens the weights' gradients do, and
     # one more activation per layer is gone by then).
-    config = tiny_config("mistral")
+    config = tiny_hf_config("mistral")
     shapes = [(1, 64), (4, 31), (2, 75), (3, 50)]
     kw = dict(dtype=torch.bfloat16, attn_impl="sdpa")
     assert all(abs(r.error) <= TOLERANCE for r in compare_hf(config, shapes, **kw))
     plant_one_tensor_per_layer(monkeypatch)
     planted = compare_hf(config, shapes, **kw)
     assert all(r.error > TOLERANCE for r in planted), [f"{r.error:+.2%}" for r in planted]
-    assert "op that moved" in explain(planted[0], config, None, "none")
+    assert "op that moved" in explain(planted[0], config, None, "off")
 
 
 def test_breakdown_adds_up_and_names_the_peak():
-    config = tiny_config("qwen2")
+    config = tiny_hf_config("qwen2")
     p = predict_hf_step(config, 2, 32, dtype="bf16", attn_impl="eager")
     assert isinstance(p, HFStepBreakdown)
     assert sum(p.components().values()) == p.total > 0
@@ -175,7 +175,7 @@ def test_breakdown_adds_up_and_names_the_peak():
 
 
 def test_checkpointing_keeps_less_and_lora_makes_fewer_gradients():
-    config = tiny_config("llama", num_hidden_layers=4, vocab_size=64)
+    config = tiny_hf_config("llama", num_hidden_layers=4, vocab_size=64)
     plain = predict_hf_step(config, 1, 16, dtype="bf16")
     ckpt = predict_hf_step(config, 1, 16, dtype="bf16", checkpointing=True)
     lora = predict_hf_step(config, 1, 16, dtype="bf16", lora_rank=8)
@@ -209,7 +209,9 @@ def gpt2_layer_saved(act: str, s: int, b: int) -> int:
     depths, so nothing outside the layers counts)."""
     saved = []
     for layers in (2, 3):
-        config = tiny_config("gpt2", n_embd=128, n_head=4, n_layer=layers, activation_function=act)
+        config = tiny_hf_config(
+            "gpt2", n_embd=128, n_head=4, n_layer=layers, activation_function=act
+        )
         saved.append(predict_hf_step(config, b, s, attn_impl="eager", dtype="bf16").saved_total)
     return saved[1] - saved[0]
 
@@ -253,7 +255,7 @@ def test_korthikanti_per_layer_activations_without_dropout():
 )
 def test_bad_input_is_a_clear_value_error(config, kwargs, message):
     if config is None or isinstance(config, str):
-        config = tiny_config(config or "llama")
+        config = tiny_hf_config(config or "llama")
         if config.model_type == "mistral":
             config.sliding_window = 32
     args = {"config": config, "batch_size": 2, "seq_len": 16, **kwargs}

@@ -10,7 +10,7 @@ pytest.importorskip("transformers", reason="the hf extra is not installed")
 
 from course_lib.hf.moe import routing  # noqa: E402
 from course_lib.hf.predict import predict_hf_step  # noqa: E402
-from course_lib.memory.hf_check import build_model, tiny_config  # noqa: E402
+from course_lib.memory.hf_check import build_model, tiny_hf_config  # noqa: E402
 from course_lib.memory.meter import measure  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,8 +40,8 @@ def observed_step(config, forced: bool, **build):
 
 @pytest.mark.parametrize("lora", [None, 4], ids=["full", "lora"])
 def test_routing_moves_no_byte_with_grouped_mm(lora):
-    config = tiny_config("mixtral")
-    build = {"lora_rank": lora, "checkpointing": "blocks" if lora else "none"}
+    config = tiny_hf_config("mixtral")
+    build = {"lora_rank": lora, "checkpointing": "blocks" if lora else "off"}
     if lora:
         build["lora_targets"] = "all-linear"  # (PEFT's all-linear: the attention projections)
     worst, worst_counts = observed_step(config, True, **build)
@@ -63,7 +63,7 @@ def test_routing_cases_and_bad_counts():
     assert routing(48, 4, 2, "worst") == (48, 48, 0, 0)
     assert routing(48, 4, 2, "uniform") == (24, 24, 24, 24)
     assert sum(routing(7, 3, 2, "uniform")) == 14
-    config = tiny_config("mixtral")
+    config = tiny_hf_config("mixtral")
     with pytest.raises(ValueError, match="must give 4 counts adding up to tokens x top_k = 96"):
         predict_hf_step(config, 2, 24, expert_tokens=[48, 48, 0, 1])
     with pytest.raises(ValueError, match="has 3 layers; the model has 2"):
@@ -71,14 +71,14 @@ def test_routing_cases_and_bad_counts():
     with pytest.raises(ValueError, match="experts='eager'"):
         predict_hf_step(config, 2, 24, experts="eager")
     with pytest.raises(ValueError, match="llama has no experts"):
-        predict_hf_step(tiny_config("llama"), 2, 24, expert_tokens=[1, 2])
+        predict_hf_step(tiny_hf_config("llama"), 2, 24, expert_tokens=[1, 2])
 
 
 def test_a_wrong_index_size_fails(monkeypatch):
     # the case the exact test catches: the router's and the sort's indices taken as int32
     import course_lib.hf.moe as moe
 
-    config = tiny_config("mixtral")
+    config = tiny_hf_config("mixtral")
     observed, counts = observed_step(config, False)
     assert predict_hf_step(config, 2, 24, dtype="bf16", expert_tokens=counts).total == observed
     monkeypatch.setattr(moe, "INT64", 4)

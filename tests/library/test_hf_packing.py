@@ -11,7 +11,7 @@ pytest.importorskip("transformers", reason="the hf extra is not installed")
 from course_lib.hf.memory import predict_hf_memory  # noqa: E402
 from course_lib.hf.packing_plan import plan_packing  # noqa: E402
 from course_lib.hf.predict import predict_hf_step  # noqa: E402
-from course_lib.memory.hf_check import build_model, tiny_config  # noqa: E402
+from course_lib.memory.hf_check import build_model, tiny_hf_config  # noqa: E402
 from course_lib.memory.meter import measure  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def packed_step(family: str, attn: str, dtype, rows: int, seq_len: int, split: int, **build):
     """The counted peak of one step on ``rows`` rows holding two documents each (position ids
     reset at ``split``), as a packing collator hands them to the model."""
-    config = tiny_config(family)
+    config = tiny_hf_config(family)
     model = build_model(config, dtype=dtype, attn_impl=attn, **build)
     ids = torch.randint(
         config.vocab_size, (rows, seq_len), generator=torch.Generator().manual_seed(0)
@@ -55,7 +55,7 @@ def test_packed_rows_match_the_meter(family, attn, dtype, build):
 
 
 def test_padding_free_and_packed_micro_batches_from_lengths():
-    config = tiny_config("llama")
+    config = tiny_hf_config("llama")
     lengths = [10, 20, 30, 40]
     free = plan_packing(config, lengths, micro_batch=2, attn_impl="flash", dtype="bf16")
     assert (free.worst.rows, free.worst.seq_len, free.worst.documents) == (1, 70, 2)
@@ -74,7 +74,7 @@ def test_padding_free_and_packed_micro_batches_from_lengths():
 
 
 def test_shipped_histogram_csv_and_bad_lengths(tmp_path):
-    config = tiny_config("llama")
+    config = tiny_hf_config("llama")
     wiki = plan_packing(config, "wikipedia_512", micro_batch=2, attn_impl="flash", sample=2000)
     assert wiki.expected.seq_len < wiki.worst.seq_len <= 2 * 512
     csv = tmp_path / "lengths.csv"

@@ -11,10 +11,9 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available here", allow_module_level=True)
 
+from course_lib.hf.arch import architecture, parameter_shapes  # noqa: E402
 from course_lib.hf.distributed_check import measure_sharded  # noqa: E402
 from course_lib.hf.memory import predict_hf_memory  # noqa: E402
-from course_lib.hf.models import parameter_shapes  # noqa: E402
-from course_lib.hf.predict import architecture  # noqa: E402
 from course_lib.hf.states import greedy_partition, optimizer_state_bytes  # noqa: E402
 from course_lib.hf.tiny import TINY  # noqa: E402
 

@@ -13,7 +13,7 @@ from course_lib.hf.states import Sharding, greedy_partition, nf4_bytes, optimize
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
-from course_lib.memory.hf_check import compare_hf, tiny_config  # noqa: E402
+from course_lib.memory.hf_check import compare_hf, tiny_hf_config  # noqa: E402
 
 
 def torch_state_bytes(params, opt) -> int:
@@ -75,7 +75,7 @@ def test_cards_and_device_bytes():
 
 
 def test_memory_adds_states_and_refuses_bad_sharding():
-    config = tiny_config("llama").to_dict()
+    config = tiny_hf_config("llama").to_dict()
     lora = predict_hf_memory(config, 2, 32, lora_rank=4, dtype="bf16")
     full = predict_hf_memory(config, 2, 32, dtype="bf16")
     sharded = predict_hf_memory(config, 2, 32, dtype="bf16", devices=2, sharding="zero2")
@@ -97,7 +97,7 @@ def test_memory_adds_states_and_refuses_bad_sharding():
 )
 def test_settings_match_the_counted_bytes(settings):
     pytest.importorskip("peft")
-    config = tiny_config("llama", num_hidden_layers=4)
+    config = tiny_hf_config("llama", num_hidden_layers=4)
     rows = compare_hf(config, [(2, 24), (1, 48)], dtype=torch.float32, attn_impl="sdpa", **settings)
     for r in rows:
         assert r.error == 0, (settings, r.measured, r.predicted)
@@ -106,7 +106,7 @@ def test_settings_match_the_counted_bytes(settings):
 def test_nf4_step_matches_the_counted_bytes():
     pytest.importorskip("bitsandbytes")
     pytest.importorskip("peft")
-    config = tiny_config("llama")
+    config = tiny_hf_config("llama")
     rows = compare_hf(config, [(2, 24)], dtype=torch.bfloat16, attn_impl="sdpa", lora_rank=4,
                       weights="nf4", lora_targets="all-linear")  # fmt: skip
     assert all(abs(r.error) <= 0.03 for r in rows), [(r.measured, r.predicted) for r in rows]

@@ -81,12 +81,14 @@ SHAPES = [(1, 128), (2, 96), (4, 32), (8, 16), (3, 50), (2, 128)]
 
 
 @pytest.mark.parametrize("d_model,n_heads,n_layers", [(32, 4, 2), (48, 2, 3)])
-def test_model_matches_measurement_within_3_percent(d_model, n_heads, n_layers):
+def test_model_matches_measurement_to_the_loss_scalar(d_model, n_heads, n_layers):
+    # The README's claim: every prediction within 8 bytes of the CPU's count (the loss's scalar,
+    # which the model leaves out).
     cfg = TinyGPTConfig(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_seq_len=128)
     rows = compare_shapes(cfg, SHAPES, attn_impls=("eager", "sdpa"), device="cpu")
     assert len(rows) == 12
     for row in rows:
-        assert abs(row.ratio - 1) <= 0.03, row
+        assert 0 <= row.measured_bytes - row.predicted_bytes <= 8, row
 
 
 def test_saved_bytes_prediction_is_exact():

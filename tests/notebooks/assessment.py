@@ -1,13 +1,15 @@
 """One instrumented pass over a lesson: every graded item probed in a live kernel.
 
 The solution notebook runs top to bottom in one kernel. At each autograded answer cell, before
-the solution runs, the pass tries what a student might hand in and records what the tests said:
+the solution runs, the pass tries what a student might hand in and records what the visible test
+said and what the item's trusted check (``course_grading.items``) decided, exactly as the grader
+decides it: on the values taken out of the kernel as plain data, and on the candidate answer
+cell's source (a graded function is re-created from it in the function sandbox):
 
-* the blank cell (from the student version), then the visible test: must fail;
-* each wrong answer listed for the item, then the visible test: must fail;
-* the closest library call listed for the item, then the full test with hidden asserts: must
-  fail (the item scores 0);
-* then the solution, then the full test: must pass.
+* the blank cell (from the student version): the visible test must fail, the item score 0;
+* each wrong answer listed for the item: the visible test must fail, the item score 0;
+* the closest library call listed for the item: the item must score 0;
+* then the solution: the item must score full marks.
 
 It also records the text a student sees above every question (markdown and printed outputs) and,
 after the solution ran, the values of the item's constant answers, so a test can look for the
@@ -16,6 +18,7 @@ answer's printed forms above its question. Lessons list their probes in ``items_
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +26,14 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from course_grading import items as trusted
+from course_grading.errors import GradingError
+from course_grading.evidence import _TAKE as TAKE
+from course_grading.evidence import ENCODER
+from course_grading.functions import FunctionSandbox
+from course_grading.lesson import LessonSpec
+from course_grading.verdicts import decide, taken_values
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,8 +55,15 @@ class Probe:
     grade_id: str
     blank_visible: str | None = None  # exception name of the visible test on the blank, or None
     wrong_visible: list[tuple[str, str | None]] = field(default_factory=list)
-    library_full: str | None = None
-    solution_full: str | None = None
+    # points the trusted checks gave each candidate, and their messages
+    blank_points: float | None = None
+    wrong_points: list[tuple[str, float, str]] = field(default_factory=list)
+    library_points: float | None = None
+    library_message: str = ""
+    library_error: str | None = None  # exception name if the library answer itself raised
+    solution_points: float | None = None
+    solution_max: float = 0.0
+    solution_message: str = ""
     above: str = ""  # markdown and outputs above the answer cell
     values: dict[str, object] = field(default_factory=dict)
 
@@ -100,6 +118,12 @@ class Pass:
             kernel_name="python3",
             resources={"metadata": {"path": str(solution.parent)}},
         )
+        self.spec = LessonSpec.from_notebooks(lesson, solution, student)
+        self.items = trusted.check_notebook(lesson, self.nb)
+        try:
+            self.sandbox = FunctionSandbox.default()
+        except GradingError:
+            self.sandbox = FunctionSandbox(None)  # no bubblewrap here: the checks still decide
 
     def run(self, source: str) -> tuple[str | None, str]:
         """Execute ``source``; return (exception name or None, printed text)."""
@@ -109,6 +133,21 @@ class Pass:
         except CellExecutionError as exc:
             return exc.ename, _outputs_text(cell)
         return None, _outputs_text(cell)
+
+    def verdicts(self, gid: str, source: str) -> list:
+        """The trusted verdicts of every item answered in ``gid``, on the kernel's values now
+        and ``source`` as the answer cell (what the grader would read from the file)."""
+        found = [item for item in self.items.values() if item.answer == gid]
+        names = sorted({n for item in found for n in item.values})
+        values = {}
+        if names:
+            code = ENCODER.read_text() + TAKE + f"\nprint('VALUES' + _shapes_take({names!r}))"
+            err, text = self.run(code)
+            payload = json.loads(text.split("VALUES", 1)[1]) if not err else {"error": err}
+            values = taken_values(payload)
+        return [
+            decide(item, self.spec, "assessment", values, source, self.sandbox) for item in found
+        ]
 
     def value(self, name: str):
         err, text = self.run(f"print(repr({name}))")
@@ -147,22 +186,32 @@ def run_lesson(lesson: str, items: dict[str, Item]) -> dict[str, Probe]:
     return probes
 
 
+def _points(verdicts: list) -> tuple[float, str]:
+    return sum(v.points for v in verdicts), "; ".join(v.message for v in verdicts)
+
+
 def _probe(p: Pass, cell, test_cell, item: Item, above: str) -> Probe:
     gid = nbgrader_meta(cell)["grade_id"]
     probe = Probe(gid, above=above)
     visible = p.student[nbgrader_meta(test_cell)["grade_id"]].source
     blank = p.student[gid].source
     p.run(blank)
+    probe.blank_points = _points(p.verdicts(gid, blank))[0]
     probe.blank_visible = p.run(visible)[0]
     for wrong in item.wrong:
         p.run(wrong)
+        probe.wrong_points.append((wrong, *_points(p.verdicts(gid, wrong))))
         probe.wrong_visible.append((wrong, p.run(visible)[0]))
     if item.library is not None:
-        err, text = p.run(item.library)
-        probe.library_full = p.run(test_cell.source)[0] if not err else f"answer raised {err}"
+        err, _ = p.run(item.library)
+        probe.library_error = f"answer raised {err}" if err else None
+        probe.library_points, probe.library_message = _points(p.verdicts(gid, item.library))
     err, text = p.run(cell.source)
     if err:
         raise AssertionError(f"{p.lesson}: the solution of {gid} raised {err}:\n{text}")
+    verdicts = p.verdicts(gid, cell.source)
+    probe.solution_points, probe.solution_message = _points(verdicts)
+    probe.solution_max = sum(v.max_points for v in verdicts)
     for name in item.constants:
         probe.values[name] = p.value(name)
     return probe

@@ -68,7 +68,7 @@ ITEMS: dict[str, Item] = {
         ],
         library=(
             "from course_lib.memory import activation_bytes\n"
-            "from course_lib.splits import split_seq_lens\n"
+            "from course_lib.lessons.attention import split_seq_lens\n"
             "target_seq_len = max(t for t in split_seq_lens(4096, 1024)\n"
             "                     if activation_bytes(config, 4096 // t, t).total <= 100 * 2**20)\n"
             "target_batch_size = 4096 // target_seq_len"

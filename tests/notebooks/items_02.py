@@ -23,11 +23,13 @@ ITEMS: dict[str, Item] = {
     "position-ids": Item(
         wrong=[
             # positions never reset, plain causal mask: the careless row
+            "import torch\n"
             "def packed_row(lengths, capacity):\n"
             "    if any(n <= 0 for n in lengths) or sum(lengths) > capacity:\n"
             "        raise ValueError('bad lengths')\n"
             "    return list(range(capacity)), torch.ones(capacity, capacity, dtype=torch.bool).tril()\n",
             # positions right, mask without the causal part
+            "import torch\n"
             "def packed_row(lengths, capacity):\n"
             "    if any(n <= 0 for n in lengths) or sum(lengths) > capacity:\n"
             "        raise ValueError('bad lengths')\n"
@@ -37,6 +39,7 @@ ITEMS: dict[str, Item] = {
             "    return pos, s[:, None] == s[None, :]\n",
         ],
         library=(
+            "import torch\n"
             "def packed_row(lengths, capacity):\n"
             "    b = PackingCollator(capacity, 0, completion_only=False, strategy='greedy')(\n"
             "        [[1] * n for n in lengths])\n"
@@ -46,9 +49,11 @@ ITEMS: dict[str, Item] = {
     "bug-packed-forward": Item(
         wrong=[
             # the careless forward itself
+            "import torch\n"
             "def packed_forward(model, batch):\n"
             "    return model(input_ids=batch['input_ids'], position_ids=batch['position_ids'])\n",
             # offsets per row instead of into the flattened stream (first row only)
+            "import torch\n"
             "def packed_forward(model, batch):\n"
             "    pos = batch['position_ids']\n"
             "    starts = (pos[0] == 0).nonzero().flatten()\n"
@@ -57,6 +62,7 @@ ITEMS: dict[str, Item] = {
         ],
         library=(
             "from course_lib.isolation import default_call\n"
+            "import torch\n"
             "def packed_forward(model, batch):\n"
             "    return default_call(model, batch)\n"
         ),

@@ -2,30 +2,31 @@
 
 from assessment import Item
 
-_MEAN_OF_MEANS = '''
+_MEAN_OF_MEANS = """
 def accumulate_token_weighted(model, window):
     for mb in window:  # the common recipe: loss / accum
         (model(**mb).loss / len(window)).backward()
     return sum(int((mb["labels"][..., 1:] != -100).sum()) for mb in window)
-'''
+"""
 
-_UNSHIFTED = '''
+_UNSHIFTED = """
 def accumulate_token_weighted(model, window):
     counts = [int((mb["labels"] != -100).sum()) for mb in window]  # counts labels[..., 0] too
     for mb, n in zip(window, counts):
         if n:
             model(**mb, num_items_in_batch=sum(counts)).loss.backward()
     return sum(counts)
-'''
+"""
 
-_STEP_EVERY_MICRO_BATCH = '''
+_STEP_EVERY_MICRO_BATCH = """
+import torch
 def fixed_train(model, optimizer, loader, accum):
     for micro_batch in loader:  # token-weighted inside one micro-batch, but steps on each one
         model(**micro_batch).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-'''
+"""
 
 ITEMS: dict[str, Item] = {
     "predict-weights": Item(

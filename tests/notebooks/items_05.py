@@ -51,7 +51,7 @@ ITEMS: dict[str, Item] = {
         wrong=["predicted_micro_batch = 12", "predicted_micro_batch = 10"],
         library=(
             "predicted_micro_batch = find_max_batch_size("
-            "lambda n: training_memory(config, n, seq_len).total <= budget_bytes).batch_size"
+            "lambda n: training_memory(config, n, seq_len).total <= memory_budget).batch_size"
         ),
         constants=["predicted_micro_batch"],
     ),
@@ -73,9 +73,9 @@ ITEMS: dict[str, Item] = {
             "if (_t := small_dataset_trap("
             "n, loss_tokens_per_example, [1], min_tokens=min_tokens_per_step))"
             ".max_effective_for_steps >= math.ceil(_t.min_effective_for_tokens))\n"
-            "_p = plan(config, budget_bytes, seq_len, tp_dataset_size, "
+            "_p = plan(config, memory_budget, seq_len, tp_dataset_size, "
             "target_effective=(136, 136))\n"
-            "tp_micro_batch, tp_grad_accum = _p.micro_batch_size, _p.grad_accum_steps\n"
+            "tp_micro_batch, tp_grad_accum = _p.micro_batch, _p.grad_accum_steps\n"
         ),
         constants=["tp_dataset_size"],
     ),
@@ -122,8 +122,8 @@ ITEMS: dict[str, Item] = {
         library=(
             "_big = plan_finetune('Mistral-7B-v0.3', '80GiB', 2048, dtype='bfloat16', "
             "finetune='lora', lora_rank=16, attn_impl='sdpa')\n"
-            "q5_rows_plain = _big.max_micro_batch['none']\n"
-            "q5_rows_ckpt = _big.max_micro_batch['blocks']\n"
+            "q5_rows_plain = _big.max_micro_batch_by_mode['off']\n"
+            "q5_rows_ckpt = _big.max_micro_batch_by_mode['blocks']\n"
         ),
         constants=["q5_rows_plain", "q5_rows_ckpt"],
     ),

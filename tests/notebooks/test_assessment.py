@@ -1,10 +1,11 @@
 """The lessons' assessment holds: answer cells name what to set, visible tests tell right from
-wrong, no cell above a question gives its answer away, the closest library call scores 0, and
-every written answer has a rubric whose points add up.
+wrong, the trusted checks score the blank, every listed wrong answer and the closest library
+call 0 and the solution full marks, no cell above a question gives its answer away, and every
+written answer has a rubric whose points add up.
 
 One instrumented pass per lesson (``assessment.run_lesson``) runs the solution in a live kernel
 and probes every autograded item with the blank, the wrong answers and the library call listed in
-``items_NN.py``.
+``items_NN.py``; each candidate is scored by the item's trusted check as the grader scores it.
 """
 
 from __future__ import annotations
@@ -68,16 +69,20 @@ def test_every_item_is_listed(lesson):
     assert set(items_of(lesson)) == graded, f"items_{lesson[:2]}.py must list exactly {graded}"
 
 
-def test_blank_answers_fail_their_visible_test(probed):
+def test_blank_answers_fail_their_visible_test_and_score_zero(probed):
     lesson, _, probes = probed
     passed = [gid for gid, p in probes.items() if p.blank_visible is None]
     assert not passed, f"{lesson}: the visible test accepts a blank answer for {passed}"
+    scored = [gid for gid, p in probes.items() if p.blank_points != 0]
+    assert not scored, f"{lesson}: a blank answer scores points on {scored}"
 
 
 def test_wrong_answers_fail_their_visible_test(probed):
     lesson, _, probes = probed
     accepted = [(gid, w) for gid, p in probes.items() for w, err in p.wrong_visible if err is None]
     assert not accepted, f"{lesson}: visible tests accept wrong answers: {accepted}"
+    scored = [(gid, w, m) for gid, p in probes.items() for w, pts, m in p.wrong_points if pts]
+    assert not scored, f"{lesson}: the trusted checks score wrong answers: {scored}"
     covered = sum(bool(p.wrong_visible) for p in probes.values()) / len(probes)
     assert covered >= MIN_WRONG_COVERAGE, (
         f"{lesson}: only {covered:.0%} of the autograded items are shown a wrong value"
@@ -88,13 +93,24 @@ def test_the_closest_library_call_scores_zero(probed):
     lesson, items, probes = probed
     unlisted = [gid for gid, item in items.items() if item.library is None]
     assert not unlisted, f"{lesson}: give the closest library call for {unlisted}"
-    scored = [gid for gid, p in probes.items() if p.library_full is None]
+    scored = [(gid, p.library_message) for gid, p in probes.items() if p.library_points != 0]
     assert not scored, f"{lesson}: the library call earns the points of {scored}"
+    # A library answer that cannot even run (a renamed function, an undefined name) proves
+    # nothing about the hidden tests: it must run, and the tests must reject it.
+    broken = broken_library_answers(probes)
+    assert not broken, f"{lesson}: the library answer itself fails, so it tests nothing: {broken}"
 
 
-def test_solutions_pass_their_full_tests(probed):
+def test_solutions_score_full_marks_on_the_trusted_checks(probed):
     lesson, _, probes = probed
     assert probes, f"{lesson} has no autograded item"
+    missed = {
+        gid: p.solution_message
+        for gid, p in probes.items()
+        if p.solution_max and p.solution_points != p.solution_max
+    }
+    assert not missed, f"{lesson}: the solution loses points: {missed}"
+    assert sum(p.solution_max for p in probes.values()) > 0
 
 
 def test_no_cell_above_a_question_gives_its_answer_away(probed):
@@ -124,6 +140,21 @@ def test_written_answers_have_rubrics_that_add_up(lesson):
         assert "differ" in text, (
             f"{lesson} {meta['grade_id']}: say that numbers measured on a student's machine differ"
         )
+
+
+def broken_library_answers(probes: dict) -> dict[str, str]:
+    """Items whose library answer raised before its check ran (``Probe.library_error``)."""
+    return {gid: p.library_error for gid, p in probes.items() if p.library_error}
+
+
+def test_a_broken_library_answer_is_caught():
+    from assessment import Probe
+
+    probes = {
+        "renamed": Probe("renamed", library_error="answer raised NameError"),
+        "rejected": Probe("rejected", library_points=0.0),
+    }
+    assert broken_library_answers(probes) == {"renamed": "answer raised NameError"}
 
 
 def test_the_probes_can_fail():

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 from helpers import tiny_config
 
+from course_lib.lessons.attention import budget_split, split_seq_lens, values_per_layer
 from course_lib.memory import activation_bytes, attention_elements
-from course_lib.splits import budget_split, split_seq_lens, values_per_layer
 
 
 def test_split_seq_lens_are_the_power_of_two_divisors_in_range():

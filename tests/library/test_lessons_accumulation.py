@@ -8,12 +8,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from course_lib.batch import count_loss_tokens
-from course_lib.data import make_instruction_dataset
-from course_lib.windows import (
+from course_lib.collate import PaddingCollator
+from course_lib.data import PAD_ID, make_instruction_dataset
+from course_lib.lessons.accumulation import (
+    RANK_RECIPES,
+    accumulation_runs,
     accumulation_window,
+    heldout_loss,
+    rank_recipes,
     spread_completion_lens,
     window_from_completion_lens,
+    window_weights,
 )
+from course_lib.model import TinyGPTConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -84,3 +91,47 @@ def test_equal_micro_batches_make_both_modes_exact():
     result = accumulation_window(tiny_model(), EXAMPLES, grad_accum_steps=2, spread=1)
     assert result.spread == 1
     assert max(result.errors.values()) < 1e-5
+
+
+def test_window_weights_are_one_over_k_and_the_token_shares():
+    model = tiny_model()
+    window = window_from_completion_lens(EXAMPLES, [[10], [90]], start=11)
+    w = window_weights(model, window)
+    assert w.loss_tokens == [10, 90]
+    assert w.weights["mean"] == pytest.approx([0.5, 0.5], abs=1e-4)
+    assert w.weights["token_weighted"] == pytest.approx([0.1, 0.9], abs=1e-4)
+    assert w.token_ratio == pytest.approx(9, rel=1e-3)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_two_runs_start_alike_and_drift_apart():
+    windows = [window_from_completion_lens(EXAMPLES, [[4, 4], [60, 60]], start=8 * s)
+               for s in range(3)]  # fmt: skip
+    config = TinyGPTConfig(d_model=32, n_heads=2, n_layers=1, max_seq_len=256, attn_impl="sdpa")
+    runs = accumulation_runs(config, windows, EXAMPLES[-8:], lr=3e-3, seed=0, device="cpu")
+    assert list(runs.losses) == ["token_weighted", "mean"] and len(runs.distance) == 3
+    # the first step's loss is computed before any update: the same weights, the same number
+    assert runs.losses["mean"][0] == pytest.approx(runs.losses["token_weighted"][0], rel=1e-6)
+    assert runs.distance[-1] > 0
+    groups = list(runs.heldout["mean"])
+    assert groups[0].startswith("short (≤") and groups[1:] == ["long", "all tokens"]
+
+
+def test_heldout_loss_over_all_rows_is_the_models_loss():
+    model = tiny_model()
+    examples = EXAMPLES[:6]
+    groups = heldout_loss(model, examples, "cpu")
+    batch = PaddingCollator(PAD_ID)(examples)
+    with torch.no_grad():
+        assert groups["all tokens"] == pytest.approx(float(model(**batch).loss), rel=1e-6)
+    assert min(groups["long"], groups[next(iter(groups))]) > 0
+
+
+def test_only_the_all_ranks_recipe_matches_the_full_batch():
+    model = tiny_model()
+    ranks = [window_from_completion_lens(EXAMPLES, rows, start=50 * r)
+             for r, rows in enumerate([[[3], [12, 0]], [[100, 100], [75]]])]  # fmt: skip
+    errors = rank_recipes(model, ranks)
+    assert list(errors) == list(RANK_RECIPES)
+    assert errors["N_all and × W"] < 1e-5
+    assert errors["each rank's own N"] > 1e-2 and errors["loss / accum"] > 1e-2

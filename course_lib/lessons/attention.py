@@ -1,5 +1,5 @@
-"""Splits of a token budget: every ``(batch_size, seq_len)`` with ``batch_size * seq_len`` equal to
-the same ``token_budget`` (lesson 1).
+"""Lesson 1's experiments: splits of a token budget, every ``(batch_size, seq_len)`` with
+``batch_size * seq_len`` equal to the same ``token_budget``.
 
 Every split pushes the same tokens through the linear layers, so what they keep for backward
 differs only where the shape enters on its own. Per layer, at a budget of ``N`` tokens, ``C =
@@ -17,15 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ._checks import positive_int
-from .memory import (
+from .._checks import positive_int
+from ..memory import (
     ActivationBreakdown,
     ShapeComparison,
     activation_bytes,
     attention_elements,
     compare_shapes,
 )
-from .model import TinyGPTConfig
+from ..memory.meter import Device
+from ..model import TinyGPTConfig
 
 
 def _divisor(token_budget: int, seq_len: int) -> int:
@@ -42,7 +43,11 @@ def _divisor(token_budget: int, seq_len: int) -> int:
 
 def split_seq_lens(token_budget: int, max_seq_len: int, shortest: int = 16) -> list[int]:
     """The powers of two from ``shortest`` up to ``min(token_budget, max_seq_len)`` that divide
-    ``token_budget``: the sequence lengths of lesson 1's slider."""
+    ``token_budget``: the sequence lengths of lesson 1's slider.
+
+    Raises:
+        ValueError: a size that is not a positive int, or no such power of two.
+    """
     positive_int("token_budget", token_budget)
     positive_int("max_seq_len", max_seq_len)
     positive_int("shortest", shortest)
@@ -80,7 +85,12 @@ def values_per_layer(
     *, n_heads: int, d_model: int, d_mlp: int, token_budget: int, seq_lens: Sequence[int]
 ) -> ValuesPerLayer:
     """``token_budget * (8 C + 2 M + 4)`` linear values and ``B * H * T**2`` score values per
-    layer for every ``T`` in ``seq_lens`` (``B = token_budget // T``; see the module docstring)."""
+    layer for every ``T`` in ``seq_lens`` (``B = token_budget // T``; see the module docstring).
+
+    Raises:
+        ValueError: a size that is not a positive int, no ``seq_len``, or one that does not
+            divide ``token_budget``.
+    """
     for name, value in (("n_heads", n_heads), ("d_model", d_model), ("d_mlp", d_mlp)):
         positive_int(name, value)
     seq_lens = list(seq_lens)
@@ -125,11 +135,15 @@ def budget_split(
     *,
     attn_impls: Sequence[str] = ("eager", "sdpa"),
     measure: bool = True,
-    device=None,
+    device: Device = None,
     seed: int = 0,
 ) -> BudgetSplit:
     """Predict one step at ``(token_budget // seq_len) x seq_len`` for every attention path and,
-    with ``measure``, run it (same weights for every path, from ``seed``)."""
+    with ``measure``, run it (same weights for every path, from ``seed``).
+
+    Raises:
+        ValueError: ``seq_len`` does not divide ``token_budget``, or no attention path.
+    """
     batch_size = _divisor(token_budget, seq_len)
     attn_impls = list(attn_impls)
     if not attn_impls:
@@ -138,7 +152,7 @@ def budget_split(
         activation_bytes(replace(config, attn_impl=impl), batch_size, seq_len)
         for impl in attn_impls
     ]
-    measured = []
+    measured: list[ShapeComparison] = []
     if measure:
         measured = compare_shapes(
             config, [(batch_size, seq_len)], attn_impls=attn_impls, device=device, seed=seed

@@ -1,0 +1,496 @@
+"""The trusted item checks: declarations against the registry, plain data, graded functions.
+
+Fast tests (no kernel). The cheating class (``test_cheating_class.py``) grades real submissions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+from class_builders import FIXTURE, FIXTURE_ROOT, sandbox_problem
+
+from course_grading import course as wc
+from course_grading import functions, items, plain
+from course_grading.errors import GradingError
+from course_grading.items import Evidence, Reject, call
+from course_grading.names import Bindings
+from course_grading.report import Row, csv_text, markdown_text, write_reports
+from course_grading.sandboxed.encode import encode
+from course_grading.uses import uses
+
+REPO = Path(__file__).resolve().parents[2]
+LESSONS = [(REPO, lesson) for lesson in wc.find_lessons(REPO)] + [(FIXTURE_ROOT, FIXTURE)]
+FIXTURE_SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
+SANDBOX = not sandbox_problem()
+
+
+def _source(root: Path, lesson: str) -> nbformat.NotebookNode:
+    return nbformat.read(str(root / wc.SOURCE_DIR / lesson / f"{lesson}.ipynb"), as_version=4)
+
+
+# --- declarations and the registry ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("root", "lesson"), LESSONS, ids=[lesson for _, lesson in LESSONS])
+def test_every_declaration_matches_the_registry(root, lesson):
+    nb = _source(root, lesson)
+    assert items.problems(lesson, nb) == []
+    tests = [c for c in nb.cells if items.is_test_cell(c)]
+    assert tests and len(tests) == len(items.items_of(lesson))
+
+
+@pytest.mark.parametrize(("root", "lesson"), LESSONS, ids=[lesson for _, lesson in LESSONS])
+def test_no_hidden_region_holds_code(root, lesson):
+    """A hidden region is a declaration only: no hidden test, no expected value."""
+    for cell in _source(root, lesson).cells:
+        region = items.hidden_region(cell.source) if items.is_test_cell(cell) else None
+        if region is not None:
+            lines = [line for line in region.split("\n") if line.strip()]
+            assert len(lines) == 1 and lines[0].startswith(items.DECLARATION), region
+
+
+def _planted(change) -> list[str]:
+    nb = copy.deepcopy(_source(FIXTURE_ROOT, FIXTURE))
+    change(next(c for c in nb.cells if c.metadata["nbgrader"].get("grade_id") == "test_ratio"))
+    return items.problems(FIXTURE, nb)
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        (lambda c: c.metadata["nbgrader"].update(points=2), r"2 point\(s\) in the notebook, 1"),
+        (lambda c: setattr(c, "source", c.source.replace("attention_ratio", "ratio")), "declares"),
+        (lambda c: setattr(c, "source", c.source.replace('"ratio"', '"tokens"')), "declares"),
+        (lambda c: setattr(c, "source", items.strip_hidden(c.source)), "without a declaration"),
+        (
+            lambda c: setattr(c, "source", c.source.replace("# ITEM", "assert 1\n# ITEM")),
+            "holds code",
+        ),
+        (lambda c: setattr(c, "source", c.source.replace("{", "{{")), "not JSON"),
+        (lambda c: c.metadata["nbgrader"].update(grade_id="test_other"), "has no check"),
+    ],
+)
+def test_a_planted_mismatch_is_found(change, found):
+    import re
+
+    problems = _planted(change)
+    assert problems and any(re.search(found, p) for p in problems), problems
+
+
+def test_a_lesson_without_checks_stops_grading():
+    with pytest.raises(GradingError, match="has no trusted checks"):
+        items.items_of("42_unknown_lesson")
+    nb = _source(FIXTURE_ROOT, FIXTURE)
+    with pytest.raises(GradingError, match="disagree"):
+        items.check_notebook(FIXTURE, _strip_one(nb))
+
+
+def _strip_one(nb):
+    nb = copy.deepcopy(nb)
+    cell = next(c for c in nb.cells if items.is_test_cell(c))
+    cell.source = items.strip_hidden(cell.source)
+    return nb
+
+
+def test_hidden_regions_never_reach_a_runnable_notebook():
+    nb = _source(FIXTURE_ROOT, FIXTURE)
+    runnable = items.strip_hidden_tests(nb)
+    text = json.dumps(runnable)
+    assert "BEGIN HIDDEN" not in text and items.DECLARATION not in text
+    assert "assert tokens_per_batch(16, 1024)" in text  # the visible test stays
+    assert items.DECLARATION in json.dumps(nb)  # the original is left alone
+    assert items.strip_hidden("a\n### BEGIN HIDDEN TESTS\nsecret") == "a"  # unclosed: to the end
+
+
+# --- plain data ---------------------------------------------------------------------------------
+
+
+class Always(float):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+
+class Equal:
+    def __eq__(self, other):
+        return True
+
+
+class Sneaky(int):
+    pass
+
+
+class Floaty:
+    def __float__(self):
+        return 8.0
+
+
+def _round_trip(value, tensors=False):
+    return plain.decode(plain.parse(json.dumps(encode(value, tensors))), tensors=tensors)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -3,
+        2**70,
+        16.04,
+        "8x2048",
+        "",
+        [1, 2.5, "a"],
+        (1, 2),
+        ((1, 2), [3, (4,)]),
+        {"a": 1, 2: (3, 4), (1, "b"): None},
+        {"b", "c"},
+        frozenset({1, 2}),
+        [],
+        (),
+    ],
+)
+def test_plain_values_come_out_as_they_went_in(value):
+    got = _round_trip(value)
+    assert got == value and type(got) is type(value)
+
+
+def test_tuple_and_list_stay_distinct_and_floats_keep_their_kind():
+    assert type(_round_trip((1,))) is tuple and type(_round_trip([1])) is list
+    assert type(_round_trip(4.0)) is float and type(_round_trip(4)) is int
+    assert math.isnan(_round_trip(float("nan"))) and _round_trip(float("-inf")) == -math.inf
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (np.float64(0.635), 0.635),
+        (np.int64(640), 640),
+        (np.bool_(True), True),
+        (np.array(3.5), 3.5),
+        (torch.tensor(16.0), 16.0),
+        (torch.tensor(7), 7),
+        ((np.int32(2), torch.tensor(3)), (2, 3)),
+    ],
+)
+def test_numpy_and_torch_scalars_arrive_as_python_scalars(value, expected):
+    got = _round_trip(value)
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        (Always(3.0), "Always"),
+        (Equal(), "Equal"),
+        (Sneaky(16), "Sneaky"),
+        (Floaty(), "Floaty"),
+        ([1, Equal()], "Equal"),
+        ({"k": Always(1)}, "Always"),
+        (np.ones(3), "ndarray"),
+        (torch.ones(2), "Tensor"),
+        (1 + 2j, "complex"),
+    ],
+)
+def test_anything_else_is_not_a_plain_value(value, named):
+    with pytest.raises(plain.NotPlain, match=f"not a plain value: .*{named}"):
+        _round_trip(value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "[1, 2]",  # a bare list: every container is tagged
+        '{"int": 3}',  # an unknown tag
+        '{"list": [1], "tuple": [2]}',  # two tags
+        "NaN",  # a bare NaN
+        '{"dict": [[{"list": []}, 1]]}',  # an unhashable key
+        '{"tensor": {"dtype": "int64", "shape": [2], "data": [1]}}',  # tensors not allowed here
+        '{"list": ' * 40 + "1" + "}" * 40,  # too deep
+        "not json",
+    ],
+)
+def test_malformed_data_is_refused(data):
+    with pytest.raises(plain.NotPlain):
+        plain.decode(plain.parse(data))
+
+
+def test_size_is_bounded_on_both_sides():
+    assert encode(list(range(300_000))) == {"too_large": encode(list(range(300_000)))["too_large"]}
+    with pytest.raises(plain.NotPlain, match="too large"):
+        plain.decode({"too_large": "x"})
+    with pytest.raises(plain.NotPlain, match="too large"):
+        plain.parse("1" * (plain.MAX_BYTES + 1))
+
+
+def test_tensors_come_back_with_shape_and_dtype():
+    got = _round_trip(torch.tensor([[True, False], [False, True]]), tensors=True)
+    assert got == plain.Tensor("bool", (2, 2), (True, False, False, True))
+    assert got.nested() == [[True, False], [False, True]]
+
+
+# --- evidence helpers ---------------------------------------------------------------------------
+
+
+def _evidence(**values):
+    item = items.items_of(FIXTURE)["test_ratio"]
+    item = items.Item(item.lesson, item.grade_id, item.answer, 1, item.check, tuple(values))
+    return Evidence(item, "ann", values=values)
+
+
+def test_evidence_reads_numbers_strictly():
+    ev = _evidence(a=4.0, b=4.5, c=True, d="4", e=plain.NotPlain("not a plain value: X"))
+    assert ev.integer("a") == 4 and type(ev.integer("a")) is int
+    for name, why in (("b", "whole number"), ("c", "number"), ("d", "number"), ("e", "X")):
+        with pytest.raises(Reject, match=why):
+            ev.integer(name)
+    with pytest.raises(GradingError, match="not declared"):
+        ev.value("undeclared")
+
+
+def test_the_seed_is_per_student_and_item_and_stable():
+    a = items.seed_for(FIXTURE, "test_tokens", "ann")
+    assert a == items.seed_for(FIXTURE, "test_tokens", "ann")
+    assert a != items.seed_for(FIXTURE, "test_tokens", "bob")
+    assert a != items.seed_for(FIXTURE, "test_ratio", "ann")
+
+
+def test_a_check_message_never_holds_the_expected_value():
+    """The fixture's ratio check, told 16.04: it quotes 16.04 and not the answer (8)."""
+    item = items.items_of(FIXTURE)["test_ratio"]
+    verdict = items.verdict(item, Evidence(item, "ann", values={"attention_ratio": 16.04}), [])
+    assert verdict.points == 0 and "16.04" in verdict.message and "8" not in verdict.message
+    right = items.verdict(item, Evidence(item, "ann", values={"attention_ratio": 8.0}), [])
+    assert right.points == right.max_points == 1
+    borrowed = items.verdict(item, Evidence(item, "ann", values={"attention_ratio": 8.0}), ["x"])
+    assert borrowed.points == 0 and "without course_lib" in borrowed.message
+
+
+# --- course_lib uses ----------------------------------------------------------------------------
+
+LESSON_IMPORTS = Bindings.of_lesson(["from course_lib.memory import attention_elements as ae"])
+
+
+@pytest.mark.parametrize(
+    ("code", "found", "definite"),
+    [
+        ("import course_lib.memory as m\nx = m.predict(1)", "course_lib.memory", True),
+        ("from course_lib.budget import *", "from course_lib.budget import *", True),
+        ("x = ae(2, 4, 1024)", "course_lib.memory.attention_elements", True),
+        ("f = ae\nx = f(1, 2, 3)", "course_lib.memory.attention_elements", True),
+        ("import importlib\nm = importlib.import_module('course_lib.memory')", "course_lib", True),
+        ("import sys\nm = sys.modules['course_lib.budget']", "course_lib.budget", True),
+        ("m = __import__('course_' + 'lib')", "built at run time", False),
+        ("import importlib as il\nm = il.import_module(name)", "built at run time", False),
+        ("import os\nf = getattr(os, 'get' + 'cwd')", "built at run time", False),
+    ],
+)
+def test_every_use_of_course_lib_is_named(code, found, definite):
+    got = uses(code, LESSON_IMPORTS)
+    assert any(found in u.code and u.definite == definite for u in got), got
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = 2 * 4 * 1024**2 / (32 * 4 * 64**2)",
+        "from course_lib.answers import ensure_answered\nensure_answered(x=x)",
+        "import math\nx = math.ceil(3.2)",
+        "x = getattr(obj, 'shape')",
+    ],
+)
+def test_honest_cells_use_nothing(code):
+    assert uses(code, LESSON_IMPORTS) == []
+
+
+# --- graded functions ---------------------------------------------------------------------------
+
+
+def test_the_staged_package_is_the_closure_of_what_an_item_allows(tmp_path):
+    modules = functions.closure(("course_lib.model",))
+    assert "course_lib.model" in modules and "course_lib.masks" in modules
+    assert "course_lib.budget" not in modules and "course_lib.answers" not in modules
+    functions.stage(("course_lib.model",), (), tmp_path)
+    staged = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
+    assert "course_lib/model.py" in staged and "course_lib/__init__.py" in staged
+    assert (tmp_path / "course_lib" / "__init__.py").read_text() == ""  # not the real one
+    with pytest.raises(GradingError, match="forbids"):
+        functions.stage(("course_lib.model",), ("course_lib.masks",), tmp_path / "x")
+
+
+@pytest.fixture(scope="module")
+def settings():
+    if SANDBOX:
+        return functions.FunctionSandbox.default()
+    return functions.FunctionSandbox(None)
+
+
+def _run(settings, source, *calls, allowed=()):
+    return functions.run(source, "f", list(calls), allowed=allowed, settings=settings)
+
+
+def test_a_function_runs_on_fresh_inputs_and_returns_plain_data(settings):
+    ran = _run(settings, "def f(a, b):\n    return (a * b, [a], {'b': b})", {"args": [3, 4]})
+    assert ran.answer["calls"][0]["returned"] == (12, [3], {"b": 4})
+
+
+def test_neither_course_lib_nor_course_grading_exists_for_a_function(settings):
+    import course_grading
+    import course_lib
+
+    paths = [str(Path(m.__file__).parent) for m in (course_grading, course_lib)]
+    source = (
+        "import os, importlib.util\n"
+        "def f(paths):\n"
+        "    found = [importlib.util.find_spec(n) is not None\n"
+        "             for n in ('course_grading', 'course_lib')]\n"
+        "    return found + [os.path.exists(p) for p in paths]\n"
+    )
+    ran = _run(settings, source, {"args": [{"list": paths}]})
+    assert ran.answer["calls"][0]["returned"] == [False, False] + [not SANDBOX] * 2
+
+
+def test_only_the_allowed_modules_are_there(settings):
+    source = (
+        "import importlib.util\n"
+        "def f():\n"
+        "    return [importlib.util.find_spec(n) is not None for n in\n"
+        "            ('course_lib.model', 'course_lib.budget', 'course_grading')]\n"
+    )
+    ran = _run(settings, source, {}, allowed=("course_lib.model",))
+    assert ran.answer["calls"][0]["returned"] == [True, False, False]
+
+
+def test_a_name_from_another_cell_is_named():
+    item = items.items_of(FIXTURE)["test_tokens"]
+    sandbox = functions.FunctionSandbox.default(sandboxed=SANDBOX)
+    cell = "def tokens_per_batch(b, s):\n    return helper(b) * s\n"
+    ev = Evidence(item, "ann", answer_source=cell, sandbox=sandbox)
+    verdict = items.verdict(item, ev, [])
+    assert verdict.points == 0
+    assert "uses `helper`, which is defined in another cell" in verdict.message
+    assert "imports included" in verdict.message
+
+
+def test_a_function_that_never_ends_or_floods_costs_only_its_item(settings):
+    quick = functions.FunctionSandbox(settings.bwrap, settings.limits, 2, 10, settings.uid)
+    ran = _run(quick, "def f():\n    while True:\n        pass\n", {})
+    assert ran.answer is None and "ran out of time" in ran.failure
+    ran = _run(settings, "import os\ndef f():\n    os._exit(3)\n", {})
+    assert ran.answer is None and "exit status" in ran.failure
+
+
+@pytest.mark.skipif(not SANDBOX, reason=sandbox_problem() or "-")
+def test_an_installed_copy_of_the_grader_is_covered(tmp_path, monkeypatch):
+    """A regular (non-editable) install puts course_grading inside the venv: it is covered."""
+    import importlib.util
+    from importlib.machinery import ModuleSpec
+
+    from course_grading import sandbox
+
+    bwrap = sandbox.check_available()
+    venv = tmp_path / "venv"
+    package = venv / "lib" / "site-packages" / "course_grading"
+    package.mkdir(parents=True)
+    (package / "secret.py").write_text("EXPECTED = 16\n")
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name == "course_grading":
+            spec = ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = [str(package)]
+            return spec
+        return real(name, *args)
+
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    argv = sandbox.command_argv(
+        bwrap=bwrap,
+        argv=["/bin/ls", "-A", str(package)],
+        binds=[],
+        limits=sandbox.Limits(),
+        cpu_seconds=5,
+        uid=None,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    inside = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert inside.stdout == ""  # the folder is there, empty
+    outside = subprocess.run(["/bin/ls", "-A", str(package)], capture_output=True, text=True)
+    assert outside.stdout.strip() == "secret.py"
+
+
+def test_a_call_result_names_what_went_wrong():
+    result = items.Result("f(1)", raised={"type": "ValueError", "message": "no", "name": None})
+    with pytest.raises(Reject, match=r"f\(1\) raised ValueError: no"):
+        result.value()
+    result = items.Result("f(1)", not_plain="not a plain value: Always")
+    with pytest.raises(Reject, match="Always"):
+        result.value()
+    assert call(1, "a")["shown"] == "1, 'a'"
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def test_the_report_writes_student_text_as_text(tmp_path):
+    hostile = '=HYPERLINK("http://x")\n<script>alert(1)</script> | row'
+    rows = [
+        Row(student="+cmd", lesson=FIXTURE, status="ok", reasons=(hostile,), file="-x\ty"),
+        Row(student="@sum", lesson=FIXTURE, status="flagged", failed_tests=("t (0/1: <b>)",)),
+    ]
+    write_reports(tmp_path, rows)
+    md = (tmp_path / "report.md").read_text()
+    assert "<script>" not in md and "&lt;script&gt;" in md and "<b>" not in md
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert "\\| row" in md and len(table) == 4  # header, rule, two rows: no line of their own
+    import csv
+
+    with open(tmp_path / "report.csv", newline="") as fh:
+        cells = [c for row in csv.reader(fh) for c in row]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t") and c != "-"]
+    assert "'+cmd" in cells and "'@sum" in cells and "'-x y" in cells
+    assert not any("\n" in c for c in cells)
+    scores = (tmp_path / "scores.csv").read_text().splitlines()
+    assert scores[1].startswith("'+cmd") and scores[2].startswith("'@sum")
+    assert csv_text("ok") == "ok" and markdown_text("a\r\nb") == "a  b"
+
+
+def test_the_digest_command_prints_the_lessons_digest():
+    out = subprocess.run(
+        [sys.executable, "-m", "course_grading", "digest", "predicted_ratio", "16", "--sig", "3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    nb = _source(REPO, "01_tokens_and_attention_memory")
+    assert out.stdout.strip() and out.stdout.strip() in json.dumps(nb)
+    wrong = subprocess.run(
+        [sys.executable, "-m", "course_grading", "digest", "predicted_ratio", "16.5", "--sig", "3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert wrong.stdout.strip() not in json.dumps(nb)
+
+
+def test_a_grading_error_is_one_line_and_status_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_grading", str(tmp_path / "none"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"python -m course_grading: submissions folder {tmp_path / 'none'} does not exist"
+    ]

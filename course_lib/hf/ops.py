@@ -13,30 +13,62 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..units import FP32
+from .attention import AttentionOps
+from .norms import NormOps
 from .tape import Tape
 
 
 @dataclass
 class Lora:
-    """PEFT LoRA on a projection: rank ``r``, adapters in fp32 (PEFT's default autocast of
-    bf16/fp16 adapters), so the projection's input is copied to fp32 when the model is not."""
+    """PEFT LoRA on a projection: rank ``r``, adapters of ``b`` bytes per element (4: PEFT's
+    default autocast of bf16/fp16 adapters to fp32, so the projection's input is copied to fp32
+    when the model is not), and ``dropout`` (``lora_dropout > 0``: an ``nn.Dropout`` on that
+    copy; ``mask`` bytes per element of what its backward keeps: the adapter's element size on
+    the CPU, 1 on CUDA)."""
 
     r: int
+    b: int = FP32
+    dropout: bool = False
+    mask: int = FP32  # CPU: a noise tensor in the input's dtype; CUDA: native_dropout's bool mask
 
 
-class Ops:
+class Adapters:
+    """Which projections get a LoRA adapter (by PEFT module name), and the adapter itself."""
+
+    def __init__(self, lora: Lora, targets: tuple[str, ...]) -> None:
+        self.lora, self.targets = lora, set(targets)
+
+    def __call__(self, name: str) -> Lora | None:
+        """The adapter of projection ``name``, or ``None`` when PEFT leaves it frozen."""
+        return self.lora if not self.targets or name in self.targets else None
+
+
+class Ops(AttentionOps, NormOps):
     """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``."""
 
-    def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int) -> None:
+    def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int, quant: str = "") -> None:
         self.tape, self.b = tape, b
         self.B, self.T, self.N = batch_size, seq_len, batch_size * seq_len
+        self.quant = quant  # frozen projections stored as "nf4" or "int8" (bitsandbytes)
+        self.compute_b = b  # a quantised projection's compute dtype (fp16/bf16)
+        self.head_b = b  # the logits' element size
+        self.cuda = False  # CUDA kernels: LayerNorm statistics in fp32, softmax's backward
+        self.half = False  # the model's dtype is float16 (CUDA fuses its fp32 softmax)
 
     # -- linear layers ------------------------------------------------------------------------
 
     def matmul(
-        self, where: str, comp: str, x: int, n_in: int, n_out: int, pid: str, trainable: bool,
-        bias: bool = False, b: int | None = None
-    ) -> int:  # fmt: skip
+        self,
+        where: str,
+        comp: str,
+        x: int,
+        n_in: int,
+        n_out: int,
+        pid: str,
+        trainable: bool,
+        bias: bool = False,
+        b: int | None = None,
+    ) -> int:
         """``x @ W.T`` on ``(N, n_in)``: ``MmBackward0`` saves ``x`` only when ``W`` trains and
         makes the weight's gradient before the input's. With a bias, ``AddmmBackward0`` makes
         the input's, the weight's, then the bias's (and is done with ``x`` before the last)."""
@@ -54,36 +86,106 @@ class Ops:
 
     def linear(
         self, where: str, comp: str, x: int, n_in: int, n_out: int, pid: str, trainable: bool,
-        bias: bool = False, lora: Lora | None = None
+        bias: bool = False, lora: Lora | None = None,
     ) -> int:  # fmt: skip
         """An ``nn.Linear`` (or GPT-2's ``Conv1D``), with PEFT LoRA if ``lora``: ``base(x) +
-        B(A(x.to(fp32))) * scaling``, then ``.to(dtype)``. The sum is fp32, so the base output's
-        gradient is cast back (a copy) and ``.to(dtype)`` costs an fp32 gradient."""
-        out = self.matmul(where, comp, x, n_in, n_out, pid, trainable and not lora, bias)
+        B(A(dropout(x.to(adapter dtype)))) * scaling``. PEFT's ``Linear`` sums in the wider
+        dtype and casts the sum back (fp32 adapters on a bf16 model: the base output's gradient
+        is cast back, and ``.to(dtype)`` costs an fp32 gradient); its bitsandbytes layers clone
+        the base output and cast the adapter's output to it before the sum. A frozen projection
+        stored in 4 or 8 bits (``self.quant``) is :meth:`quant_linear`."""
+        if (not trainable or lora) and self.quant:
+            out = self.quant_linear(where, comp, x, n_in, n_out)
+            if lora:  # peft's bnb layers: result = result.clone()
+                copy = self.copy(where, comp, out, self.N * n_out * self.b)
+                self.tape.drop(out)
+                out = copy
+        else:
+            out = self.matmul(where, comp, x, n_in, n_out, pid, trainable and not lora, bias)
         if not lora:
             return out
-        t, N, b = self.tape, self.N, self.b
-        x32 = self.to(where, comp, x, n_in, FP32)
-        a = self.matmul(where + ".lora_A", comp, x32, n_in, lora.r, pid + ".A", True, b=FP32)
-        if x32 != x:
-            t.drop(x32)
-        up = self.matmul(where + ".lora_B", comp, a, lora.r, n_out, pid + ".B", True, b=FP32)
+        t, N, b, ab = self.tape, self.N, self.b, lora.b
+        # x = x.to(adapter dtype) rebinds PEFT's local: the copy lives until forward returns
+        x32 = self.to(where, comp, x, n_in, ab)
+        xa = x32
+        if lora.dropout:
+            xa = self.dropout(where, comp, x32, N * n_in, ab, lora.mask)
+        a = self.matmul(where + ".lora_A", comp, xa, n_in, lora.r, pid + ".A", True, b=ab)
+        if xa != x32:
+            t.drop(xa)  # dropout's output is a temporary
+        keep = [x32] if x32 != x else []
+        up = self.matmul(where + ".lora_B", comp, a, lora.r, n_out, pid + ".B", True, b=ab)
         t.drop(a)
-        (scaled,) = t.op(where, comp, [up], [N * n_out * FP32], (), self._dx(N * n_out * FP32))
+        (scaled,) = t.op(where, comp, [up], [N * n_out * ab], (), self._dx(N * n_out * ab))
         t.drop(up)
-        # fp32 sum; a bf16 base output gets its gradient cast back to bf16 (a copy)
-        cast = self._dx(N * n_out * b) if b != FP32 else [("grad", 0, "g")]
-        prog = cast + [("grad", 1, "g")]
-        (total,) = t.op(where, comp, [out, scaled], [N * n_out * FP32], (), prog)
+        if self.quant:  # output.to(result dtype), then result + output in the model's dtype
+            cast = self.to(where, comp, scaled, n_out, b, src=ab)
+            if cast != scaled:
+                t.drop(scaled)
+            res = self.add(where, comp, out, cast, N * n_out * b)
+            t.drop(out, cast, *keep)
+            return res
+        wide = max(b, ab)  # the sum takes the wider dtype; the narrower gradient is cast back
+        cast_base = self._dx(N * n_out * b) if b != wide else [("grad", 0, "g")]
+        cast_lora = self._dx(N * n_out * ab, 1) if ab != wide else [("grad", 1, "g")]
+        (total,) = t.op(where, comp, [out, scaled], [N * n_out * wide], (), cast_base + cast_lora)
         t.drop(out, scaled)
-        res = self.to(where, comp, total, n_out, b, src=FP32)
+        res = self.to(where, comp, total, n_out, b, src=wide)
         if res != total:
             t.drop(total)
+        t.drop(*keep)
+        return res
+
+    def project(
+        self, where: str, comp: str, x: int, n_in: int, n_out: int, full: bool, bias: bool,
+        ad: Adapters | None,
+    ) -> int:  # fmt: skip
+        """:meth:`linear` of the projection at ``where`` (also its parameter's name), with the
+        adapter ``ad`` gives the PEFT module name ``where`` ends in (``None``: frozen, none)."""
+        lora = ad(where.rsplit(".", 1)[-1]) if ad else None
+        return self.linear(where, comp, x, n_in, n_out, where, full, bias, lora)
+
+    def dropout(self, where: str, comp: str, x: int, n: int, elem: int, mask: int) -> int:
+        """``nn.Dropout(p > 0)`` in training on ``n`` elements of ``elem`` bytes: on the CPU
+        ``x * noise`` keeps the noise (``elem`` bytes each, ``mask == elem``); on CUDA
+        ``native_dropout`` keeps a one-byte mask (``mask == 1``). The backward makes one
+        gradient."""
+        t = self.tape
+        noise = t.tensor(n * mask, False, comp, where + " (dropout mask)")
+        (out,) = t.op(where, comp, [x], [n * elem], (noise,), self._dx(n * elem))
+        t.drop(noise)
+        return out
+
+    def quant_linear(self, where: str, comp: str, x: int, n_in: int, n_out: int) -> int:
+        """A frozen bitsandbytes projection as training runs it. ``Linear4bit`` casts its input
+        to the compute dtype, dequantises the weight (an ``n_out x n_in`` transient, in the
+        forward and again in the backward), keeps no input (``MatMul4Bit`` saves only the packed
+        weight) and casts the output back. ``Linear8bitLt`` (``MatMul8bitLt``) makes an int8
+        copy of its fp16 input with a scale per row and keeps the fp16 input; its backward
+        dequantises the weight the same way (outlier columns are data: counted as none)."""
+        t, N, b, cb = self.tape, self.N, self.b, self.compute_b
+        w = n_in * n_out * cb
+        xc = self.to(where, comp, x, n_in, cb)
+        saves: tuple = ()
+        extra = []
+        if self.quant == "int8":
+            extra = [t.tensor(N * n_in + N * FP32, False, comp, where + " (int8 input)")]
+            saves = (xc,)
+        else:
+            extra = [t.tensor(w, False, comp, where + " (dequantised weight)")]
+        prog = [("new", "w", w), ("new", "dx", N * n_in * cb), ("del", "w"), ("grad", 0, "dx")]
+        (out,) = t.op(where, comp, [xc], [N * n_out * cb], saves, prog)
+        t.drop(*extra)
+        if xc != x:
+            t.drop(xc)
+        res = self.to(where, comp, out, n_out, b, src=cb)
+        if res != out:
+            t.drop(out)
         return res
 
     def to(
         self, where: str, comp: str, x: int, width: int, dst: int, src: int | None = None
-    ) -> int:  # fmt: skip
+    ) -> int:
         """``x.to(dtype)`` of ``N x width`` elements: free when the dtype is unchanged, else a
         copy, and its backward copies the gradient back."""
         src = self.b if src is None else src
@@ -117,129 +219,6 @@ class Ops:
         saves = tuple(v for v, other in ((y, x), (x, y)) if t.grad(other))
         program = [ins for i, v in enumerate((x, y)) if t.grad(v) for ins in self._dx(nbytes, i)]
         (out,) = t.op(where, comp, [x, y], [nbytes], saves, program)
-        return out
-
-    # -- norms --------------------------------------------------------------------------------
-
-    def rmsnorm(self, where: str, comp: str, x: int, C: int, pid: str, trainable: bool) -> int:
-        """Llama's RMSNorm, op by op: ``x32 = x.to(fp32)``; ``x32 * rsqrt(x32.pow(2).mean(-1) +
-        eps)`` in fp32; ``.to(dtype)``; ``* weight``. Saves the fp32 input (twice over: ``pow``
-        and the product), the fp32 ``rsqrt`` per token, and the normalised input if the weight
-        trains."""
-        t, N, b = self.tape, self.N, self.b
-        x32 = self.to(where, comp, x, C, FP32)
-        sq_bwd = [("new", "a", N * C * FP32), ("new", "b", N * C * FP32)] + self._dx(N * C * FP32)
-        (sq,) = t.op(where, comp, [x32], [N * C * FP32], (x32,), sq_bwd)
-        (mean,) = t.op(where, comp, [sq], [N * FP32], (), self._dx(N * C * FP32))
-        t.drop(sq)
-        (var,) = t.op(where, comp, [mean], [N * FP32], (), [("grad", 0, "g")])
-        t.drop(mean)
-        rs_bwd = [("new", "a", N * FP32), ("new", "b", N * FP32)] + self._dx(N * FP32)
-        (rs,) = t.op(where, comp, [var], [N * FP32], ("out",), rs_bwd)
-        t.drop(var)
-        h_bwd = self._dx(N * C * FP32, 0) + [("new", "t", N * C * FP32)] + self._dx(N * FP32, 1)
-        (h,) = t.op(where, comp, [x32, rs], [N * C * FP32], (x32, rs), h_bwd + [("del", "t")])
-        if x32 != x:
-            t.drop(x32)
-        t.drop(rs)
-        h_b = self.to(where, comp, h, C, b, src=FP32)
-        if h_b != h:
-            t.drop(h)
-        return self.weight_mul(where, comp, h_b, C, pid, trainable)
-
-    def weight_mul(self, where: str, comp: str, h: int, C: int, pid: str, trainable: bool) -> int:
-        """``weight * h`` (a norm's scale): the weight's gradient is ``(g * h).sum()``, made
-        through a full-size temporary; ``h`` is saved only if the weight trains."""
-        t, N, b = self.tape, self.N, self.b
-        program = self._dx(N * C * b) if t.grad(h) else []
-        if trainable:
-            program += [("new", "t", N * C * b), ("param", pid, C * b), ("del", "t")]
-        (out,) = t.op(where, comp, [h], [N * C * b], (h,) if trainable else (), program, trainable)
-        t.drop(h)
-        return out
-
-    def layernorm(self, where: str, comp: str, x: int, C: int, pid: str, trainable: bool) -> int:
-        """``nn.LayerNorm`` (``native_layer_norm``): saves the input and a mean and a reciprocal
-        standard deviation per token (the input's dtype on the CPU); the backward makes the
-        input's, the weight's and the bias's gradients."""
-        t, N, b = self.tape, self.N, self.b
-        program = self._dx(N * C * b) if t.grad(x) else []
-        if trainable:
-            program += [("param", pid, C * b), ("param", pid + ".bias", C * b)]
-        stats = [t.tensor(N * b, False, comp, where) for _ in "mr"]  # mean, rstd
-        (out,) = t.op(where, comp, [x], [N * C * b], (x, *stats), program, trainable)
-        t.drop(*stats)
-        return out
-
-    # -- attention ----------------------------------------------------------------------------
-
-    def rope(self, where: str, comp: str, x: int, width: int, cos: int, sin: int) -> int:
-        """``x * cos + rotate_half(x) * sin`` on ``N x width`` elements; ``rotate_half`` is two
-        slices (views whose backward each pays a full-size buffer), a negation and a ``cat``.
-        Saves only ``cos`` and ``sin`` (one row of positions, shared by every layer)."""
-        t, n = self.tape, self.N * width * self.b
-        (xc,) = t.op(where, comp, [x, cos], [n], (cos,), self._dx(n))
-        x1 = t.view(t.op(where, comp, [x], [0], (), self._dx(n))[0], x)  # x[..., : d/2]
-        x2 = t.view(t.op(where, comp, [x], [0], (), self._dx(n))[0], x)  # x[..., d/2 :]
-        (neg,) = t.op(where, comp, [x2], [n // 2], (), self._dx(n // 2))
-        (cat,) = t.op(where, comp, [neg, x1], [n], (), [("grad", 0, "g"), ("grad", 1, "g")])
-        t.drop(neg)
-        (xs,) = t.op(where, comp, [cat, sin], [n], (sin,), self._dx(n))
-        t.drop(cat)
-        out = self.add(where, comp, xc, xs, n)
-        t.drop(xc, xs)
-        return out
-
-    def sdpa(self, where: str, comp: str, q: int, k: int, v: int, H: int, K: int, d: int) -> int:
-        """``scaled_dot_product_attention(is_causal=True)`` on the CPU's fused flash kernel, with
-        ``H`` query and ``K`` key/value heads of ``d`` (grouped-query attention natively:
-        ``enable_gqa``): saves q, k, v, the output and a log-sum-exp per head and token (fp32);
-        no ``seq_len**2`` buffer at all."""
-        t, N, b = self.tape, self.N, self.b
-        program = self._dx(N * H * d * b, 0) + self._dx(N * K * d * b, 1)
-        program += self._dx(N * K * d * b, 2)
-        outs = [N * H * d * b, self.N * H * FP32]
-        out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1"), program)
-        t.drop(lse)
-        return out
-
-    def eager_attention(
-        self, where: str, comp: str, q: int, k: int, v: int, H: int, d: int, mask: int,
-        fp32_softmax: bool, copy_kv: bool
-    ) -> int:  # fmt: skip
-        """Eager attention on ``(B, H, T, d)`` tensors: ``softmax(q @ k.T * scale + mask) @ v``.
-
-        ``matmul`` folds q and k to 3-D: q (laid out as ``(B, T, H, d)`` by RoPE or the fused
-        projection) is copied, and so are ``k`` and, after the softmax, ``v``, unless
-        ``repeat_kv`` already made them contiguous (``copy_kv``). Llama-like models take the softmax
-        in fp32 and cast back (``fp32_softmax``): in bf16 both probability tensors are kept. Saves
-        the q, k and v copies and the ``B x H x T x T`` probabilities: the quadratic term.
-        Returns the ``(B*H, T, d)`` output."""
-        t, N, b, S = self.tape, self.N, self.b, self.B * H * self.T * self.T
-        n = N * H * d * b
-        qc = self.copy(where, comp, q, n)
-        kc = self.copy(where, comp, k, n) if copy_kv else k
-        (scores,) = t.op(where, comp, [qc, kc], [S * b], (qc, kc), self._dx(n, 0) + self._dx(n, 1))
-        t.drop(qc, *([kc] if kc != k else []))
-        scaled = self.scale(where, comp, scores, S * b)
-        t.drop(scores)
-        (masked,) = t.op(where, comp, [scaled, mask], [S * b], (), [("grad", 0, "g")])
-        t.drop(scaled)
-        sm = FP32 if fp32_softmax else b
-        m32 = masked if sm == b else self._to_n(where, comp, masked, S, sm)
-        if m32 != masked:
-            t.drop(masked)
-        (p32,) = t.op(where, "attention_scores", [m32], [S * sm], ("out",), self._dx(S * sm))
-        t.drop(m32)
-        probs = p32 if sm == b else self._to_n(where, "attention_scores", p32, S, b, src=sm)
-        if probs != p32:
-            t.drop(p32)
-        vc = self.copy(where, comp, v, n) if copy_kv else v
-        prog = self._dx(S * b, 0) + self._dx(n, 1)
-        (out,) = t.op(where, "attention_scores", [probs, vc], [n], (probs, vc), prog)
-        t.drop(probs)
-        if vc != v:
-            t.drop(vc)
         return out
 
     def _to_n(self, where: str, comp: str, x: int, n: int, dst: int, src: int | None = None) -> int:

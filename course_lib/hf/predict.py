@@ -1,20 +1,21 @@
 """The memory model carried to real Hugging Face architectures: one training step's peak, predicted.
 
-:func:`predict_hf_step` reads a ``transformers`` config (a ``PretrainedConfig`` or its dict:
-``llama``, ``mistral``, ``qwen2``, ``gpt2``) and predicts the peak bytes, above the parameters, of
-``model(input_ids=..., labels=..., use_cache=False).loss.backward()`` after
+:func:`predict_hf_step` reads a ``transformers`` config (a ``PretrainedConfig`` or its dict,
+``model_type`` in :data:`SUPPORTED_MODEL_TYPES`) and predicts the peak bytes, above the
+parameters, of ``model(input_ids=..., labels=..., use_cache=False).loss.backward()`` after
 ``zero_grad(set_to_none=True)``: what the forward keeps for backward, the gradients made so far,
 the backward's buffers in flight, and the loss's fp32 log-probabilities.
 
 How: :mod:`~course_lib.hf.models` writes the step as the autograd nodes the installed stack
 creates (what each saves, what each backward allocates, read from the ``transformers``, ``peft``
-and PyTorch sources and checked op by op against the meter), and
-:mod:`~course_lib.hf.tape` replays PyTorch's rules for when each tensor is freed. The
-prediction is exact by construction where the recipe is: on tiny models of every family it matches
-the CPU meter to the byte (``tests/library/test_hf_memory.py``). Assumed: full rows (no padding), no
-dropout (fine-tuning usually turns it off; GPT-2's config says 0.1), LoRA via PEFT with its
-defaults (adapters kept in fp32, ``lora_dropout=0``), checkpointing as
-``model.activation_checkpointing_enable()`` does it (every layer, non-reentrant).
+and PyTorch sources and checked op by op with the meter's timeline), and
+:mod:`~course_lib.hf.replay` replays PyTorch's rules for when each tensor is freed. The
+prediction is exact by construction where the recipe is: on tiny models of every family it
+matches the CPU meter to the byte (``tests/library/test_hf_memory.py``). Assumed unless a keyword
+says otherwise: full rows (no padding), the model's own dropout off (a config that sets one gets
+a note), LoRA via PEFT with its defaults (adapters kept in fp32, ``lora_dropout=0``, the family's
+default targets), checkpointing as ``model.gradient_checkpointing_enable()`` does it (every
+layer, non-reentrant). :mod:`~course_lib.hf.settings` checks the settings.
 """
 
 from __future__ import annotations
@@ -22,35 +23,39 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._checks import Checkpointing, checkpointing_mode, one_of, positive_int
-from ..units import DTYPE_BYTES, dtype_name
-from .arch import Arch, StepSpec, architecture, config_dict
+from .._checks import Checkpointing, one_of, positive_int
+from ..units import DTYPE_BYTES, FP32, dtype_name
+from .arch import SUPPORTED_MODEL_TYPES, Arch, StepSpec, architecture, config_dict
+from .families import lora_targets_for
 from .models import record_step
+from .moe import IMPLEMENTATIONS
 from .replay import replay
+from .settings import (
+    ATTENTION,
+    DEVICES,
+    LOOPS,
+    LOSSES,
+    WEIGHTS,
+    checkpoint_mode,
+    config_dtype,
+    expert_counts,
+    notes_for,
+    packed_documents,
+    refuse_unmodelled,
+)
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "HFStepBreakdown",
+    "predict_hf_step",
+    "architecture",
+    "config_dict",
+    "notes_for",
+    "step_spec",
+    "lora_targets_for",
+]
 
 CHECKED_WITH = "transformers 5.24, peft 0.21, torch 2.13 (CPU)"  # where the recipes were read
-
-
-def notes_for(config: Any, seq_len: int) -> list[str]:
-    """What the prediction assumes that this config says otherwise.
-
-    Raises:
-        ValueError: where the difference is too large to pass over (a sliding window shorter
-            than ``seq_len``).
-    """
-    c = config_dict(config)
-    window = c.get("sliding_window")
-    sliding = window is not None and (c.get("model_type") != "qwen2" or c.get("use_sliding_window"))
-    if sliding and window is not None and seq_len > window:
-        raise ValueError(
-            f"sliding-window attention over {window} tokens, shorter than seq_len={seq_len}, is "
-            "not modelled (its mask changes what attention keeps); use seq_len <= sliding_window"
-        )
-    drops = {k: c[k] for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout")
-             if c.get(k)}  # fmt: skip
-    if drops:
-        return [f"dropout is taken as off (the config says {drops}): set it to 0 for fine-tuning"]
-    return []
 
 
 @dataclass
@@ -82,6 +87,8 @@ class HFStepBreakdown:
     forward_peak: int
     saved: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    lora_targets: tuple = ()  # the projections that got an adapter
+    settings: dict = field(default_factory=dict)  # every keyword as the prediction read it
 
     def components(self) -> dict[str, int]:
         """The four parts of ``total``, in bytes."""
@@ -94,15 +101,13 @@ class HFStepBreakdown:
 
 
 def step_spec(
-    config: Any,
-    batch_size: int,
-    seq_len: int,
-    attn_impl: str,
-    dtype: object,
-    lora_rank: int | None,
-    checkpointing: Checkpointing | bool | None,
-) -> tuple[Arch, StepSpec, str, Checkpointing]:
+    config: Any, batch_size: int, seq_len: int, attn_impl: str, dtype: object,
+    lora_rank: int | None, checkpointing: Checkpointing | bool | None, **kw: Any,
+) -> tuple[Arch, StepSpec, str, Checkpointing]:  # fmt: skip
     """Check the arguments of :func:`predict_hf_step`: ``(Arch, StepSpec, dtype name, mode)``.
+
+    Without keywords (the planner's call) LoRA goes on every projection; :func:`predict_hf_step`
+    passes ``lora_targets`` and the other settings through ``kw``.
 
     Raises:
         ValueError: see :func:`predict_hf_step`.
@@ -110,26 +115,40 @@ def step_spec(
     arch = architecture(config)
     positive_int("batch_size", batch_size)
     positive_int("seq_len", seq_len)
-    one_of("attn_impl", attn_impl, ("sdpa", "eager"))
+    attn_impl = "flash" if attn_impl == "flash_attention_2" else attn_impl
+    one_of("attn_impl", attn_impl, ATTENTION)
     if lora_rank is not None:
         positive_int("lora_rank", lora_rank, "or None for a full fine-tune")
-    mode = checkpointing_mode(checkpointing)
-    if mode == "attention":
-        raise ValueError(
-            "checkpointing='attention' is TinyGPT's; Hugging Face models checkpoint whole decoder "
-            "layers: use 'blocks' (True) or 'off'"
-        )
-    if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
-        raise ValueError(
-            f"seq_len={seq_len} exceeds GPT-2's n_positions={arch.max_position_embeddings}"
-        )
-    name = dtype_name(dtype if dtype is not None else _config_dtype(config_dict(config)))
-    spec = StepSpec(batch_size, seq_len, DTYPE_BYTES[name], attn_impl == "eager", lora_rank, mode)
+    mode = checkpoint_mode(checkpointing)
+    name = dtype_name(dtype if dtype is not None else config_dtype(config_dict(config)))
+    b = DTYPE_BYTES[name]
+    weights = one_of("weights", kw.get("weights", "16bit"), WEIGHTS)
+    upcast = kw.get("kbit_prepare")
+    upcast = weights != "16bit" if upcast is None else bool(upcast)
+    refuse_unmodelled(arch, seq_len, attn_impl, weights, lora_rank)
+    every = positive_int("checkpoint_every", kw.get("checkpoint_every", 1))
+    dropout = float(kw.get("lora_dropout", 0.0))
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"lora_dropout={dropout!r} must be in [0, 1)")
+    spec = StepSpec(
+        batch_size, seq_len, FP32 if upcast else b, attn_impl == "eager", lora_rank, mode,
+        lora_targets=kw.get("targets", ()),
+        lora_dropout=dropout > 0,
+        adapter_b=DTYPE_BYTES[dtype_name(kw.get("adapter_dtype") or "float32")],
+        flash=attn_impl == "flash",
+        loss=one_of("loss", kw.get("loss", "standard"), LOSSES),
+        loop=one_of("loop", kw.get("loop", "trainer"), LOOPS),
+        device=one_of("device", kw.get("device", "cpu"), DEVICES),
+        checkpoint_every=every,
+        quant="" if weights == "16bit" else weights,
+        upcast=upcast,
+        compute_b=b,
+        expert_tokens=expert_counts(arch, batch_size * seq_len, kw.get("expert_tokens")),
+        half=name == "float16" and not upcast,
+        experts=one_of("experts", kw.get("experts", "grouped_mm"), IMPLEMENTATIONS),
+        documents=packed_documents(kw.get("documents"), seq_len, arch),
+    )  # fmt: skip
     return arch, spec, name, mode
-
-
-def _config_dtype(c: dict) -> str:
-    return str(c.get("dtype") or c.get("torch_dtype") or "float32")
 
 
 def predict_hf_step(
@@ -141,48 +160,87 @@ def predict_hf_step(
     dtype: object = None,
     lora_rank: int | None = None,
     checkpointing: Checkpointing | bool | None = "off",
+    lora_targets: str | tuple[str, ...] | list[str] | None = None,
+    lora_dropout: float = 0.0,
+    adapter_dtype: object = "float32",
+    weights: str = "16bit",
+    kbit_prepare: bool | None = None,
+    loss: str = "standard",
+    loop: str = "trainer",
+    device: str = "cpu",
+    checkpoint_every: int = 1,
+    expert_tokens: str | list | tuple | None = None,
+    experts: str = "grouped_mm",
+    documents: int | None = None,
 ) -> HFStepBreakdown:
     """Predict the peak bytes of one training step of a Hugging Face causal LM.
 
     Args:
         config: a ``PretrainedConfig`` or its dict, ``model_type`` in
-            :data:`~course_lib.hf.arch.SUPPORTED_MODEL_TYPES` (grouped-query attention, tied or
-            untied embeddings).
+            :data:`SUPPORTED_MODEL_TYPES`.
         batch_size, seq_len: the micro-batch, full rows of ``seq_len`` tokens, every one a label.
-        attn_impl: ``"sdpa"`` (fused: no ``seq_len**2`` tensor kept) or ``"eager"`` (keeps the
-            ``batch x heads x seq_len**2`` probabilities per layer; in bf16 also their fp32 copy).
+        attn_impl: ``"sdpa"`` (fused: no ``seq_len**2`` tensor kept), ``"eager"`` (keeps the
+            ``batch x heads x seq_len**2`` probabilities per layer; in bf16 also their fp32 copy)
+            or ``"flash"`` (FlashAttention-2 on CUDA: the log-sum-exp kept, its backward's
+            workspaces counted).
         dtype: the model's dtype (``torch.bfloat16`` or ``"bf16"``...); default: the config's.
-        lora_rank: PEFT LoRA of this rank on every attention and MLP projection (base frozen,
-            adapters in fp32); ``None``: a full fine-tune.
-        checkpointing: ``"off"``/``False`` or ``"blocks"``/``True`` (every decoder layer).
+            With 4/8-bit weights: the compute dtype.
+        lora_rank: PEFT LoRA of this rank (base frozen); ``None``: a full fine-tune.
+        checkpointing: ``"off"``/``False`` or ``"blocks"``/``"on"``/``True``.
+        lora_targets: ``None`` (PEFT's default for the family, e.g. ``q_proj, v_proj``),
+            ``"all-linear"``, or module names.
+        lora_dropout: PEFT's ``lora_dropout`` (> 0 adds a dropout on each adapter's input).
+        adapter_dtype: the adapters' dtype (``"float32"``: PEFT's autocast of 16-bit adapters).
+        weights: ``"16bit"``, ``"int8"`` (LLM.int8) or ``"nf4"`` (QLoRA; storage is
+            :mod:`~course_lib.hf.quant`'s).
+        kbit_prepare: ``prepare_model_for_kbit_training`` casts the unquantised weights
+            (embeddings, norms, head) to fp32, so the hidden states are fp32; default: on for
+            4/8-bit weights.
+        loss: ``"standard"`` (fp32 log-probabilities of the full logits) or ``"chunked"``
+            (fused linear cross-entropy, :mod:`~course_lib.hf.losses`).
+        loop: ``"trainer"`` (the outputs are dropped before backward, as ``Trainer`` does) or
+            ``"plain"`` (``outputs = model(...)`` held: its logits live through backward).
+        device: ``"cpu"`` (the counted bytes on the CPU) or ``"cuda"`` (CUDA's kernels: a
+            one-byte dropout mask, fp32 LayerNorm statistics, eager attention's transient).
+        checkpoint_every: with checkpointing, every ``n``-th decoder layer (0, n, 2n...).
+        expert_tokens: mixture of experts: tokens each expert receives, ``"worst"`` (every
+            token to the same ``top_k`` experts; the default), ``"uniform"``, or counts (one
+            list for every layer, or one per layer); see :mod:`~course_lib.hf.moe`.
+        documents: rows packed with this many documents each, position ids reset per
+            document (``DataCollatorWithFlattening``, TRL's packing): sdpa then takes a
+            block-diagonal boolean mask (its float copy saved in every layer), flash its
+            varlen path (:mod:`~course_lib.hf.packing_plan` plans rows from a length
+            distribution); ``None``: one sequence a row.
+        experts: mixture of experts: ``transformers``' ``experts_implementation``,
+            ``"grouped_mm"`` (its default; the routing changes no tensor's size) or ``"eager"``
+            (one matmul per expert: its transients follow the most loaded expert).
 
     Returns:
         :class:`HFStepBreakdown`, ``.total`` in bytes above the parameters.
 
     Raises:
-        ValueError: an unsupported model type (naming it and the supported ones), a bad size,
-            dtype, attention path or checkpointing mode.
+        ValueError: an unsupported model type (naming the nearest supported one), a bad size,
+            dtype, attention path, LoRA target or setting.
     """
+    arch = architecture(config)
+    targets = lora_targets_for(arch, lora_targets) if lora_rank is not None else ()
+    kw = dict(
+        targets=targets, lora_dropout=lora_dropout, adapter_dtype=adapter_dtype, weights=weights,
+        kbit_prepare=kbit_prepare, loss=loss, loop=loop, device=device,
+        checkpoint_every=checkpoint_every, expert_tokens=expert_tokens, experts=experts,
+        documents=documents,
+    )  # fmt: skip
     arch, spec, name, mode = step_spec(
-        config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing
+        config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw
     )
-    notes = notes_for(config, seq_len)
+    notes = notes_for(config, seq_len, spec.attn)
+    if lora_rank is not None and lora_targets is None:
+        notes.append(f"LoRA on {', '.join(targets)}: PEFT's default for {arch.model_type}")
     r = replay(record_step(arch, spec))
+    settings = {"attn_impl": spec.attn, "checkpoint_every": spec.checkpoint_every, **kw}
     return HFStepBreakdown(
-        model_type=config_dict(config)["model_type"],
-        batch_size=batch_size,
-        seq_len=seq_len,
-        dtype=name,
-        attn_impl=attn_impl,
-        lora_rank=lora_rank,
-        checkpointing=mode,
-        activations=r.activations,
-        logits_and_loss=r.logits_and_loss,
-        gradients=r.gradients,
-        transient=r.transient,
-        total=r.peak,
-        peak_at=r.peak_at,
-        forward_peak=r.forward_peak,
-        saved=r.saved,
-        notes=notes,
-    )
+        arch.model_type, batch_size, seq_len, name, spec.attn, lora_rank, mode, r.activations,
+        r.logits_and_loss, r.gradients, r.transient, total=r.peak, peak_at=r.peak_at,
+        forward_peak=r.forward_peak, saved=r.saved, notes=notes, lora_targets=targets,
+        settings=settings,
+    )  # fmt: skip

@@ -1,7 +1,7 @@
 """Predicted beside measured for Hugging Face models: tiny random copies of each family.
 
-:func:`tiny_hf_config` builds a small config of a supported family locally (no download; grouped-
-query attention where the family has it), :func:`build_model` instantiates it the way a
+:func:`tiny_hf_config` builds a small config of a supported family locally (no download;
+grouped-query attention where the family has it), :func:`build_model` instantiates it the way a
 fine-tune would run (``model.train()``, PEFT LoRA on every attention and MLP projection,
 ``activation_checkpointing_enable()``), and :func:`compare_hf` runs one real training step per
 shape under :func:`~course_lib.memory.meter.measure_step` beside
@@ -11,31 +11,21 @@ shape under :func:`~course_lib.memory.meter.measure_step` beside
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
 from .._checks import Checkpointing, checkpointing_mode
 from ..batch import random_batch
+from ..hf.arch import architecture
+from ..hf.families import lora_targets_for
 from ..hf.predict import predict_hf_step
-from .meter import Device, LiveBytesTracker, measure_step, pick_device
+from ..hf.tiny import CLASSES, TINY
+from .meter import Device, LiveBytesTracker, measure, pick_device, training_step
 
-# Small enough to measure in milliseconds, shaped like the real thing: GQA (or MQA), tied and
-# untied embeddings, a head_dim that is not hidden / heads where the family allows it.
-TINY: dict[str, dict[str, Any]] = {
-    "llama": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                  num_key_value_heads=1, num_hidden_layers=2, vocab_size=300),
-    "mistral": dict(hidden_size=96, intermediate_size=160, num_attention_heads=6,
-                    num_key_value_heads=2, num_hidden_layers=3, vocab_size=200,
-                    sliding_window=None),
-    "qwen2": dict(hidden_size=128, intermediate_size=192, num_attention_heads=8,
-                  num_key_value_heads=2, head_dim=16, num_hidden_layers=2, vocab_size=256,
-                  tie_word_embeddings=True),
-    "gpt2": dict(n_embd=64, n_head=4, n_layer=3, vocab_size=256, n_positions=256,
-                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-}  # fmt: skip
 LORA_TARGETS = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -50,20 +40,24 @@ def tiny_hf_config(model_type: str, **overrides: Any) -> Any:
     """
     import transformers
 
-    classes = {
-        "llama": transformers.LlamaConfig,
-        "mistral": transformers.MistralConfig,
-        "qwen2": transformers.Qwen2Config,
-        "gpt2": transformers.GPT2Config,
-    }
-    return classes[model_type](**{**TINY[model_type], **overrides})
+    return getattr(transformers, CLASSES[model_type])(**{**TINY[model_type], **overrides})
 
 
 def build_model(
-    config: Any, *, dtype: torch.dtype, attn_impl: str, lora_rank: int | None = None,
-    checkpointing: Checkpointing | bool = "off", seed: int = 0,
-) -> Any:  # fmt: skip
-    """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it.
+    config: Any,
+    *,
+    dtype: torch.dtype,
+    attn_impl: str,
+    lora_rank: int | None = None,
+    checkpointing: Checkpointing | bool = "off",
+    seed: int = 0,
+    lora_targets: str | list[str] | tuple[str, ...] | None = None,
+    lora_dropout: float = 0.0,
+    weights: str = "16bit",
+) -> Any:
+    """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
+    PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
+    weights through bitsandbytes with ``prepare_model_for_kbit_training`` (the QLoRA recipe).
 
     Raises:
         AssertionError: transformers picked another attention path than ``attn_impl``.
@@ -74,10 +68,16 @@ def build_model(
         torch.manual_seed(seed)
         auto = transformers.AutoModelForCausalLM
         model = auto.from_config(config, attn_implementation=attn_impl).to(dtype)
+        if weights != "16bit":
+            model = _quantise(model, weights, dtype)
     if model.config._attn_implementation != attn_impl:
         raise AssertionError(
             f"asked for {attn_impl} attention, got {model.config._attn_implementation}"
         )
+    if weights != "16bit":
+        import peft
+
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if checkpointing_mode(checkpointing) == "blocks":
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5
             model.activation_checkpointing_enable()
@@ -88,13 +88,60 @@ def build_model(
     if lora_rank is not None:
         import peft
 
-        family = "gpt2" if config.model_type == "gpt2" else "llama"
+        targets = list(lora_targets_for(architecture(config), lora_targets))
         lora = peft.LoraConfig(
-            r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, task_type="CAUSAL_LM",
-            target_modules=LORA_TARGETS[family], fan_in_fan_out=family == "gpt2",  # Conv1D
-        )  # fmt: skip
+            r=lora_rank,
+            lora_alpha=2 * lora_rank,
+            lora_dropout=lora_dropout,
+            task_type="CAUSAL_LM",
+            target_modules=targets,
+            fan_in_fan_out=config.model_type == "gpt2",  # Conv1D
+        )
         model = peft.get_peft_model(model, lora)
     return model.train()
+
+
+def _quantise(model: Any, weights: str, dtype: torch.dtype) -> Any:
+    """Swap every projection but the head for bitsandbytes' ``Linear4bit`` (NF4, double
+    quantisation) or ``Linear8bitLt``, on the CPU."""
+    import bitsandbytes as bnb
+
+    for _name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if not isinstance(child, torch.nn.Linear) or child_name == "lm_head":
+                continue
+            new: torch.nn.Module
+            if weights == "nf4":
+                new = bnb.nn.Linear4bit(
+                    child.in_features,
+                    child.out_features,
+                    bias=child.bias is not None,
+                    compute_dtype=dtype,
+                    compress_statistics=True,
+                    quant_type="nf4",
+                )
+                new.weight = bnb.nn.Params4bit(
+                    child.weight.data,
+                    requires_grad=False,
+                    quant_type="nf4",
+                    compress_statistics=True,
+                )
+            else:
+                new = bnb.nn.Linear8bitLt(
+                    child.in_features,
+                    child.out_features,
+                    bias=child.bias is not None,
+                    has_fp16_weights=False,
+                )
+                new.weight = bnb.nn.Int8Params(
+                    child.weight.data, requires_grad=False, has_fp16_weights=False
+                )
+            if child.bias is not None:
+                new.bias = child.bias
+            setattr(module, child_name, new.to("cpu"))
+    model.is_loaded_in_4bit = weights == "nf4"
+    model.is_loaded_in_8bit = weights == "int8"
+    return model
 
 
 @dataclass
@@ -123,48 +170,71 @@ class HFComparison:
 
     @property
     def label(self) -> str:
+        """The setting, as the benchmark's table prints it."""
         lora = f"LoRA r={self.lora_rank}" if self.lora_rank else "full"
         return f"{self.dtype} {self.attn_impl} {lora} checkpointing={self.checkpointing}"
+
+
+BUILD_KEYS = ("lora_targets", "lora_dropout", "weights")
+
+
+def _step(model: Any, batch: dict, loop: str) -> float:
+    """One training step: ``"trainer"`` drops the outputs before backward, ``"plain"`` holds
+    them (``outputs = model(...)``; ``outputs.loss.backward()``)."""
+    if loop == "plain":
+        outputs = model(**batch)
+        outputs.loss.backward()
+        return float(outputs.loss.detach())
+    return training_step(model, batch)
+
+
+def every_nth(model: Any, n: int) -> None:
+    """Keep checkpointing on decoder layers 0, n, 2n... only."""
+    for i, layer in enumerate(_layers(model)):
+        if i % n:
+            layer.gradient_checkpointing = False
+
+
+def _layers(model: Any) -> Iterator[Any]:
+    for module in model.modules():
+        if type(module).__name__.endswith(("DecoderLayer", "Block")) and hasattr(
+            module, "gradient_checkpointing"
+        ):
+            yield module
 
 
 def compare_hf(
     config: Any, shapes: Iterable[tuple[int, int]], *, dtype: torch.dtype, attn_impl: str,
     lora_rank: int | None = None, checkpointing: Checkpointing | bool = "off",
-    device: Device = None, seed: int = 0,
+    device: Device = None, seed: int = 0, loop: str = "trainer", checkpoint_every: int = 1,
+    **settings: Any,
 ) -> list[HFComparison]:  # fmt: skip
-    """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction."""
+    """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction;
+    ``settings`` are :func:`~course_lib.hf.predict.predict_hf_step`'s keywords."""
     dev = pick_device(device)
-    model = build_model(
-        config, dtype=dtype, attn_impl=attn_impl, lora_rank=lora_rank,
-        checkpointing=checkpointing, seed=seed,
-    ).to(dev)  # fmt: skip
+    build = {k: settings[k] for k in BUILD_KEYS if k in settings}
+    common: dict[str, Any] = dict(
+        attn_impl=attn_impl, lora_rank=lora_rank, checkpointing=checkpointing
+    )
+    model = build_model(config, dtype=dtype, seed=seed, **common, **build).to(dev)
+    if checkpoint_every > 1:
+        every_nth(model, checkpoint_every)
     rows = []
     for batch_size, seq_len in shapes:
         batch: dict[str, Any] = random_batch(config.vocab_size, batch_size, seq_len, seed, dev)
         batch["use_cache"] = False
-        report = measure_step(model, batch, device=dev)
-        p = predict_hf_step(
-            config, batch_size, seq_len, attn_impl=attn_impl, dtype=dtype,
-            lora_rank=lora_rank, checkpointing=checkpointing,
-        )  # fmt: skip
-        rows.append(
-            HFComparison(
-                config.model_type,
-                p.dtype,
-                attn_impl,
-                lora_rank,
-                p.checkpointing,
-                batch_size,
-                seq_len,
-                p.total,
-                report.peak_bytes,
-                p.saved_total,
-                report.saved_bytes,
-                p.peak_at,
-                report.method,
-                report.counted_peak_bytes,
-            )  # fmt: skip
-        )
+        model.zero_grad(set_to_none=True)
+        try:
+            report = measure(partial(_step, model, batch, loop), device=dev)
+        finally:
+            model.zero_grad(set_to_none=True)
+        p = predict_hf_step(config, batch_size, seq_len, dtype=dtype, loop=loop,
+                            checkpoint_every=checkpoint_every, **common, **settings)  # fmt: skip
+        rows.append(HFComparison(
+            config.model_type, p.dtype, attn_impl, lora_rank, p.checkpointing, batch_size,
+            seq_len, p.total, report.peak_bytes, p.saved_total, report.saved_bytes, p.peak_at,
+            report.method, report.counted_peak_bytes,
+        ))  # fmt: skip
     return rows
 
 

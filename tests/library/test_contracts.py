@@ -65,9 +65,12 @@ def test_memory_contract():
     assert measure(lambda: torch.ones(1024), device="cpu").peak_bytes == 4096
     step = predict_hf_step(load_config("gpt2"), 1, 512, checkpointing="blocks")
     assert step.checkpointing == "blocks" and step.total > 0
-    kwargs = list(inspect.signature(predict_hf_step).parameters)
-    assert kwargs == ["config", "batch_size", "seq_len", "attn_impl", "dtype", "lora_rank",
-                      "checkpointing"]  # fmt: skip
+    params = inspect.signature(predict_hf_step).parameters
+    assert list(params)[:7] == ["config", "batch_size", "seq_len", "attn_impl", "dtype",
+                                "lora_rank", "checkpointing"]  # fmt: skip
+    # issue 21's settings come after, keyword-only with defaults: every older call still works
+    added = list(params.values())[7:]
+    assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in added), added
 
 
 def test_packing_contract():

@@ -3,9 +3,8 @@
 Every family (Llama with one key/value head, Mistral and Qwen2 with grouped-query attention,
 GPT-2; tied and untied embeddings) in fp32 and bf16, eager and sdpa, full and LoRA, with and
 without checkpointing, over 16 shapes per family: the prediction must equal the CPU's counted
-bytes exactly, as README and ``benchmarks/hf_memory.py`` claim, on the stack the recipes were
-read from (``CHECKED_WITH``). A failure names the installed versions and, component by
-component, which saved tensors moved.
+bytes on the stack it was read from (within 3% on another). A failure names the installed
+versions and, component by component, which saved tensors moved.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (optional extra: pip install -e '.[hf]')"
 )
 
-from course_lib.hf.arch import SUPPORTED_MODEL_TYPES, architecture, lora_parameter_count  # noqa: E402
+from course_lib.hf.arch import architecture, lora_parameter_count  # noqa: E402
 from course_lib.hf.ops import Ops  # noqa: E402
 from course_lib.hf.predict import CHECKED_WITH  # noqa: E402
 from course_lib.memory import HFStepBreakdown, attention_elements, predict_hf_step  # noqa: E402
@@ -32,9 +31,7 @@ from course_lib.memory.hf_check import (  # noqa: E402
     tiny_hf_config,
 )
 
-TOLERANCE = (
-    0  # bytes: the prediction is exact (predicted == measured) on the stack it was read from
-)
+TOLERANCE = 0.03
 HAS_PEFT = importlib.util.find_spec("peft") is not None
 SHAPES = [(1, 8), (2, 16), (1, 33), (3, 24), (4, 12), (2, 40), (1, 64), (5, 20),
           (2, 57), (3, 9), (1, 96), (4, 31), (6, 10), (2, 75), (3, 50), (1, 128)]  # fmt: skip
@@ -45,6 +42,15 @@ DTYPES, ATTENTION, LORA, CHECKPOINTING = (
     ("off", "blocks"),
 )
 VARIANTS = list(itertools.product(DTYPES, ATTENTION, LORA, CHECKPOINTING))
+ORIGINAL = ("llama", "mistral", "qwen2", "gpt2")
+NEW_FAMILIES = ("qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "mixtral")
+# The newer families: six settings each (the original four run all sixteen).
+FEW = [("float32", "sdpa", None, "off"), ("bfloat16", "sdpa", None, "off"),
+       ("bfloat16", "eager", None, "off"), ("bfloat16", "sdpa", 4, "blocks"),
+       ("float32", "eager", 4, "blocks"), ("bfloat16", "sdpa", 4, "off")]  # fmt: skip
+# On the stack the recipes were read from the prediction is the counted bytes, to the byte;
+# elsewhere (another transformers or torch) within TOLERANCE, and the failure says what moved.
+EXACT = transformers.__version__ == "5.24.0" and torch.__version__.startswith("2.13.")
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
     # peft 0.21 asks transformers 5 for a renamed flag when LoRA meets checkpointing
@@ -106,22 +112,28 @@ def explain(row, config, lora, ckpt) -> str:
     )
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
-@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+CASES = [(f, v) for f in ORIGINAL for v in VARIANTS] + [
+    (f, v if f != "gemma2" else (v[0], "eager", *v[2:])) for f in NEW_FAMILIES for v in FEW
+]
+
+
+@pytest.mark.parametrize(("model_type", "variant"), CASES,
+                         ids=[f"{f}-{variant_id(v)}" for f, v in CASES])  # fmt: skip
 def test_prediction_matches_the_meter(model_type, variant):
     dtype, attn_impl, lora, ckpt = variant
     if lora and not HAS_PEFT:
         pytest.skip("peft is not installed (hf extra): the LoRA comparisons need it")
-    k = VARIANTS.index(variant)
+    k = VARIANTS.index(variant) if variant in VARIANTS else 0
     shapes = [SHAPES[k], SHAPES[(k + 8) % len(SHAPES)]]  # every family sees all 16 shapes
     config = tiny_hf_config(model_type)
+    targets = "all-linear" if model_type in NEW_FAMILIES else None
     rows = compare_hf(
         config, shapes, dtype=getattr(torch, dtype), attn_impl=attn_impl,
-        lora_rank=lora, checkpointing=ckpt,
+        lora_rank=lora, checkpointing=ckpt, **({"lora_targets": targets} if lora else {}),
     )  # fmt: skip
     for row in rows:
         assert row.method == "CPU: counted bytes"
-        if abs(row.predicted - row.measured) > TOLERANCE:
+        if row.predicted != row.measured if EXACT else abs(row.error) > TOLERANCE:
             pytest.fail(explain(row, config, lora, ckpt))
 
 
@@ -129,8 +141,8 @@ def plant_one_tensor_per_layer(monkeypatch):
     """A wrong model: every layer's input norm keeps one more hidden-size tensor."""
     rmsnorm = Ops.rmsnorm
 
-    def planted(self, where, comp, x, C, pid, trainable):
-        out = rmsnorm(self, where, comp, x, C, pid, trainable)
+    def planted(self, where, comp, x, C, pid, trainable, **kw):
+        out = rmsnorm(self, where, comp, x, C, pid, trainable, **kw)
         if where.endswith("input_layernorm"):
             self.tape.op(where, comp, [out], [self.N * C * self.b], ("out",), [])
         return out
@@ -144,10 +156,10 @@ def test_a_planted_error_of_one_tensor_per_layer_fails(monkeypatch):
     config = tiny_hf_config("mistral")
     shapes = [(1, 64), (4, 31), (2, 75), (3, 50)]
     kw = dict(dtype=torch.bfloat16, attn_impl="sdpa")
-    assert all(r.predicted == r.measured for r in compare_hf(config, shapes, **kw))
+    assert all(abs(r.error) <= TOLERANCE for r in compare_hf(config, shapes, **kw))
     plant_one_tensor_per_layer(monkeypatch)
     planted = compare_hf(config, shapes, **kw)
-    assert all(r.predicted - r.measured > TOLERANCE for r in planted), [r.error for r in planted]
+    assert all(r.error > TOLERANCE for r in planted), [f"{r.error:+.2%}" for r in planted]
     assert "op that moved" in explain(planted[0], config, None, "off")
 
 
@@ -220,9 +232,16 @@ def test_korthikanti_per_layer_activations_without_dropout():
     "config, kwargs, message",
     [
         ({"model_type": "gemma"}, {}, "model_type 'gemma' is not supported; supported: llama"),
+        ({"model_type": "gemma"}, {}, "nearest supported: gemma2"),
+        ({"model_type": "qwen3_moe"}, {}, "nearest supported: mixtral"),
+        ({"model_type": "smollm3"}, {}, "SmolLM2, TinyLlama"),
+        ("mistral", {"seq_len": 32}, "sliding-window attention over 32 tokens with seq_len=32"),
+        (None, {"lora_rank": 4, "lora_targets": ["wq"]}, "lora_targets ['wq'] are not"),
+        (None, {"weights": "nf4"}, "a quantised model trains adapters only"),
+        (None, {"loop": "eager"}, "loop='eager' is not one of"),
         (None, {"batch_size": 0}, "batch_size must be a positive int"),
         (None, {"seq_len": -1}, "seq_len must be a positive int"),
-        (None, {"attn_impl": "flash"}, "attn_impl='flash' is not one of"),
+        (None, {"attn_impl": "flashy"}, "attn_impl='flashy' is not one of"),
         (None, {"dtype": "int8"}, "dtype='int8' is not one of float32, bfloat16, float16"),
         (None, {"lora_rank": 0}, "lora_rank must be a positive int"),
         (None, {"checkpointing": "attention"}, "checkpoint whole decoder layers"),
@@ -230,6 +249,7 @@ def test_korthikanti_per_layer_activations_without_dropout():
         ({"model_type": "llama", "hidden_size": 8}, {}, "has no field 'num_attention_heads'"),
         ("gpt2", {"seq_len": 300}, "exceeds GPT-2's n_positions=256"),
         ("mistral", {"seq_len": 64}, "sliding-window attention over 32 tokens"),
+        ("gemma2", {"attn_impl": "sdpa"}, "soft-caps its attention scores"),
         ("llama", {"config": 3}, "config must be a transformers config or a dict"),
     ],
 )

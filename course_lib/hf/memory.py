@@ -1,0 +1,187 @@
+"""One fine-tuning step's memory per device: the fixed bytes plus the step, then the card.
+
+:func:`predict_hf_memory` is what the plan calls: :func:`~course_lib.hf.predict.predict_hf_step`
+for the step (every keyword passed through) and :mod:`~course_lib.hf.states` for the bytes that
+do not depend on the batch, divided over devices as the sharding does, and
+:func:`~course_lib.hf.cards.device_bytes` for what the card shows.
+
+The peak is the larger of two moments: the backward (weights, adapters, optimiser states and the
+step's own peak, which counts the gradients as they are made after ``zero_grad(set_to_none=
+True)``) and the optimiser step (weights, states, every gradient, the step's temporaries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..units import DTYPE_BYTES, dtype_name
+from .arch import Arch, architecture, layer_dims, parameter_dims, root_dims
+from .cards import cublas_workspaces, device_bytes, reserved_bytes
+from .families import lora_targets_for
+from .predict import HFStepBreakdown, predict_hf_step
+from .states import (
+    Sharding,
+    int8_bytes,
+    nf4_bytes,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
+)
+
+
+def projections(arch: Arch) -> list[tuple[str, int, int]]:
+    """``(PEFT name, in, out)`` of every projection of one layer."""
+    C, M, d = arch.hidden_size, arch.intermediate_size, arch.head_dim
+    if arch.family == "gpt2":
+        return [("c_attn", C, 3 * C), ("c_proj", C, C), ("c_fc", C, M), ("c_proj", M, C)]
+    q, kv = arch.num_attention_heads * d, arch.num_key_value_heads * d
+    if arch.fused:
+        attn = [("qkv_proj", C, q + 2 * kv), ("o_proj", q, C)]
+        return attn + [("gate_up_proj", C, 2 * M), ("down_proj", M, C)]
+    attn = [("q_proj", C, q), ("k_proj", C, kv), ("v_proj", C, kv), ("o_proj", q, C)]
+    return attn + [("gate_proj", C, M), ("up_proj", C, M), ("down_proj", M, C)]
+
+
+# the bytes that live through the whole step, whatever the batch does
+FIXED = ("weights", "adapters", "optimizer_states", "cublas_workspaces", "batch", "ddp_buckets")
+
+
+@dataclass
+class HFMemory:
+    """Predicted bytes per device of one fine-tuning step (:func:`predict_hf_memory`)."""
+
+    peak_bytes: int  # allocated: the tensor count at the peak
+    device_bytes: int  # what the card shows: allocator reserve and CUDA context added
+    reserved_bytes: int  # the caching allocator's reserve (max_memory_reserved)
+    components: dict[str, int]
+    peak_at: str
+    step: HFStepBreakdown
+    notes: list[str] = field(default_factory=list)
+    moments: dict[str, int] = field(default_factory=dict)  # "backward", "optimizer.step"
+
+
+def predict_hf_memory(
+    config: Any, batch_size: int, seq_len: int, *, lora_rank: int | None = None,
+    dtype: object = None, optimizer: str = "adamw", foreach: bool = True, devices: int = 1,
+    sharding: str = "none", offload: bool = False, double_quant: bool = True,
+    card: str | None = None, **step_kwargs: Any,
+) -> HFMemory:  # fmt: skip
+    """Peak bytes per device of one step of a fine-tune (module docstring).
+
+    Args:
+        config, batch_size, seq_len, lora_rank, dtype: as :func:`predict_hf_step`.
+        optimizer: one of :data:`~course_lib.hf.states.OPTIMIZERS` (``"adamw"``: moments in
+            the parameters' dtype, as ``torch.optim.AdamW``).
+        foreach: AdamW's multi-tensor step (CUDA's default): one copy of the second moment.
+        devices, sharding: ``"none"`` (data parallel), ``"zero1"``, ``"zero2"``, ``"zero3"``,
+            ``"fsdp"`` (= ZeRO-3: states, gradients and weights divided; one layer gathered).
+        offload: the optimiser states live on the CPU.
+        double_quant: NF4 weights' second-level quantisation constants.
+        card: a shipped card name, for its CUDA context.
+        **step_kwargs: passed to :func:`predict_hf_step` (``attn_impl``, ``lora_targets``,
+            ``weights``, ``loss``, ``loop``, ``device`` (default ``"cuda"``), ...).
+
+    Raises:
+        ValueError: a bad value (naming it), as :func:`predict_hf_step`.
+    """
+    shard = Sharding(devices, sharding, offload)  # checks both first
+    step_kwargs.setdefault("device", "cuda")
+    step = predict_hf_step(
+        config, batch_size, seq_len, lora_rank=lora_rank, dtype=dtype, **step_kwargs
+    )
+    arch = architecture(config)
+    b = DTYPE_BYTES[dtype_name(step.dtype)]
+    weights = step_kwargs.get("weights", "16bit")
+    upcast = step_kwargs.get("kbit_prepare")
+    upcast = weights != "16bit" if upcast is None else upcast
+    stored = _stored_weights(arch, weights, 4 if upcast else b, b, double_quant, shard)
+    trainable, grad_b = _trainable(arch, lora_rank, b, step_kwargs)
+    adapters = 0 if lora_rank is None else sum(shard.local(trainable)) * grad_b
+    grads = sum(r * c for r, c in trainable) * grad_b  # what the step makes, all of it
+    mine = shard.state_shapes(trainable)
+    paged = optimizer == "paged-adamw-8bit"
+    states = 0 if offload else optimizer_state_bytes(mine, optimizer, grad_b)
+    temps = optimizer_step_bytes(mine, optimizer, grad_b, foreach)
+    gathered = _gathered(arch, shard, b, grad_b if lora_rank is None else 0)
+    # On CUDA: cuBLAS's two workspaces (cards.cublas_workspaces) and the batch itself
+    # (input_ids and labels, int64), both live through the step.
+    cuda = step.settings["device"] == "cuda"
+    c = {"weights": stored, "adapters": adapters, "optimizer_states": 0 if paged else states,
+         "gradients": shard.gradients(trainable, grad_b), "activations": step.activations,
+         "logits_and_loss": step.logits_and_loss, "transient": step.transient,
+         "gathered": gathered, "optimizer_step": temps,
+         "cublas_workspaces": cublas_workspaces(card) if cuda else 0,
+         "batch": 2 * batch_size * seq_len * 8,  # input_ids and labels, int64
+         "ddp_buckets": shard.ddp_buckets(grads)}  # fmt: skip
+    fixed = sum(c[k] for k in FIXED)
+    backward = fixed + step.total - grads + c["gradients"] + gathered
+    # The plain loop's ``outputs`` outlive the backward and are still referenced while the
+    # optimiser steps: the logits (in the head's dtype), and, through ``outputs.loss.grad_fn``,
+    # the graph's nodes (their saved tensors are freed, the nodes are not). With LoRA and
+    # checkpointing, ``enable_input_require_grads`` made the embeddings' output a leaf: its
+    # ``AccumulateGrad`` node keeps it, and its ``.grad``, alive.
+    held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
+    opt_step = fixed + c["gradients"] + (0 if offload else temps) + held
+    notes = list(step.notes)
+    if paged:
+        notes.append(f"paged 8-bit states ({states:,} bytes) live in CUDA unified memory, "
+                     "outside the allocator's count")  # fmt: skip
+    peak, at = (backward, step.peak_at) if backward >= opt_step else (opt_step, "optimizer.step")
+    return HFMemory(
+        peak, device_bytes(peak, step.attn_impl, card) + (states if paged else 0),
+        reserved_bytes(peak, step.attn_impl), c, at, step, notes,
+        {"backward": backward, "optimizer.step": opt_step},
+    )  # fmt: skip
+
+
+def _gathered(arch: Arch, shard: Sharding, b: int, grad_b: int) -> int:
+    """What a sharded step gathers at once (:meth:`Sharding.gathered`): the root parameters
+    and a layer's weights, and for a full fine-tune the layer's unsharded gradients
+    (``grad_b`` 0: adapters only)."""
+    layer_w = sum(r * c for r, c in layer_dims(arch)) * b
+    root_w = sum(r * c for r, c in root_dims(arch)) * b
+    return shard.gathered(root_w, layer_w, layer_w * grad_b // b)
+
+
+def _stored_weights(
+    arch: Arch, weights: str, other_b: int, b: int, double_quant: bool, shard: Sharding
+) -> int:
+    """This rank's stored weights: 16-bit tensors as sharded, or 4/8-bit projections (split
+    evenly) beside the other weights in ``other_b`` bytes (fp32 after kbit preparation)."""
+    dims = parameter_dims(arch)
+    if weights == "16bit":
+        return sum(shard.local(dims)) * b
+    L, proj = arch.num_hidden_layers, projections(arch)
+    rest = sum(r * c for r, c in dims) - L * sum(i * o for _, i, o in proj)
+    if weights == "nf4":
+        quant = L * sum(nf4_bytes(i * o, double_quant) for _, i, o in proj)
+    else:
+        quant = L * sum(int8_bytes(i, o) for _, i, o in proj)
+    return shard.weights(quant + rest * other_b)
+
+
+def _trainable(
+    arch: Arch, lora_rank: int | None, b: int, step_kwargs: dict
+) -> tuple[list[tuple[int, int]], int]:
+    """The trained tensors' ``(rows, row length)`` and their element size: every parameter,
+    or the LoRA adapters (``A``: rank x in, ``B``: out x rank) of the targeted projections."""
+    if lora_rank is None:
+        return parameter_dims(arch), b
+    targets = set(lora_targets_for(arch, step_kwargs.get("lora_targets")))
+    pairs = [
+        ((lora_rank, i), (o, lora_rank)) for name, i, o in projections(arch) if name in targets
+    ]
+    grad_b = DTYPE_BYTES[dtype_name(step_kwargs.get("adapter_dtype") or "float32")]
+    return [d for pair in pairs for d in pair] * arch.num_hidden_layers, grad_b
+
+
+def _held_by_plain_loop(step: HFStepBreakdown, arch: Arch, tokens: int, e: int) -> int:
+    """What a plain loop's ``outputs`` still hold while the optimiser steps (comment above):
+    the logits in the head's dtype (``e`` bytes), and with LoRA and checkpointing the
+    embeddings' output leaf and its gradient."""
+    if step.settings["loop"] != "plain":
+        return 0
+    held = tokens * arch.vocab_size * e if step.settings["loss"] == "standard" else 0
+    if step.lora_rank is not None and step.checkpointing == "blocks":
+        held += 2 * tokens * arch.hidden_size * e
+    return held

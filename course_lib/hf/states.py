@@ -1,0 +1,170 @@
+"""The bytes that do not depend on the batch: weights, adapters, gradients, optimiser states.
+
+Each figure is the allocation code's own arithmetic, read from the library that allocates it:
+
+* **weights** ``"16bit"``: ``P x b``. ``"nf4"`` (bitsandbytes ``Params4bit``, QLoRA): every
+  projection but the head packed two values a byte (``n / 2``), a quantisation constant per
+  block of 64 (fp32, 4 bytes: ``n / 16``), or with double quantisation a uint8 per block plus
+  an fp32 constant per 256 blocks and a 256-entry fp32 code per tensor; the other weights
+  (embeddings, norms, head) in the model's dtype, or fp32 after
+  ``prepare_model_for_kbit_training``. ``"int8"`` (``Int8Params``): one byte per value and an
+  fp32 scale per output row.
+* **optimisers** (per trainable parameter ``n``): ``"adamw"`` ``torch.optim.AdamW``, two moments
+  in the parameter's dtype; ``"adamw-mixed"`` fp32 master weights and fp32 moments (``4 + 8``
+  bytes) beside 16-bit weights; ``"adamw-8bit"`` / ``"paged-adamw-8bit"`` bitsandbytes'
+  block-wise state: two uint8 states and an fp32 ``absmax`` per 256 values each (tensors under
+  4,096 values keep fp32 states); the paged one allocates them in CUDA unified memory, outside
+  the PyTorch allocator; ``"sgd"`` none (``"sgd-momentum"``: one buffer).
+* **the optimiser step's temporaries**: ``foreach`` AdamW (CUDA's default) makes
+  ``torch._foreach_sqrt(exp_avg_sq)``: one more copy of the second moment, freed after the step;
+  the fused and single-tensor paths make none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPTIMIZERS = ("adamw", "adamw-mixed", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum")
+BNB_BLOCK = 256  # bitsandbytes' 8-bit optimiser block
+BNB_MIN_8BIT = 4096  # tensors smaller than this keep 32-bit states (min_8bit_size)
+NF4_BLOCK = 64
+NF4_NESTED_BLOCK = 256
+
+
+def nf4_bytes(n: int, double_quant: bool = True) -> int:
+    """Storage of one ``n``-value weight in NF4: the packed values and its constants."""
+    blocks = -(-n // NF4_BLOCK)
+    packed = -(-n // 2)
+    if not double_quant:
+        return packed + blocks * 4
+    return packed + blocks + -(-blocks // NF4_NESTED_BLOCK) * 4 + 256 * 4 + 4
+
+
+def int8_bytes(n_in: int, n_out: int) -> int:
+    """Storage of one ``n_out x n_in`` LLM.int8 weight: the values and a scale per row."""
+    return n_in * n_out + n_out * 4
+
+
+def optimizer_state_bytes(shapes: list[int], optimizer: str, param_b: int) -> int:
+    """Optimiser state for trainable tensors of ``shapes`` (element counts), ``param_b`` bytes
+    per parameter element (module docstring).
+
+    Raises:
+        ValueError: an optimiser not in :data:`OPTIMIZERS`.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
+    total = 0
+    for n in shapes:
+        if optimizer == "adamw":
+            total += 2 * n * param_b
+        elif optimizer == "adamw-mixed":
+            total += 4 * n + 8 * n  # fp32 master copy + two fp32 moments
+        elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):
+            if n < BNB_MIN_8BIT:
+                total += 2 * n * 4
+            else:
+                total += 2 * (n + -(-n // BNB_BLOCK) * 4)
+        elif optimizer == "sgd-momentum":
+            total += n * param_b
+    return total
+
+
+def optimizer_step_bytes(shapes: list[int], optimizer: str, param_b: int, foreach: bool) -> int:
+    """The step's own temporaries: ``foreach`` AdamW's ``_foreach_sqrt(exp_avg_sq)`` (one copy of
+    the second moment); the single-tensor AdamW makes ``exp_avg_sq.sqrt() / bias_correction``
+    for one tensor at a time (two of the largest; the previous tensor's ``denom``, still bound
+    to its local, is left out); with fp32 master weights, the fp32 copy of each gradient."""
+    n = sum(shapes)
+    if optimizer == "adamw":
+        return n * param_b if foreach else 2 * max(shapes, default=0) * param_b
+    if optimizer == "adamw-mixed":
+        return n * 4 + (n * 4 if foreach else 0)
+    return 0
+
+
+def greedy_partition(shapes: list[int], devices: int) -> list[list[int]]:
+    """``torch.distributed.optim.ZeroRedundancyOptimizer``'s partition: whole tensors, largest
+    first, each to the rank holding the fewest elements so far (the first such rank)."""
+    ranks: list[list[int]] = [[] for _ in range(devices)]
+    sizes = [0] * devices
+    for n in sorted(shapes, reverse=True):  # sorted() is stable, as the optimiser's is
+        r = sizes.index(min(sizes))
+        ranks[r].append(n)
+        sizes[r] += n
+    return ranks
+
+
+@dataclass
+class Sharding:
+    """How states, gradients and weights divide over ``devices`` (per rank).
+
+    ``"none"``: data parallel (``DistributedDataParallel``). ``"zero1"`` / ``"zero2"``: the
+    optimiser states (and for zero2 the gradients) divided; states as PyTorch's
+    ``ZeroRedundancyOptimizer`` divides them (:func:`greedy_partition`; the most loaded rank
+    counts), gradients as an even flat split. ``"zero3"`` / ``"fsdp"``: everything divided as
+    FSDP2's ``fully_shard`` does: each tensor on dim 0, padded so every rank holds
+    ``ceil(rows / devices)`` rows.
+
+    Raises:
+        ValueError: a mode not in :data:`SHARDING`, or ``devices`` not a positive int.
+    """
+
+    devices: int = 1
+    mode: str = "none"  # "none" (DDP), "zero1", "zero2", "zero3", "fsdp"
+    offload: bool = False  # optimizer states (and master weights) kept on the CPU
+
+    def __post_init__(self) -> None:
+        if self.mode not in SHARDING:
+            raise ValueError(f"sharding={self.mode!r} is not one of {SHARDING}")
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
+            raise ValueError(f"devices must be a positive int, got {self.devices!r}")
+
+    @property
+    def dim0(self) -> bool:
+        return self.mode in ("zero3", "fsdp") and self.devices > 1
+
+    def local(self, dims: list[tuple[int, int]]) -> list[int]:
+        """The elements of each tensor this rank holds."""
+        if self.dim0:
+            return [-(-rows // self.devices) * cols for rows, cols in dims]
+        return [rows * cols for rows, cols in dims]
+
+    def weights(self, total: int) -> int:
+        """Stored bytes that cannot be split by tensor (4/8-bit storage): an even split."""
+        return -(-total // self.devices) if self.dim0 else total
+
+    def gradients(self, dims: list[tuple[int, int]], b: int) -> int:
+        """Bytes of this rank's gradients of the tensors ``dims`` at ``b`` bytes an element:
+        ZeRO-2 keeps an even share of them, FSDP its dim-0 shards, the rest every one."""
+        if self.mode == "zero2" and self.devices > 1:
+            return -(-sum(r * c for r, c in dims) * b // self.devices)
+        return sum(self.local(dims)) * b
+
+    def state_shapes(self, dims: list[tuple[int, int]]) -> list[int]:
+        """The tensors whose optimiser state this rank keeps (the most loaded rank)."""
+        if self.mode in ("zero1", "zero2") and self.devices > 1:
+            ranks = greedy_partition([r * c for r, c in dims], self.devices)
+            return max(ranks, key=sum)
+        return self.local(dims)
+
+    def ddp_buckets(self, grad_bytes: int) -> int:
+        """``DistributedDataParallel`` (data parallel, and under a ZeRO-1 optimiser) keeps its
+        gradient buckets beside the gradients (``gradient_as_bucket_view=False``, the
+        default): one more copy of every trainable gradient, made when it wraps the model."""
+        return grad_bytes if self.devices > 1 and self.mode in ("none", "zero1") else 0
+
+    def gathered(self, root_bytes: int, layer_bytes: int, layer_grad_bytes: int) -> int:
+        """What FSDP2 (``fully_shard`` on each decoder layer and the root) holds unsharded in
+        the backward, by its design (``torch/distributed/fsdp/_fully_shard``): the root's
+        parameters (embeddings, final norm, head: gathered at the first forward, resharded only
+        after the backward), the current layer and the one prefetched for the backward, and for
+        a full fine-tune that layer's unsharded gradients and its reduce-scatter input. Checked
+        per rank against counted bytes (``tests/library/test_hf_sharding.py``): conservative,
+        since not all of them are live at once."""
+        if not self.dim0:
+            return 0
+        return root_bytes + 2 * layer_bytes + 2 * layer_grad_bytes
+
+
+SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp")

@@ -108,6 +108,33 @@ def build(repo: Path, instructor: str, course_id: str) -> Path:
     return folder
 
 
+def install_grader(repo: Path, instructor: str) -> Path:
+    """A private copy of ``course_grading`` for the instructor; the folder to put on PYTHONPATH.
+
+    The grader holds the trusted item checks (what a right answer is), so the hub's mount view
+    shows students nothing of it: ``private_view`` bares only ``.venv``, ``course_lib`` and
+    ``classroom`` of the checkout. The instructor's server (formgrader's autograde and feedback
+    steps name ``course_grading`` in ``nbgrader_config.py``) and ``run.py autograde`` import it
+    from ``~instructor/.shapes-grader/`` (mode 0700) instead. The copy is made anew on every
+    start, so it is never older than the checkout; nothing the instructor writes lives there.
+    """
+    account = pwd.getpwnam(instructor)
+    folder = Path(account.pw_dir) / ".shapes-grader"
+    if folder.is_symlink():
+        folder.unlink()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700)
+    shutil.copytree(
+        repo / "course_grading",
+        folder / "course_grading",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+    folder.chmod(0o700)
+    return folder
+
+
 if __name__ == "__main__":  # for an image: python classroom/course_folder.py /etc/shapes
     import sys
 

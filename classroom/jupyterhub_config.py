@@ -11,7 +11,8 @@ accounts, folders; written by run.py) and, for the gradebook password, from the 
   unless run.py was given another ``--ip`` for the public proxy.
 - Each server gets ``JUPYTER_CONFIG_PATH`` for its role and the course's settings in its
   environment (``SHAPES_COURSE_ID``, ``SHAPES_EXCHANGE_ROOT``; the instructor also
-  ``SHAPES_COURSE_ROOT`` and ``SHAPES_GRADEBOOK_URL``). Students never see the gradebook URL.
+  ``SHAPES_COURSE_ROOT``, ``SHAPES_GRADEBOOK_URL`` and a ``PYTHONPATH`` to a private copy of the
+  grader). Students never see the gradebook URL, and no copy of ``course_grading`` is in their view.
 """
 
 import json
@@ -65,6 +66,8 @@ def _environment(spawner) -> None:
     if instructor:
         env["SHAPES_COURSE_ROOT"] = settings["course_root"]
         env["SHAPES_GRADEBOOK_URL"] = gradebook_url
+        # The grader (course_folder.install_grader): hidden from everyone else's view.
+        env["PYTHONPATH"] = settings["grader"]
     spawner.environment = env
 
 

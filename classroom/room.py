@@ -106,6 +106,7 @@ class Classroom:
         exchange.chmod(0o1777)  # nbgrader's exchange: everyone writes, the sticky bit guards
         etc = course_folder.write_role_configs(self.state / "etc")
         course_root = course_folder.build(REPO, instructor, COURSE_ID)
+        grader = course_folder.install_grader(REPO, instructor)
         settings = {
             "ip": args.ip,
             "port": args.port or free_port(),
@@ -117,6 +118,7 @@ class Classroom:
             "students": students,
             "course_id": COURSE_ID,
             "course_root": str(course_root),
+            "grader": str(grader),
             "exchange": str(exchange),
             "etc": {role: str(path) for role, path in etc.items()},
         }

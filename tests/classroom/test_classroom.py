@@ -284,6 +284,26 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
             capture_output=True, text=True,
         )  # fmt: skip
         assert look.returncode != 0, f"a student can list the solutions: {look.stdout[:200]}"
+        # Nor the grader: its item checks say what a right answer is. The instructor imports a
+        # private copy; a student's Python in the same view finds no course_grading at all.
+        as_student = ["nsenter", f"--target={hub_pid}", "--mount", f"--setuid={other.pw_uid}",
+                      f"--setgid={other.pw_gid}"]  # fmt: skip
+        grader = Path(ready["grader"])
+        for command in (
+            ["ls", str(grader)],
+            ["ls", str(ROOT / "course_grading")],
+            [sys.executable, "-c", "import course_grading.items"],
+        ):
+            peek = subprocess.run([*as_student, *command], capture_output=True, text=True)
+            assert peek.returncode != 0, f"a student reaches the grader: {command}: {peek.stdout}"
+        teacher_account = pwd.getpwnam(teacher_name)
+        found = subprocess.run(
+            ["nsenter", f"--target={hub_pid}", "--mount", f"--setuid={teacher_account.pw_uid}",
+             f"--setgid={teacher_account.pw_gid}", "env", f"PYTHONPATH={grader}", sys.executable,
+             "-c", "import course_grading.items, sys; print(course_grading.items.__file__)"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert found.returncode == 0 and str(grader) in found.stdout, found.stdout + found.stderr
 
     with steps.step(f"{student_a} submits the solution, {student_b} the blank notebook"):
         nbformat.write(answered(fetched[student_a], solution), str(fetched[student_a]))

@@ -138,6 +138,19 @@ def time_checkpointing(
     alternating order (:func:`course_lib.timing.interleave`). Gradients are cleared before every
     step. ``config.checkpoint_every`` applies to the checkpointed side.
 
+    Args:
+        config: the model to time; its ``checkpointing`` is ignored, ``checkpoint_every`` and
+            ``attn_impl`` are used.
+        batch_size: rows of the random batch.
+        seq_len: tokens per row, at most ``config.max_seq_len``.
+        checkpointing: the checkpointed side's mode, ``"blocks"`` or ``"attention"`` (``True``
+            means ``"blocks"``).
+        repeats: timed pairs.
+        warmup: untimed steps of each side first (allocator and kernel warm-up).
+        device: where to run (default: CUDA when available, else the CPU).
+        seed: the weights' and the batch's seed (both sides get the same).
+        progress: show a progress bar.
+
     Returns:
         :class:`StepTimes` with every timed repeat of both sides.
 

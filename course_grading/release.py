@@ -43,7 +43,7 @@ STRIP_KEYS = [
 # --- the normal form ----------------------------------------------------------------------------
 
 
-def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def normalise_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Strip outputs, execution counts and volatile metadata in place, as ``nbstripout`` does.
 
     nbgrader metadata (``metadata.nbgrader``, ``editable``, ``deletable``) and cell ids are kept.
@@ -65,7 +65,7 @@ def notebook_text(nb: nbformat.NotebookNode) -> str:
 def normalised_text(path: Path) -> str:
     """Read a notebook file and return its normal form as text."""
     nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
-    return notebook_text(normalise(nb))
+    return notebook_text(normalise_notebook(nb))
 
 
 def normalise_file(path: Path, *, check: bool = False) -> bool:

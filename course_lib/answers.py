@@ -87,6 +87,15 @@ def normalise(value: object, sig: int | None = None) -> str:
     ``sig=None`` keeps integers exact and floats to 12 significant figures; ``sig=N`` rounds every
     number to ``N`` significant figures, so ``0.6349`` and ``0.635`` agree at ``sig=3``.
 
+    Args:
+        value: the answer (a number, bool, text, a numpy/torch scalar, or a list/tuple/set of
+            those).
+        sig: significant figures every number is rounded to; ``None`` keeps integers exact.
+
+    Returns:
+        The text the older digest hashes: ``"16"``, ``"0.635"``, ``"true"``, lower-cased text with
+        single spaces, ``"[a,b]"`` for a sequence, ``"{a,b}"`` (sorted) for a set.
+
     Raises:
         ValueError: the answer is still blank (``...`` or ``None``).
         TypeError: a value that is not a number, bool, string or list/tuple/set of those.
@@ -119,6 +128,14 @@ def normalise(value: object, sig: int | None = None) -> str:
 def digest(name: str, value: object, sig: int | None = None) -> str:
     """The older salted PBKDF2 hash of ``value`` normalised to ``sig`` significant figures.
 
+    Args:
+        name: the answer's variable name (the salt: the same value hashes differently per item).
+        value: the answer.
+        sig: significant figures to compare at; ``None`` is exact (floats to 12 figures).
+
+    Returns:
+        The first 16 hex digits of PBKDF2-SHA256 (100,000 iterations) of :func:`normalise`'s text.
+
     Raises:
         ValueError, TypeError: see :func:`normalise`.
     """
@@ -136,6 +153,15 @@ def _scrypt(label: str, text: str) -> str:
 def secret_digest(label: str, values: Sequence[object], forms: Sequence[Form]) -> str:
     """The memory-hard digest of ``values``, each read by its form: ``scrypt:<specs>:<hex>``.
 
+    Args:
+        label: the item's label (the salt): an answer's digest differs from item to item.
+        values: the right answer's values, one per form.
+        forms: how each value is compared (:mod:`course_lib.forms`).
+
+    Returns:
+        ``"scrypt:<spec;spec…>:<32 hex digits>"``: the forms' specs in clear (so the visible test
+        reads the answer as the grader does), then 16 bytes of scrypt (64 MiB, about 0.3 s).
+
     Raises:
         Unreadable: a value its form cannot read.
         ValueError: not one form per value.
@@ -149,6 +175,12 @@ def secret_digest(label: str, values: Sequence[object], forms: Sequence[Form]) -
 
 def forms_of_digest(expected: str) -> list[Form]:
     """The forms a :func:`secret_digest` was made with (its middle part).
+
+    Args:
+        expected: a ``"scrypt:<specs>:<hex>"`` digest.
+
+    Returns:
+        One :class:`~course_lib.forms.Form` per compared value, in order.
 
     Raises:
         ValueError: not such a digest.
@@ -169,6 +201,9 @@ def forms_of_digest(expected: str) -> list[Form]:
 def ensure_answered(**answers: object) -> None:
     """Raise ``NotImplementedError`` naming every answer still left as ``...`` (or ``None``).
 
+    Args:
+        **answers: each answer by its variable name (``ensure_answered(q1_ratio=q1_ratio)``).
+
     Raises:
         NotImplementedError: an answer is still blank, naming what to set.
     """
@@ -183,6 +218,15 @@ def ensure_answered(**answers: object) -> None:
 def read_answer(name: str, value: object, form: Form) -> object:
     """``value`` read as the grader reads it: a Python number, text or tuple (``Form.value``).
 
+    Args:
+        name: the answer's variable name, for the messages.
+        value: the student's answer.
+        form: how the item reads it.
+
+    Returns:
+        :meth:`Form.value <course_lib.forms.Form.value>` of the plain value: an ``int`` or
+        ``float`` for a number, ``str`` for a word or shape, ``bool``, or a tuple/frozenset.
+
     Raises:
         NotImplementedError: the answer is still blank.
         AssertionError: it cannot be read at all (the reason says what to write instead).
@@ -196,8 +240,14 @@ def read_answer(name: str, value: object, form: Form) -> object:
 
 def plausible(name: str, checked: str, *forms: Form) -> None:
     """Print that ``name`` passed the visible property check ``checked``, and what the grade
-    needs (``forms``: how the answer is compared). Never "right": a property check does not
-    determine the answer."""
+    needs. Never "right": a property check does not determine the answer.
+
+    Args:
+        name: the answer's variable name.
+        checked: what the visible test checked, in words (``"a number above 1"``).
+        *forms: how the grade compares the answer (their :attr:`~course_lib.forms.Form.needs`
+            are printed); none means ``"exact"``.
+    """
     needs = ", ".join(dict.fromkeys(f.needs for f in forms)) or "exact"
     print(f"{name}: plausible ({checked}); the grade checks it outside your notebook ({needs})")
 
@@ -207,6 +257,12 @@ def check(name: str, value: object, expected: str, sig: int | None = None) -> No
 
     ``expected`` is a :func:`secret_digest` (``value`` a tuple when it names several forms) or
     an older :func:`digest` compared at ``sig`` significant figures.
+
+    Args:
+        name: the answer's variable name (the digest's salt).
+        value: the student's answer (a tuple when the digest names several forms).
+        expected: the digest printed by ``python -m course_grading digest``.
+        sig: significant figures for an older PBKDF2 digest; ignored by an scrypt one.
 
     Raises:
         NotImplementedError: the answer is still blank.
@@ -244,8 +300,15 @@ def _check_older(name: str, value: object, expected: str, sig: int | None) -> No
 
 
 def digest_seconds(repeat: int = 3) -> float:
-    """The least CPU time (seconds, this process) one :func:`secret_digest` took in ``repeat``
-    tries: what one candidate costs a brute force on one core of this machine."""
+    """The least CPU time one :func:`secret_digest` took in ``repeat`` tries: what one
+    candidate costs a brute force on one core of this machine.
+
+    Args:
+        repeat: tries (at least one is made).
+
+    Returns:
+        Seconds of this process's CPU time (``time.process_time``), the minimum over the tries.
+    """
     best = math.inf
     for i in range(max(1, repeat)):
         start = time.process_time()

@@ -46,6 +46,13 @@ def random_batch(
     The ids depend only on ``(seed, batch_size, seq_len)``, so every measurement of one shape sees
     the same batch. What a step allocates does not depend on the ids, only on the shape.
 
+    Args:
+        vocab_size: ids are drawn uniformly from ``[0, vocab_size)``.
+        batch_size: ``B``, rows.
+        seq_len: ``T``, tokens per row (no padding).
+        seed: with the shape, fixes the ids (the global torch RNG is not touched).
+        device: where the tensors live (``None``: the CPU).
+
     Returns:
         ``{"input_ids": (B, T) int64, "labels": the same tensor}`` on ``device``.
     """
@@ -64,6 +71,14 @@ def count_loss_tokens(labels: torch.Tensor) -> int:
     masking that first label is a prompt token (-100) and the counts agree; with full-sequence
     labels (``labels = input_ids``) every row adds one phantom token, so a batch of 16 rows of 20
     labelled tokens would claim 320 instead of 304 and every normaliser built on it is 5 % off.
+
+    Args:
+        labels: int ``(..., T)`` labels, ``-100`` where no loss is taken (unshifted, as a batch
+            holds them).
+
+    Returns:
+        The number of targets the shifted loss averages over: labels at positions ``1 .. T-1``
+        that are not ``-100``, summed over every row.
 
     Raises:
         ValueError: ``labels`` is not a tensor with a sequence dimension.

@@ -77,6 +77,15 @@ def tokens_per_step(
     Counts full rows of ``seq_len`` tokens (packed data, or the worst case). With padding the real
     count is lower: log the non-pad tokens during training too.
 
+    Args:
+        micro_batch_size: rows per forward/backward pass on one device.
+        seq_len: tokens per row.
+        grad_accum_steps: micro-batches per optimiser step.
+        n_devices: data-parallel replicas.
+
+    Returns:
+        Tokens per optimiser step (``tokens_per_step(2, 1024, 8) == 16384``).
+
     Raises:
         ValueError: a value that is not a positive int.
     """
@@ -91,6 +100,14 @@ def steps_per_epoch(dataset_size: int, effective_batch: int, drop_last: bool = F
     ``drop_last=True``: full steps only, ``N // E``. The small-dataset trap in numbers: 800
     examples at an effective batch of 64 is ``800 // 64 == 12`` full optimiser steps; the last 32
     examples make a thirteenth, half-sized step unless they are dropped.
+
+    Args:
+        dataset_size: examples in the dataset ``N``.
+        effective_batch: examples per optimiser step ``E`` (:func:`effective_batch_size`).
+        drop_last: count only full steps.
+
+    Returns:
+        Optimiser steps per epoch: ``ceil(N / E)``, or ``N // E`` with ``drop_last``.
 
     Raises:
         ValueError: a size that is not a positive int.
@@ -109,6 +126,17 @@ def find_max_batch_size(fits: Fits, start: int = 1, limit: int | None = None) ->
     ``find_executable_batch_size`` from 128 (``n = int(0.9 * n)`` after each OOM; see
     :func:`course_lib.fit.shrink_search`) needs 12 probes and stops at 36, because its steps skip
     over 37.
+
+    Args:
+        fits: ``fits(n)``: does a step at micro-batch ``n`` fit? Monotone; an out-of-memory error
+            counts as False (a :class:`~course_lib.memory.MemoryProbe` or a
+            :class:`~course_lib.fit.PredictedProbe`).
+        start: the first micro-batch tried.
+        limit: the largest worth trying (``None``: no cap).
+
+    Returns:
+        :class:`SearchResult`: ``batch_size`` the largest micro-batch that fits, ``tries`` and
+        ``history`` the probes, ``capped`` when ``limit`` itself fitted.
 
     Raises:
         ValueError: ``start`` or ``limit`` is not a positive int, or ``limit < start``.

@@ -39,6 +39,17 @@ def example_tokens(
     ``prompt_len`` (tokens ``[:prompt_len]`` are masked under ``completion_only``), or a plain
     sequence of token ids (every token is a label). ``index`` only names the example in errors.
 
+    Args:
+        example: a dict with ``input_ids`` (and ``labels`` or ``prompt_len``), or plain token ids.
+        index: the example's place in its batch, for error messages.
+        completion_only: mask the first ``prompt_len`` tokens' labels (no effect when the example
+            brings its own ``labels``).
+        label_pad_id: the label a masked token gets (``-100``).
+
+    Returns:
+        ``(input_ids, labels)``, int64 arrays ``(L,)`` of the example's length ``L``; labels
+        unshifted (the model shifts them).
+
     Raises:
         ValueError: an example without ``input_ids``, with no tokens, non-integer or negative
             ids, labels of another length, or a ``prompt_len`` outside the example.
@@ -99,6 +110,16 @@ class PaddingCollator:
         pad_to_multiple_of: int | None = None,
         completion_only: bool = True,
     ) -> None:
+        """Remember how to pad; nothing is padded until the collator is called.
+
+        Args:
+            pad_token_id: the id written in padding slots (its labels are ``label_pad_id`` whatever
+                the id, so it may equal EOS).
+            label_pad_id: the label of padding and of masked prompt tokens.
+            pad_to_multiple_of: round ``T`` up to a multiple of this (``None``: ``T`` is the
+                longest example).
+            completion_only: mask each example's first ``prompt_len`` tokens out of the loss.
+        """
         non_negative_int("pad_token_id", pad_token_id)
         if pad_to_multiple_of is not None:
             positive_int("pad_to_multiple_of", pad_to_multiple_of, "or None")
@@ -109,6 +130,9 @@ class PaddingCollator:
 
     def __call__(self, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
         """Pad ``examples`` into one batch.
+
+        Args:
+            examples: dicts with ``input_ids`` and ``prompt_len`` or ``labels``, or plain id lists.
 
         Returns:
             ``input_ids``, ``attention_mask`` and ``labels``, each ``(B, T)`` int64
@@ -146,6 +170,16 @@ def random_batches(
 
     The last batch is shorter unless ``drop_last``. This is what a plain shuffling DataLoader does.
 
+    Args:
+        n: number of examples.
+        batch_size: examples per batch.
+        seed: seed of the shuffle (``random.Random``).
+        drop_last: drop a last batch shorter than ``batch_size``.
+
+    Returns:
+        ``ceil(n / batch_size)`` lists of indices (one fewer with ``drop_last`` when ``n`` is not a
+        multiple); every index once.
+
     Raises:
         ValueError: ``batch_size`` is not a positive int.
     """
@@ -176,6 +210,15 @@ class LengthGroupedSampler:
         self, lengths: Sequence[int] | np.ndarray, batch_size: int, seed: int = 0,
         megabatch_mult: int = 50,
     ) -> None:  # fmt: skip
+        """Group ``lengths`` into batches; the first epoch is 0.
+
+        Args:
+            lengths: tokens of every example, 1-D.
+            batch_size: examples per batch.
+            seed: with the epoch, seeds each epoch's shuffle.
+            megabatch_mult: megabatch size in batches: larger groups lengths more tightly (less
+                padding) but mixes the order less.
+        """
         positive_int("batch_size", batch_size)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         if self.lengths.ndim != 1 or self.lengths.size == 0:
@@ -189,14 +232,23 @@ class LengthGroupedSampler:
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose order ``__iter__`` yields (a different shuffle per epoch)."""
+        """Choose the epoch whose order ``__iter__`` yields (a different shuffle per epoch).
+
+        Args:
+            epoch: the epoch number (the shuffle is seeded with ``(seed, epoch)``).
+        """
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
         return math.ceil(self.lengths.size / self.batch_size)
 
     def batches(self) -> list[list[int]]:
-        """All batches of the current epoch, as lists of indices."""
+        """All batches of the current epoch, as lists of indices.
+
+        Returns:
+            ``ceil(n / batch_size)`` lists of example indices, the one holding the longest
+            example first; every index exactly once.
+        """
         rng = np.random.default_rng((self.seed, self.epoch))
         order = rng.permutation(self.lengths.size)
         mega = self.megabatch_mult * self.batch_size
@@ -242,6 +294,12 @@ def padding_stats(batches: Iterable[dict | Sequence[int]]) -> PaddingStats:
     Each batch is a dict with ``attention_mask`` ``(B, T)`` (a padded batch), a dict with
     ``document_ids`` ``(R, T)`` where -1 marks padding (a packed batch from ``PackingCollator``),
     or a plain list of example lengths (padded to its longest, computed without building tensors).
+
+    Args:
+        batches: padded batches, packed batches, or lists of example lengths (one list per batch).
+
+    Returns:
+        :class:`PaddingStats`: real tokens, slots computed (``Σ B T``) and padded slots, in tokens.
 
     Raises:
         ValueError: no batch, a dict batch without ``attention_mask`` or ``document_ids``, or a

@@ -53,6 +53,12 @@ _TASKS = ("copy", "upper", "reverse", "count", "describe", "describe")
 def encode(text: str) -> list[int]:
     """UTF-8 bytes of ``text`` as token ids in ``[0, 256)``. No special tokens are added.
 
+    Args:
+        text: any text; non-ASCII characters take 2 to 4 tokens (their UTF-8 bytes).
+
+    Returns:
+        One id per UTF-8 byte, so ``len(encode(t)) == len(t.encode())``.
+
     Raises:
         TypeError: ``text`` is not a str.
     """
@@ -63,6 +69,15 @@ def encode(text: str) -> list[int]:
 
 def decode(ids: Iterable[int], show_special: bool = False) -> str:
     """Text from token ids. Special ids are dropped, or shown as ``<bos>`` etc. if asked.
+
+    Args:
+        ids: token ids (ints, or anything ``int()`` reads: numpy or 0-d torch values).
+        show_special: write special ids as ``<pad>``, ``<bos>``, ``<eos>``, ``<sep>`` instead of
+            dropping them.
+
+    Returns:
+        The bytes decoded as UTF-8 (an invalid sequence as U+FFFD), so
+        ``decode(encode(t)) == t``.
 
     Raises:
         ValueError: an id that is neither a byte nor a special id.
@@ -165,8 +180,16 @@ def _draw_length(rng: random.Random, max_len: int, log_mu: float, sigma: float) 
 
 
 def make_example(prompt: str, completion: str) -> dict:
-    """One example: ``input_ids`` = BOS + prompt + SEP + completion + EOS, ``prompt_len`` =
-    the length of BOS + prompt + SEP."""
+    """One example: ``input_ids`` = BOS + prompt + SEP + completion + EOS.
+
+    Args:
+        prompt: the instruction (context: masked out of the loss).
+        completion: the answer (the loss targets, with the EOS).
+
+    Returns:
+        ``{"input_ids": list[int], "prompt_len": int}``: ``len(encode(prompt)) +
+        len(encode(completion)) + 3`` tokens, ``prompt_len`` = the tokens of BOS + prompt + SEP.
+    """
     p = [BOS_ID, *encode(prompt), SEP_ID]
     return {"input_ids": p + encode(completion) + [EOS_ID], "prompt_len": len(p)}
 
@@ -189,6 +212,17 @@ def make_instruction_dataset(
     ``MIN_LEN`` are *redrawn*, so the result is a truncated lognormal and every example has at most
     ``max_len`` tokens; lowering ``max_len`` changes the distribution, it never cuts an example.
     The realised length is within one word of the draw. Same ``(n, seed, ...)``, same data.
+
+    Args:
+        n: number of examples.
+        seed: seed of the one ``random.Random`` that draws lengths, tasks and words.
+        max_len: most tokens in an example (a cap by redrawing, never by cutting).
+        log_mu: mean of the log of the total length in tokens (median = ``exp(log_mu)``).
+        sigma: standard deviation of the log length; larger means a longer tail.
+
+    Returns:
+        ``n`` dicts ``{"input_ids", "prompt_len", "task"}`` (``task`` one of ``"copy"``,
+        ``"upper"``, ``"reverse"``, ``"count"``, ``"describe"``).
 
     Raises:
         ValueError: ``n`` negative or not an int, ``max_len`` below ``2 * MIN_LEN``, or
@@ -220,7 +254,14 @@ def make_instruction_dataset(
 
 
 def example_lengths(examples: Iterable[dict]) -> np.ndarray:
-    """Token count of every example, as an int64 array ``(n,)``."""
+    """Token count of every example.
+
+    Args:
+        examples: dicts with ``input_ids`` (as :func:`make_instruction_dataset` builds them).
+
+    Returns:
+        int64 array ``(n,)``: ``len(ex["input_ids"])`` for each example, in order.
+    """
     return np.array([len(ex["input_ids"]) for ex in examples], dtype=np.int64)
 
 
@@ -232,8 +273,14 @@ def load_length_histogram(name: str = "wikipedia_512") -> tuple[np.ndarray, np.n
 
     ``"wikipedia_512"``: English Wikipedia BERT pre-training sequences (max 512 tokens);
     ``"squad_1_1_384"``: SQuAD 1.1 (max 384). Both from Krell et al. 2021 (Graphcore, MIT licence;
-    see ``course_lib/lengths/README.md``). Returns ``(lengths, counts)`` like
-    :func:`length_histogram_from_csv`.
+    see ``course_lib/lengths/README.md``).
+
+    Args:
+        name: one of :data:`LENGTH_HISTOGRAMS`.
+
+    Returns:
+        ``(lengths, counts)`` as int64 arrays of the same shape, like
+        :func:`length_histogram_from_csv`: ``counts[i]`` sequences had ``lengths[i]`` tokens.
 
     Raises:
         ValueError: an unknown name (listing the shipped ones).
@@ -248,7 +295,14 @@ def load_length_histogram(name: str = "wikipedia_512") -> tuple[np.ndarray, np.n
 def length_histogram_from_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Read a ``length,count`` CSV file of your own.
 
-    Returns ``(lengths, counts)`` as int64 arrays, rows with a zero count dropped.
+    Args:
+        path: a CSV file with a ``length,count`` header, one row per length in tokens.
+
+    Returns:
+        ``(lengths, counts)`` as int64 arrays ``(k,)``, rows with a zero count dropped.
+
+    Raises:
+        ValueError: no ``length,count`` header, a length that is not positive or a negative count.
     """
     with open(path, newline="") as f:
         return _read_histogram(f, str(path))
@@ -278,7 +332,16 @@ def lengths_from_histogram(
     With an integer ``scale`` > 1 each histogram length ``L`` stands for the ``scale`` finer
     lengths ``(L - 1) * scale + 1 .. L * scale``, drawn uniformly (so 512-token Wikipedia rows
     become a 2,048-token workload with the same shape, not only multiples of 4).
-    Returns int64 ``(n,)``.
+
+    Args:
+        lengths: the histogram's lengths in tokens, ``(k,)``.
+        counts: how often each length occurs, ``(k,)`` (weights: need not be integers).
+        n: number of lengths to draw.
+        seed: seed of the numpy generator.
+        scale: stretch factor (1: the histogram's own lengths).
+
+    Returns:
+        int64 array ``(n,)`` of lengths in tokens, each in ``[1, max(lengths) * scale]``.
 
     Raises:
         ValueError: ``lengths`` and ``counts`` of different shapes or no positive count, or a
@@ -304,7 +367,16 @@ def sample_lengths(
 
     Same truncated lognormal (redrawn outside ``[MIN_LEN, max_len]``), vectorised for benchmarks
     with millions of lengths; not the same random stream, so not the same values for a seed.
-    Returns int64 ``(n,)``.
+
+    Args:
+        n: number of lengths.
+        seed: seed of the numpy generator.
+        max_len: longest length kept, in tokens.
+        log_mu: mean of the log length (median = ``exp(log_mu)`` tokens).
+        sigma: standard deviation of the log length.
+
+    Returns:
+        int64 array ``(n,)`` of lengths in tokens, each in ``[MIN_LEN, max_len]``.
     """
     rng = np.random.default_rng(seed)
     out = np.empty(0, dtype=np.int64)

@@ -23,12 +23,25 @@ import torch.distributed as dist
 
 
 def is_distributed() -> bool:
-    """True when ``torch.distributed`` is available and initialised in this process."""
+    """True when ``torch.distributed`` is available and initialised in this process.
+
+    Returns:
+        False in an ordinary single process (every function here is then local).
+    """
     return dist.is_available() and dist.is_initialized()
 
 
 def all_reduce_sum(values: list[float], dtype: torch.dtype, group: Any = None) -> list:
-    """Sum a short list of numbers over the ranks of ``group`` (one collective call)."""
+    """Sum a short list of numbers over the ranks of ``group`` (one collective call).
+
+    Args:
+        values: the numbers this rank contributes, the same length on every rank.
+        dtype: the dtype they are reduced in (``torch.int64`` for counts: exact).
+        group: the process group; ``None`` means the default (world) group.
+
+    Returns:
+        The element-wise sums over the ranks, as Python numbers (the same on every rank).
+    """
     device = torch.device("cpu")
     if dist.get_backend(group) == "nccl":  # nccl reduces only CUDA tensors
         device = torch.device("cuda", torch.cuda.current_device())
@@ -38,8 +51,17 @@ def all_reduce_sum(values: list[float], dtype: torch.dtype, group: Any = None) -
 
 
 def sum_over_ranks(count: int, group: Any = None) -> tuple[int, int]:
-    """``(count summed over the ranks of group, world size)``; ``(count, 1)`` without
-    ``torch.distributed``. A collective: every rank must call it."""
+    """The count summed over the ranks of ``group``, and the world size.
+
+    A collective: every rank must call it.
+
+    Args:
+        count: this rank's number (loss tokens of its micro-batches).
+        group: the process group; ``None`` means the default group.
+
+    Returns:
+        ``(sum over ranks, world size)``; ``(count, 1)`` without ``torch.distributed``.
+    """
     if not is_distributed():
         return int(count), 1
     return int(all_reduce_sum([int(count)], torch.int64, group)[0]), dist.get_world_size(group)

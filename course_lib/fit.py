@@ -58,14 +58,29 @@ class PredictedProbe:
         self.memory_budget = memory_budget(self.memory_budget)
 
     def __call__(self, n: int) -> bool:
-        """Predict the bytes at ``n`` (kept in ``needed``); True when they fit the budget."""
+        """Predict the bytes at ``n`` (kept in ``needed``); True when they fit the budget.
+
+        Args:
+            n: the value tried (rows, or tokens per row).
+
+        Returns:
+            True when ``needed_at(n)`` bytes are at most ``memory_budget`` bytes.
+        """
         self.needed[n] = int(self.needed_at(n))
         return self.needed[n] <= self.memory_budget
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """True for errors that mean "this size did not fit": ``torch.OutOfMemoryError`` (CUDA),
-    ``MemoryError``, and the CPU allocator's ``RuntimeError("... can't allocate memory ...")``."""
+    """Whether an error means "this size did not fit".
+
+    Args:
+        exc: the error a probe raised.
+
+    Returns:
+        True for ``torch.OutOfMemoryError`` (CUDA), ``MemoryError``, and the CPU allocator's
+        ``RuntimeError("... can't allocate memory ...")``; False for anything else (a real bug,
+        which the search re-raises).
+    """
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
     text = str(exc)
@@ -154,7 +169,17 @@ def find_largest(fits: Fits, start: int = 1, limit: int | None = None) -> Search
 
 
 def largest_or_zero(fits: Fits, limit: int) -> int:
-    """:func:`find_largest` from 1 up to ``limit``, or 0 when not even 1 fits."""
+    """:func:`find_largest` from 1 up to ``limit``, or 0 when not even 1 fits.
+
+    Args:
+        fits: the probe, measured or predicted: True when ``n`` fits (an out-of-memory error
+            counts as False).
+        limit: the largest value worth trying.
+
+    Returns:
+        The largest fitting value in ``1 .. limit``; 0 when 1 does not fit (a table's "does not
+        fit" entry, instead of an error).
+    """
     try:
         return find_largest(fits, start=1, limit=limit).batch_size
     except NoBatchFitsError:
@@ -164,6 +189,16 @@ def largest_or_zero(fits: Fits, limit: int) -> int:
 def shrink_search(fits: Fits, start: int = 128, factor: float = 0.9) -> SearchResult:
     """accelerate's rule, for comparison: try ``start``, and after each failure
     ``n = int(n * factor)`` until a size fits. Neither exact nor logarithmic.
+
+    Args:
+        fits: the probe, measured or predicted: True when ``n`` fits (an out-of-memory error
+            counts as False).
+        start: the first size tried.
+        factor: how much each failure shrinks the size (accelerate uses 0.9).
+
+    Returns:
+        :class:`SearchResult` of the first size that fitted (not always the largest: the steps can
+        skip over it).
 
     Raises:
         ValueError: ``start`` is not a positive int, or ``factor`` is not in (0, 1).

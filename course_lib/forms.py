@@ -54,6 +54,13 @@ class Unreadable(ValueError):
 def plain(value: object) -> object:
     """``value`` as a plain value of an exact type (module docstring).
 
+    Args:
+        value: what the student set (an answer variable's value, taken from their kernel).
+
+    Returns:
+        The same value with exact builtin types: a scalar as it is, a container rebuilt
+        from plain members, a numpy/torch 0-d value as its Python scalar.
+
     Raises:
         Unreadable: not a plain value (a subclass, an object, an array of more than one value).
     """
@@ -90,7 +97,16 @@ def _type_name(value: object) -> str:
 
 
 def shown(value: object, limit: int = 40) -> str:
-    """A short rendering of a student's value for a message (``16.04``, ``'8 x 2048'``)."""
+    """A short rendering of a student's value for a message (``16.04``, ``'8 x 2048'``).
+
+    Args:
+        value: the student's value.
+        limit: most characters shown; longer renderings end in ``…``.
+
+    Returns:
+        At most ``limit`` printable characters: a float to 6 significant figures, anything
+        else by ``repr``, unprintable characters as ``?``.
+    """
     text = f"{value:.6g}" if type(value) is float else repr(value)
     text = "".join(ch if ch.isprintable() else "?" for ch in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -98,6 +114,13 @@ def shown(value: object, limit: int = 40) -> str:
 
 def number(value: object) -> Fraction | float:
     """A finite number read exactly (``int``, ``Fraction`` and ``Decimal`` as a ``Fraction``).
+
+    Args:
+        value: a plain scalar (see :func:`plain`).
+
+    Returns:
+        A ``float`` as given, or an exact ``Fraction`` for an ``int``, ``Fraction`` or
+        ``Decimal`` (so ``Decimal("0.1")`` is exactly one tenth).
 
     Raises:
         Unreadable: a bool, text, NaN, an infinity, a number too large, or not a number.
@@ -151,6 +174,12 @@ class Form:
     def canonical(self, value: object) -> str:
         """The text both sides compare.
 
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            The canonical text; two answers are the same exactly when their texts are equal.
+
         Raises:
             Unreadable: the value cannot be compared (a reason a student can act on).
         """
@@ -158,6 +187,12 @@ class Form:
 
     def value(self, value: object) -> object:
         """The answer as a Python value for arithmetic (``int``/``float``, ``str``, ``tuple``).
+
+        Args:
+            value: what the student handed in.
+
+        Returns:
+            For a numeric form, an ``int`` when the number is whole, else a ``float``.
 
         Raises:
             Unreadable: as :meth:`canonical`.
@@ -168,6 +203,13 @@ class Form:
     def same(self, value: object, expected: object) -> bool:
         """Whether ``value`` compares equal to ``expected``.
 
+        Args:
+            value: the student's answer.
+            expected: the right answer, readable by this form.
+
+        Returns:
+            True when both canonical texts are equal.
+
         Raises:
             Unreadable: ``value`` cannot be compared.
         """
@@ -175,6 +217,14 @@ class Form:
 
     def candidates(self, low: float, high: float) -> int:
         """How many distinct canonical answers lie in ``[low, high]`` (a digest's search space).
+
+        Args:
+            low: smallest plausible answer, in the question's units.
+            high: largest plausible answer, in the same units.
+
+        Returns:
+            The count of distinct canonical texts an answer in ``[low, high]`` can have, so a
+            salted digest's brute-force cost can be judged.
 
         Raises:
             ValueError: the form has no countable range.
@@ -192,6 +242,13 @@ class Exact(Form):
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
 
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            A whole number as its decimal digits (``16.0`` -> ``"16"``), anything else to 12
+            significant figures (``0.1 + 0.2`` -> ``"0.3"``).
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -200,6 +257,13 @@ class Exact(Form):
 
     def candidates(self, low: float, high: float) -> int:
         """See :meth:`Form.candidates`.
+
+        Args:
+            low: smallest plausible answer (positive).
+            high: largest plausible answer.
+
+        Returns:
+            Numbers with 12 significant figures in ``[low, high]`` (as ``Sig(12)``).
 
         Raises:
             ValueError: no countable range (give the count explicitly).
@@ -217,6 +281,13 @@ class Integer(Form):
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
 
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            A whole number's digits (``4.0`` -> ``"4"``); a non-integer as ``"~4.5"``, a text no
+            right answer has.
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -225,6 +296,13 @@ class Integer(Form):
 
     def candidates(self, low: float, high: float) -> int:
         """See :meth:`Form.candidates`.
+
+        Args:
+            low: smallest plausible answer.
+            high: largest plausible answer.
+
+        Returns:
+            The number of whole numbers in ``[low, high]`` (0 when there are none).
 
         Raises:
             ValueError: no countable range (give the count explicitly).
@@ -249,13 +327,28 @@ class Sig(Form):
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
 
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            The number rounded to ``digits`` significant figures in ``%g`` style
+            (``Sig(2)``: ``8.59`` -> ``"8.6"``, ``123456`` -> ``"1.2e+05"``).
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
         return f"{float(number(value)):.{self.digits}g}"
 
     def candidates(self, low: float, high: float) -> int:
-        """Positive numbers with ``digits`` significant figures in ``[low, high]``."""
+        """Positive numbers with ``digits`` significant figures in ``[low, high]``.
+
+        Args:
+            low: smallest plausible answer (positive: the count walks powers of ten).
+            high: largest plausible answer.
+
+        Returns:
+            The count of positive numbers with ``digits`` significant figures in ``[low, high]``.
+        """
         count, step = 0, 10 ** (self.digits - 1)
         for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
             scale = 10.0**exponent / step
@@ -278,6 +371,11 @@ class Word(Form):
     choices: tuple[str, ...] = ()
 
     def __init__(self, *choices: str) -> None:
+        """Accept only ``choices`` when any are given.
+
+        Args:
+            *choices: the words a right answer is one of (any case); none means any text reads.
+        """
         object.__setattr__(self, "choices", tuple(choices))
 
     _spec = "word"
@@ -285,6 +383,12 @@ class Word(Form):
 
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
+
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            The text in lower case with runs of white space as one space (``" A  b"`` -> ``"a b"``).
 
         Raises:
             Unreadable: the value cannot be read by this form.
@@ -300,6 +404,12 @@ class Word(Form):
     def value(self, value: object) -> object:
         """See :meth:`Form.value`.
 
+        Args:
+            value: what the student handed in.
+
+        Returns:
+            The canonical text (a ``str``).
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -307,6 +417,13 @@ class Word(Form):
 
     def candidates(self, low: float, high: float) -> int:
         """See :meth:`Form.candidates`.
+
+        Args:
+            low: smallest plausible answer (unused by this form).
+            high: largest plausible answer (unused by this form).
+
+        Returns:
+            The number of ``choices``.
 
         Raises:
             ValueError: no countable range (give the count explicitly).
@@ -323,6 +440,12 @@ class Shape(Form):
     choices: tuple[str, ...] = ()
 
     def __init__(self, *choices: str) -> None:
+        """Accept only ``choices`` when any are given.
+
+        Args:
+            *choices: shapes a right answer is one of, written as a student may (``"8x2048"``);
+                none means any shape reads.
+        """
         object.__setattr__(self, "choices", tuple(choices))
 
     _spec = "shape"
@@ -330,6 +453,13 @@ class Shape(Form):
 
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
+
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            The dimensions as whole numbers joined by ``x`` (``(8, 2048)``, ``"8 × 2,048"`` ->
+            ``"8x2048"``).
 
         Raises:
             Unreadable: the value cannot be read by this form.
@@ -349,6 +479,12 @@ class Shape(Form):
     def value(self, value: object) -> object:
         """See :meth:`Form.value`.
 
+        Args:
+            value: what the student handed in.
+
+        Returns:
+            The canonical text (``"8x2048"``).
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -356,6 +492,13 @@ class Shape(Form):
 
     def candidates(self, low: float, high: float) -> int:
         """See :meth:`Form.candidates`.
+
+        Args:
+            low: smallest plausible answer (unused by this form).
+            high: largest plausible answer (unused by this form).
+
+        Returns:
+            The number of ``choices``.
 
         Raises:
             ValueError: no countable range (give the count explicitly).
@@ -375,6 +518,12 @@ class Truth(Form):
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
 
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            ``"true"`` or ``"false"``.
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -385,6 +534,12 @@ class Truth(Form):
     def value(self, value: object) -> object:
         """See :meth:`Form.value`.
 
+        Args:
+            value: what the student handed in.
+
+        Returns:
+            The answer as a Python ``bool``.
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -392,6 +547,13 @@ class Truth(Form):
 
     def candidates(self, low: float, high: float) -> int:
         """See :meth:`Form.candidates`.
+
+        Args:
+            low: smallest plausible answer (unused by this form).
+            high: largest plausible answer (unused by this form).
+
+        Returns:
+            2: True and False.
 
         Raises:
             ValueError: no countable range (give the count explicitly).
@@ -406,6 +568,11 @@ class Ordered(Form):
     parts: tuple[Form, ...] = ()
 
     def __init__(self, *parts: Form) -> None:
+        """Compare a tuple place by place.
+
+        Args:
+            *parts: one form per place of the tuple, in order (``Ordered(Integer(), Sig(2))``).
+        """
         object.__setattr__(self, "parts", tuple(parts))
 
     @property
@@ -428,6 +595,13 @@ class Ordered(Form):
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
 
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            Each place's canonical text by its part, joined by ``;`` in parentheses
+            (``"(8;2048)"``).
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -437,6 +611,12 @@ class Ordered(Form):
     def value(self, value: object) -> object:
         """See :meth:`Form.value`.
 
+        Args:
+            value: what the student handed in.
+
+        Returns:
+            A tuple of each place's value by its part.
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -444,6 +624,13 @@ class Ordered(Form):
 
     def candidates(self, low: float, high: float) -> int:
         """See :meth:`Form.candidates`.
+
+        Args:
+            low: smallest plausible value of each place.
+            high: largest plausible value of each place.
+
+        Returns:
+            The product of each part's count over ``[low, high]``.
 
         Raises:
             ValueError: no countable range (give the count explicitly).
@@ -473,6 +660,13 @@ class Unordered(Form):
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
 
+        Args:
+            value: what the student handed in (any object; only plain values can be read).
+
+        Returns:
+            The members' distinct canonical texts, sorted, joined by ``;`` in braces
+            (``["b", "a", "a"]`` -> ``"{a;b}"``).
+
         Raises:
             Unreadable: the value cannot be read by this form.
         """
@@ -480,6 +674,12 @@ class Unordered(Form):
 
     def value(self, value: object) -> object:
         """See :meth:`Form.value`.
+
+        Args:
+            value: what the student handed in.
+
+        Returns:
+            A ``frozenset`` of each member's value by ``part``.
 
         Raises:
             Unreadable: the value cannot be read by this form.
@@ -489,6 +689,13 @@ class Unordered(Form):
     def candidates(self, low: float, high: float) -> int:
         """See :meth:`Form.candidates`.
 
+        Args:
+            low: smallest plausible value of a member.
+            high: largest plausible value of a member.
+
+        Returns:
+            ``2 ** n`` for ``n`` candidate members: every subset is a possible answer.
+
         Raises:
             ValueError: no countable range (give the count explicitly).
         """
@@ -497,6 +704,13 @@ class Unordered(Form):
 
 def form_of(spec: str) -> Form:
     """The form a digest names (``"sig2"``, ``"seq(integer;integer)"``).
+
+    Args:
+        spec: a form's :attr:`Form.spec`, as a visible digest records it.
+
+    Returns:
+        The form that spec names; ``form_of(f.spec) == f`` for every form built here
+        without choices.
 
     Raises:
         ValueError: not a form's spec.

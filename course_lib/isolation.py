@@ -38,6 +38,13 @@ def default_call(model: Any, batch: dict) -> Any:
     Suits ``TinyGPT`` (which masks by ``cu_seq_lens``). On a Hugging Face model this is the
     careless call: ``use_cache`` keeps its default (True) and the packing leaks; pass
     ``call=hf_packed_call`` instead.
+
+    Args:
+        model: a module called with keyword arguments (``TinyGPT``).
+        batch: a packed batch from :class:`~course_lib.packing.PackingCollator`.
+
+    Returns:
+        Whatever the model returns: a ``(R, T, V)`` logits tensor or an object with ``.logits``.
     """
     return model(
         input_ids=batch["input_ids"],
@@ -47,7 +54,18 @@ def default_call(model: Any, batch: dict) -> Any:
 
 
 def hf_packed_call(model: Any, batch: dict) -> Any:
-    """The correct packed forward for a ``transformers`` causal LM on eager/SDPA attention."""
+    """The correct packed forward for a ``transformers`` causal LM on eager/SDPA attention.
+
+    Position ids that restart at 0, no 2-D mask and no cache: transformers then derives the
+    per-document mask itself.
+
+    Args:
+        model: a ``transformers`` causal LM.
+        batch: a packed batch from :class:`~course_lib.packing.PackingCollator`.
+
+    Returns:
+        The model's output (its ``.logits`` are ``(R, T, V)``).
+    """
     return model(
         input_ids=batch["input_ids"],
         position_ids=batch["position_ids"],
@@ -138,6 +156,15 @@ def check_isolation(
     ``(R, T, V)`` or an object with ``.logits``; the same call runs the packed batch and each
     document alone (a one-row batch with no padding). Default: :func:`default_call`.
     The model is put in eval mode and run without gradients; its mode is restored after.
+
+    Args:
+        model: the model to check (a ``TinyGPT`` or a ``transformers`` causal LM).
+        examples: the documents to pack, token-id lists or dicts with ``input_ids``.
+        capacity: tokens per packed row.
+        atol: largest logit difference still counted as equal (raise it for bf16 models).
+        call: ``call(model, batch)`` runs one forward; ``None`` means :func:`default_call`.
+        pad_token_id: the id of the padding tail.
+        strategy: how the collator packs, ``"bfd"`` (best-fit decreasing) or ``"greedy"``.
 
     Returns:
         :class:`IsolationReport`; when not isolated, ``causes`` says why in plain words.

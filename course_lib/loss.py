@@ -15,10 +15,20 @@ def causal_lm_loss(
 ) -> tuple[torch.Tensor, int]:
     """Shifted cross-entropy: position ``t`` predicts ``labels[:, t + 1]``.
 
-    Returns ``(loss, n_loss_tokens)``. With ``num_items_in_batch`` the loss is the *sum* over this
-    batch's label tokens divided by that count (the whole accumulation window's tokens); otherwise
-    it is the mean over this batch's label tokens. A batch with no label token gives a loss of 0
-    with no gradient contribution rather than NaN when a count is given, and raises otherwise.
+    With ``num_items_in_batch`` the loss is the *sum* over this batch's label tokens divided by
+    that count (the whole accumulation window's tokens); otherwise it is the mean over this
+    batch's label tokens. A batch with no label token gives a loss of 0 with no gradient
+    contribution rather than NaN when a count is given, and raises otherwise.
+
+    Args:
+        logits: ``(B, T, V)`` next-token scores (bf16/fp16 are upcast to fp32 for the loss).
+        labels: int ``(B, T)``, ``-100`` where no loss is taken (unshifted: the shift is here).
+        num_items_in_batch: label tokens of the whole optimiser step (all micro-batches, all
+            ranks); ``None`` for this batch's own mean.
+
+    Returns:
+        ``(loss, n_loss_tokens)``: a 0-d float tensor (nats per token) and this batch's count of
+        shifted labels that are not ``-100``.
 
     Raises:
         ValueError: a ``num_items_in_batch`` that is not positive, or (without it) a batch with

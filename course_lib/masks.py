@@ -25,26 +25,58 @@ Device = str | torch.device | None
 
 
 def causal_allowed(seq_len: int, device: Device = None) -> torch.Tensor:
-    """Bool ``(T, T)``: key ``j`` is visible from query ``i`` when ``j <= i``."""
+    """Bool ``(T, T)``: key ``j`` is visible from query ``i`` when ``j <= i``.
+
+    Args:
+        seq_len: ``T``, tokens per row.
+        device: where to build it (``None``: the default device).
+
+    Returns:
+        The lower triangle (diagonal included) ``True``, ``(seq_len, seq_len)``.
+    """
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
 
 
 def future_mask(seq_len: int, device: Device = None) -> torch.Tensor:
-    """Bool ``(T, T)``, ``True`` above the diagonal: the positions eager attention fills with
-    ``-inf`` (one mask shared by every layer and every row)."""
+    """Bool ``(T, T)``, ``True`` above the diagonal: the positions eager attention fills
+    with ``-inf`` (one mask shared by every layer and every row).
+
+    Args:
+        seq_len: ``T``, tokens per row.
+        device: where to build it (``None``: the default device).
+
+    Returns:
+        ``~causal_allowed(seq_len)``: ``True`` where key ``j > i`` (the future).
+    """
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu(1)
 
 
 def document_allowed(segment_ids: torch.Tensor) -> torch.Tensor:
-    """Bool ``(B, T, T)``: same segment and not in the future (the block-diagonal causal mask)."""
+    """Same segment and not in the future (the block-diagonal causal mask).
+
+    Args:
+        segment_ids: int ``(B, T)``: the document each token belongs to.
+
+    Returns:
+        Bool ``(B, T, T)``: ``[b, i, j]`` is True when token ``j`` is in token ``i``'s document
+        and ``j <= i``.
+    """
     T = segment_ids.shape[-1]
     same = segment_ids[:, :, None] == segment_ids[:, None, :]  # (B, T, T)
     return same & causal_allowed(T, segment_ids.device)
 
 
 def additive(allowed: torch.Tensor, dtype: torch.dtype, fill: float | None = None) -> torch.Tensor:
-    """A float ``(B, 1, T, T)`` mask from a bool ``(B, T, T)`` one: 0 where allowed, ``fill``
-    (default ``-inf``) elsewhere."""
+    """A float mask from a bool one: 0 where allowed, ``fill`` elsewhere.
+
+    Args:
+        allowed: bool ``(B, T, T)``, True where a query may attend a key.
+        dtype: the attention scores' dtype (the mask is added to them).
+        fill: the value of a masked position; ``None`` means ``-inf``.
+
+    Returns:
+        ``(B, 1, T, T)`` in ``dtype`` (the 1 broadcasts over heads).
+    """
     fill = float("-inf") if fill is None else fill
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return mask.masked_fill_(~allowed, fill)[:, None]  # (B, 1, T, T)
@@ -53,7 +85,16 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype, fill: float | None = Non
 def block_causal_mask(
     segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """Additive ``(B, 1, T, T)`` mask for packed rows: attend within the segment, causally."""
+    """Additive mask for packed rows: attend within the segment, causally.
+
+    Args:
+        segment_ids: int ``(B, T)``: the document of each token.
+        dtype: the attention scores' dtype.
+
+    Returns:
+        ``(B, 1, T, T)`` in ``dtype``: 0 within a document on or below the diagonal, ``-inf``
+        elsewhere.
+    """
     return additive(document_allowed(segment_ids), dtype)
 
 
@@ -64,6 +105,14 @@ def padding_causal_mask(
 
     Keys that are padding are masked; a padding query keeps its own diagonal so its softmax row
     stays finite (its output is never used: its label is -100).
+
+    Args:
+        attention_mask: ``(B, T)``, 1 for a real token, 0 for padding (anywhere in the row).
+        dtype: the attention scores' dtype.
+
+    Returns:
+        ``(B, 1, T, T)`` in ``dtype``: 0 where a query may see a real key in its past (and on
+        every diagonal), ``-inf`` elsewhere.
     """
     B, T = attention_mask.shape
     key_ok = attention_mask.bool()[:, None, :]  # (B, 1, T)
@@ -76,9 +125,17 @@ def document_attention_mask(
 ) -> torch.Tensor:
     """Which key each query may see in a packed batch: same document and not in the future.
 
-    Returns bool ``(R, T, T)`` (True = may attend) or, with a float ``dtype``, an additive
-    ``(R, 1, T, T)`` mask (0 or the dtype's minimum) that Hugging Face models accept as a
-    prepared 4-D ``attention_mask``. The padding tail (-1) only sees itself.
+    The padding tail (-1) only sees itself.
+
+    Args:
+        document_ids: int ``(R, T)``: the document index of each token, ``-1`` for the padding
+            tail.
+        dtype: ``None`` for a bool mask; a float dtype for an additive one.
+
+    Returns:
+        Bool ``(R, T, T)`` (True = may attend) or, with a float ``dtype``, an additive
+        ``(R, 1, T, T)`` mask (0 or the dtype's minimum) that Hugging Face models accept as a
+        prepared 4-D ``attention_mask``.
     """
     allowed = document_allowed(document_ids)
     if dtype is None:
@@ -90,6 +147,15 @@ def segment_ids_from_cu_seq_lens(
     cu_seq_lens: torch.Tensor, batch_size: int, seq_len: int
 ) -> torch.Tensor:
     """Per-token segment index ``(B, T)`` from offsets into the flattened ``B * T`` stream.
+
+    Args:
+        cu_seq_lens: int ``(D + 1,)``: cumulative document lengths in tokens, ``0 .. B * T``.
+        batch_size: ``B``, rows.
+        seq_len: ``T``, tokens per row.
+
+    Returns:
+        int64 ``(B, T)``: the index of each token's document in ``0 .. D - 1`` (counted over the
+        whole batch, not per row).
 
     Raises:
         ValueError: offsets that do not start at 0, end at ``B * T`` and increase, or a document
@@ -128,6 +194,14 @@ def mask_for_batch(
     * padded rows (an ``attention_mask`` with zeros): :func:`padding_causal_mask`;
     * otherwise ``"eager"`` gets the bool :func:`future_mask` and the fused paths none (they
       are causal by themselves).
+
+    Args:
+        attn_impl: ``"eager"``, ``"sdpa"`` or ``"varlen"`` (``TinyGPTConfig.attn_impl``).
+        input_ids: ``(B, T)``; only its shape and device are read.
+        dtype: the attention scores' dtype (that of an additive mask).
+        cu_seq_lens: a packed batch's cumulative document lengths, ``(D + 1,)``.
+        document_ids: a packed batch's document index per token, ``(B, T)``.
+        attention_mask: a padded batch's ``(B, T)`` 1/0 mask.
 
     Returns:
         An additive float ``(B, 1, T, T)`` mask in ``dtype``, a bool ``(T, T)`` one, or ``None``.

@@ -89,7 +89,17 @@ class CausalLMOutput:
 def rope_tables(
     seq_len: int, head_dim: int, base: float = 10000.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables of shape ``(seq_len, head_dim)`` for rotary position embeddings."""
+    """cos and sin tables of shape ``(seq_len, head_dim)`` for rotary position embeddings.
+
+    Args:
+        seq_len: positions to tabulate (``max_seq_len``).
+        head_dim: channels per head ``D`` (even: channels rotate in pairs).
+        base: frequency base; pair ``i`` turns by ``base ** (-2i / D)`` radians per position.
+
+    Returns:
+        ``(cos, sin)``, float32, each ``(seq_len, head_dim)``; the two halves of the last axis
+        repeat the same angles.
+    """
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)  # (T, D/2)
     angles = torch.cat([angles, angles], dim=-1)  # (T, D)
@@ -97,7 +107,17 @@ def rope_tables(
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``(B, H, T, D)`` by per-token angles ``cos`` / ``sin`` ``(B, 1, T, D)``."""
+    """Rotate ``x`` ``(B, H, T, D)`` by per-token angles ``cos`` / ``sin`` ``(B, 1, T, D)``.
+
+    Args:
+        x: queries or keys, ``(B, H, T, D)``.
+        cos: cosines of each token's angles, ``(B, 1, T, D)`` (broadcast over heads).
+        sin: sines of the same angles.
+
+    Returns:
+        ``(B, H, T, D)``: channel ``i`` paired with ``i + D/2`` and turned by its angle, so the
+        dot product of a query and a key depends only on their distance.
+    """
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin  # x, rotated
 
@@ -110,6 +130,11 @@ class Attention(nn.Module):
     """Multi-head causal self-attention with RoPE, on the path ``config.attn_impl`` names."""
 
     def __init__(self, config: TinyGPTConfig) -> None:
+        """Fused q/k/v projection ``C -> 3C`` and output projection ``C -> C``, no biases.
+
+        Args:
+            config: the model's shape; ``attn_impl`` is read at every forward.
+        """
         super().__init__()
         self.config = config
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
@@ -118,7 +143,20 @@ class Attention(nn.Module):
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, mask: Mask, cu_seq_lens: Offsets
     ) -> Tensor:
-        """``(B, T, C)`` in, ``(B, T, C)`` out; ``cos``/``sin`` ``(B, 1, T, D)`` rotate q and k."""
+        """``(B, T, C)`` in, ``(B, T, C)`` out; ``cos``/``sin`` ``(B, 1, T, D)`` rotate q and k.
+
+        Args:
+            x: ``(B, T, C)``, the residual stream (``C = d_model``).
+            cos: ``(B, 1, T, D)`` RoPE cosines at each token's position (``D = head_dim``).
+            sin: ``(B, 1, T, D)`` RoPE sines.
+            mask: the bool ``(T, T)`` future mask, an additive ``(B, 1, T, T)`` document or padding
+                mask, or ``None`` (see :func:`course_lib.masks.mask_for_batch`).
+            cu_seq_lens: int offsets of packed documents in the flattened ``B * T`` stream, read by
+                ``"varlen"`` only; ``None`` otherwise.
+
+        Returns:
+            ``(B, T, C)``: the heads' outputs concatenated and projected.
+        """
         B, T, C = x.shape
         H, D = self.config.n_heads, self.config.head_dim
         q, k, v = self.qkv(x).split(C, dim=-1)  # 3 x (B, T, C)
@@ -171,12 +209,24 @@ class MLP(nn.Module):
     """``down(gelu(up(x)))``, ``d_model -> d_mlp -> d_model``."""
 
     def __init__(self, config: TinyGPTConfig) -> None:
+        """Two bias-free linear layers around a GELU.
+
+        Args:
+            config: ``d_model`` and ``d_mlp = mlp_ratio * d_model``.
+        """
         super().__init__()
         self.up = nn.Linear(config.d_model, config.d_mlp, bias=False)
         self.down = nn.Linear(config.d_mlp, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, T, C)`` in, ``(B, T, C)`` out."""
+        """``(B, T, C)`` in, ``(B, T, C)`` out.
+
+        Args:
+            x: ``(B, T, C)``.
+
+        Returns:
+            ``(B, T, C)``; the hidden ``(B, T, d_mlp)`` is saved for the backward pass.
+        """
         return self.down(F.gelu(self.up(x)))
 
 
@@ -184,6 +234,13 @@ class Block(nn.Module):
     """Pre-norm transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
 
     def __init__(self, config: TinyGPTConfig, checkpoint_mode: Checkpointing) -> None:
+        """Attention and MLP, each behind its LayerNorm.
+
+        Args:
+            config: the model's shape.
+            checkpoint_mode: what this block recomputes in the backward pass: ``"off"``,
+                ``"blocks"`` (the whole block) or ``"attention"`` (its attention half).
+        """
         super().__init__()
         self.ln1 = nn.LayerNorm(config.d_model)
         self.attn = Attention(config)
@@ -203,7 +260,21 @@ class Block(nn.Module):
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, mask: Mask, cu_seq_lens: Offsets
     ) -> Tensor:
-        """``(B, T, C)`` in and out; recomputed in the backward pass per ``checkpoint_mode``."""
+        """``(B, T, C)`` in and out; recomputed in the backward pass per ``checkpoint_mode``.
+
+        Args:
+            x: ``(B, T, C)``, the residual stream (``C = d_model``).
+            cos: ``(B, 1, T, D)`` RoPE cosines at each token's position (``D = head_dim``).
+            sin: ``(B, 1, T, D)`` RoPE sines.
+            mask: the bool ``(T, T)`` future mask, an additive ``(B, 1, T, T)`` document or padding
+                mask, or ``None`` (see :func:`course_lib.masks.mask_for_batch`).
+            cu_seq_lens: int offsets of packed documents in the flattened ``B * T`` stream, read by
+                ``"varlen"`` only; ``None`` otherwise.
+
+        Returns:
+            ``(B, T, C)``: the residual stream after both halves. Without grad (evaluation) nothing
+            is checkpointed: there is no backward pass to save memory for.
+        """
         mode = self.checkpoint_mode if torch.is_grad_enabled() else "off"
         if mode == "blocks":
             return checkpoint(self._full, x, cos, sin, mask, cu_seq_lens, use_reentrant=False)
@@ -220,6 +291,14 @@ class TinyGPT(nn.Module):
     rope_sin: torch.Tensor
 
     def __init__(self, config: TinyGPTConfig) -> None:
+        """Embedding, ``n_layers`` blocks, final LayerNorm, untied head; weights ~ N(0, 0.02).
+
+        Block ``i`` is checkpointed when ``i % checkpoint_every == 0`` (and ``checkpointing`` is not
+        ``"off"``). The RoPE tables are buffers, not parameters.
+
+        Args:
+            config: the model's shape, attention path and checkpointing.
+        """
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
@@ -240,11 +319,18 @@ class TinyGPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_parameters(self) -> int:
-        """Every parameter's elements (what :func:`course_lib.memory.parameter_count` predicts)."""
+        """Every parameter's elements (what :func:`course_lib.memory.parameter_count` predicts).
+
+        Returns:
+            The element count of all weights (not bytes: multiply by 4 for float32).
+        """
         return sum(p.numel() for p in self.parameters())
 
     def set_attn_impl(self, attn_impl: str) -> None:
         """Switch this model's attention path (same weights); the caller's config is untouched.
+
+        Args:
+            attn_impl: ``"eager"``, ``"sdpa"`` or ``"varlen"``.
 
         Raises:
             ValueError: an unknown attention path.
@@ -269,6 +355,22 @@ class TinyGPT(nn.Module):
 
         Takes a batch dict of :mod:`course_lib.batch` as keyword arguments (``max_length`` is
         accepted for that contract, not needed); ``labels[:, t + 1]`` is position ``t``'s target.
+
+        Args:
+            input_ids: int ``(B, T)`` token ids in ``[0, vocab_size)``, ``T <= max_seq_len``.
+            labels: int ``(B, T)`` targets, ``-100`` where no loss is taken; ``None``: no loss.
+            attention_mask: ``(B, T)`` 1 for real tokens, 0 for padding (a padded batch).
+            position_ids: ``(B, T)`` each token's position; ``None`` means ``0 .. T-1`` per row
+                (a packed batch restarts them at every document).
+            cu_seq_lens: int ``(D + 1,)`` cumulative document lengths of a packed batch.
+            max_length: the longest document of a packed batch (accepted, unused).
+            document_ids: int ``(B, T)`` each token's document in a packed batch.
+            num_items_in_batch: label tokens of the whole optimiser step; the loss is then
+                ``sum / num_items_in_batch`` instead of the mean over this batch's label tokens.
+
+        Returns:
+            :class:`CausalLMOutput`: ``logits`` float ``(B, T, vocab_size)``; with labels, ``loss``
+            (a 0-d tensor) and ``n_loss_tokens`` (the label tokens this batch counted).
 
         Raises:
             ValueError: a batch that breaks the contract (:func:`course_lib.batch.

@@ -46,7 +46,16 @@ class GradientNoise:
 
     def summary(self, tokens: Sequence[int] = (900, 8_000, 64_000)) -> str:
         """How much noisier short examples are per example and per token, and the noise-to-signal
-        ratio at a few loss tokens per step."""
+        ratio at a few loss tokens per step.
+
+        Args:
+            tokens: loss tokens per step at which to state the noise-to-signal ratio (it falls as
+                ``1 / tokens``).
+
+        Returns:
+            Lines of text: the short/long ratio at equal examples and at equal tokens per step, then
+            one line per entry of ``tokens``.
+        """
         e, t = self.one_example_noise, self.tokens_per_example
         per_token = e["short"] * t["short"] / (e["long"] * t["long"])
         lines = [
@@ -60,8 +69,17 @@ class GradientNoise:
 
 
 def example_gradients(model: torch.nn.Module, examples: Sequence[dict]) -> torch.Tensor:
-    """``(examples, parameters)`` float64: row ``j`` is the gradient of example ``j``'s summed loss
-    (``num_items_in_batch=1``). The model's ``.grad`` is cleared afterwards."""
+    """Each example's gradient of its summed loss (``num_items_in_batch=1``), one row each.
+
+    The model's ``.grad`` is cleared afterwards.
+
+    Args:
+        model: a model taking padded batches and ``num_items_in_batch``.
+        examples: dicts with ``input_ids`` and ``prompt_len`` (completion-only labels).
+
+    Returns:
+        float64 ``(examples, P)``, ``P`` the parameter elements: row ``j`` is ``s_j``.
+    """
     device, collate, rows = next(model.parameters()).device, PaddingCollator(PAD_ID), []
     for ex in examples:
         batch = {k: v.to(device) for k, v in collate([ex]).items()}
@@ -79,9 +97,22 @@ def gradient_noise(
     draws: int = 200,
     seed: int = 0,
 ) -> GradientNoise:
-    """Measure the gradient noise of token-weighted steps of ``k`` examples for each ``k`` in
-    ``ks`` (``draws`` random steps each, with replacement, from ``seed``), on the examples that
-    have a completion, split at the median completion length (module docstring).
+    """Measure the gradient noise of token-weighted steps of ``k`` examples for each ``k``.
+
+    Steps are drawn with replacement from the examples that have a completion, split at the
+    median completion length (module docstring).
+
+    Args:
+        model: the model whose gradients are measured (one backward pass per example).
+        examples: dicts with ``input_ids`` and ``prompt_len``.
+        ks: examples per step.
+        draws: random steps per ``k`` and group.
+        seed: seed of the draws.
+
+    Returns:
+        :class:`GradientNoise`: per group (``"short"``, ``"long"``, ``"all"``) the mean loss
+        tokens per example, the one-example noise, the signal ``||g*||²`` and the measured noise
+        ``E ||g - g*||²`` per ``k`` (squared gradient norms, in the model's loss units).
 
     Raises:
         ValueError: fewer than two examples with a completion.

@@ -58,7 +58,7 @@ def pack_lengths(
     strategy: str = "bfd",
     split: str | None = None,
 ) -> list[list[int]]:
-    """Assign sequence indices to rows of ``capacity`` tokens; returns the indices of each row.
+    """Assign sequence indices to rows of ``capacity`` tokens.
 
     Every index appears exactly once and no row holds more than ``capacity`` tokens; nothing is
     dropped or truncated. A length ≤ 0 raises ``ValueError``; so does a length > ``capacity``,
@@ -68,6 +68,16 @@ def pack_lengths(
 
     ``"bfd"`` runs in O(n log n + n): it sorts once, then places all items of one length in bulk,
     keeping rows grouped by remaining room (a sorted list of at most ``capacity`` values).
+
+    Args:
+        lengths: tokens of each sequence, 1-D ints.
+        capacity: tokens per row.
+        strategy: ``"bfd"`` (best-fit decreasing) or ``"greedy"`` (next-fit in the given order).
+        split: ``None`` (a sequence longer than ``capacity`` is an error) or ``"chunk"``.
+
+    Returns:
+        One list per row of the sequence indices it holds, in placement order; the fill fraction
+        is ``sum(lengths) / (len(rows) * capacity)``.
 
     Raises:
         ValueError: a bad ``capacity``, strategy or split, lengths that are not 1-D ints, a
@@ -176,7 +186,16 @@ def _best_fit_decreasing(lengths: np.ndarray, owners: np.ndarray, capacity: int)
 
 
 def lower_bound_rows(lengths: Sequence[int] | np.ndarray, capacity: int) -> int:
-    """``ceil(Σ lengths / capacity)``: no packing can use fewer rows."""
+    """``ceil(Σ lengths / capacity)``: no packing can use fewer rows.
+
+    Args:
+        lengths: tokens of each sequence.
+        capacity: tokens per row.
+
+    Returns:
+        The fewest rows any packing could use (rows are only ever this full when no token of
+        room is left over).
+    """
     _check_capacity(capacity)
     return math.ceil(int(np.sum(np.asarray(lengths, dtype=np.int64))) / capacity)
 
@@ -202,6 +221,19 @@ class PackingCollator:
         split: str | None = None,
         hf_flash_kwargs: bool = False,
     ) -> None:
+        """Remember how to pack; nothing is packed until the collator is called.
+
+        Args:
+            capacity: tokens per row (``T`` of the batch).
+            pad_token_id: the id written in each row's padding tail.
+            completion_only: label only the completion (prompt tokens get ``label_pad_id``); False
+                labels every token.
+            label_pad_id: the label of a token that is not trained on (the tail, the prompt, each
+                document's first token).
+            strategy: ``"bfd"`` or ``"greedy"`` (:func:`pack_lengths`).
+            split: ``None`` or ``"chunk"`` (cut documents longer than ``capacity``).
+            hf_flash_kwargs: also return ``cu_seq_lens_q/_k`` and ``max_length_q/_k``.
+        """
         self.capacity = _check_capacity(capacity)
         non_negative_int("pad_token_id", pad_token_id)
         one_of("strategy", strategy, STRATEGIES)
@@ -215,6 +247,14 @@ class PackingCollator:
 
     def __call__(self, examples: Sequence[Example]) -> dict:
         """Pack ``examples`` into rows of ``capacity`` tokens: the batch of the module docstring.
+
+        Args:
+            examples: dicts with ``input_ids`` and ``prompt_len`` or ``labels``, or plain id lists.
+
+        Returns:
+            The packed batch: :data:`~course_lib.batch.PACKED_KEYS` (``input_ids``, ``labels``,
+            ``position_ids``, ``document_ids`` int64 ``(R, capacity)``, ``cu_seq_lens`` int32
+            ``(S + 1,)``, ``max_length`` int), plus the flash names when asked.
 
         Raises:
             ValueError: no example, or a bad one (:func:`~course_lib.collate.example_tokens`).
@@ -234,6 +274,15 @@ class PackingCollator:
         self, pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[list[int]]
     ) -> dict:
         """Lay out ``(input_ids, labels)`` pairs in the given rows (indices into ``pairs``).
+
+        Args:
+            pairs: ``(input_ids, labels)`` int arrays per example, as
+                :func:`~course_lib.collate.example_tokens` returns them.
+            rows: the example indices of each row (an index once per split piece), as
+                :func:`pack_lengths` returns them.
+
+        Returns:
+            The packed batch, as :meth:`__call__` returns it, with ``len(rows)`` rows.
 
         Raises:
             ValueError: a row that does not fit its examples, or an example not placed exactly once.
@@ -285,7 +334,15 @@ class PackingCollator:
 
 
 def document_spans(batch: dict) -> list[tuple[int, int, int, int]]:
-    """``(document_id, row, start, stop)`` of every document piece in a packed batch, in order."""
+    """Where every document piece lies in a packed batch, in order.
+
+    Args:
+        batch: a packed batch (``document_ids`` and ``cu_seq_lens`` are read).
+
+    Returns:
+        ``(document_id, row, start, stop)`` per piece: tokens ``start:stop`` of row ``row``;
+        padding tails are left out.
+    """
     ids = batch["document_ids"]
     C = ids.shape[1]
     flat = ids.reshape(-1).tolist()  # (R * C,)
@@ -300,6 +357,12 @@ def unpack(batch: dict) -> dict[int, dict[str, list[int]]]:
 
     Pieces of a split example are concatenated in row order. Labels come back as collated, so a
     document's first label reads -100.
+
+    Args:
+        batch: a packed batch from :class:`PackingCollator`.
+
+    Returns:
+        ``{example index: {"input_ids": [...], "labels": [...]}}`` for every example packed.
     """
     out: dict[int, dict[str, list[int]]] = {}
     for doc, r, a, b in document_spans(batch):

@@ -29,19 +29,50 @@ class Timings:
     results: dict[str, list] = field(default_factory=dict, repr=False)
 
     def total(self, name: str) -> float:
-        """Seconds of every timed call of ``name``, summed."""
+        """Seconds of every timed call of ``name``, summed.
+
+        Args:
+            name: a step's name, as given to :func:`interleave`.
+
+        Returns:
+            Seconds, warm-up excluded.
+        """
         return sum(self.seconds[name])
 
     def median(self, name: str) -> float:
-        """The median seconds of one call of ``name``."""
+        """The median seconds of one call of ``name``.
+
+        Args:
+            name: a step's name.
+
+        Returns:
+            Seconds per call, the median over its timed rounds.
+        """
         return statistics.median(self.seconds[name])
 
     def pair_ratios(self, name: str, baseline: str) -> list[float]:
-        """``name / baseline`` for every round both ran, in round order."""
+        """``name / baseline`` for every round both ran, in round order.
+
+        Args:
+            name: the step compared.
+            baseline: the step it is divided by.
+
+        Returns:
+            One ratio per round both timed: pairs that ran back to back, so a burst of load
+            slows both.
+        """
         return [a / b for a, b in zip(self.seconds[name], self.seconds[baseline])]
 
     def ratio(self, name: str, baseline: str) -> float:
-        """The median of :meth:`pair_ratios`: robust to a slow round on either side."""
+        """The median of :meth:`pair_ratios`: robust to a slow round on either side.
+
+        Args:
+            name: the step compared.
+            baseline: the step it is divided by.
+
+        Returns:
+            How many times longer one call of ``name`` takes than one of ``baseline`` (> 1: slower).
+        """
         return statistics.median(self.pair_ratios(name, baseline))
 
 
@@ -60,10 +91,21 @@ def interleave(
 ) -> Timings:
     """Call ``steps[name](r)`` for ``r`` in ``-warmup .. rounds - 1``, the names taking turns.
 
-    ``rounds`` is one count for every step or a count per name (a name stops once its rounds are
-    done, e.g. an epoch with fewer batches). ``r < 0`` are warm-up calls (``batches[r]`` then
-    picks from the end), untimed. Returns :class:`Timings` with every timed call's seconds and
-    return value.
+    ``r < 0`` are warm-up calls (``batches[r]`` then picks from the end), untimed.
+
+    Args:
+        steps: each competitor by name; ``step(r)`` runs round ``r`` and may return a result.
+        rounds: timed rounds, one count for every step or a count per name (a name stops once its
+            rounds are done, e.g. an epoch with fewer batches).
+        warmup: untimed rounds first.
+        device: synchronised around every call when it is a CUDA device (GPU work is
+            asynchronous: without it the clock stops before the kernels finish).
+        progress: show a tqdm bar over the rounds.
+        desc: the bar's label.
+
+    Returns:
+        :class:`Timings`: every timed call's wall seconds (``time.perf_counter``) and return value,
+        per name, in round order.
 
     Raises:
         ValueError: no step, a round count that is not a positive int, or a negative warm-up.

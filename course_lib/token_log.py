@@ -38,6 +38,14 @@ class MicroBatchTokens:
 def batch_token_counts(batch: dict) -> MicroBatchTokens:
     """Count the tokens of a batch dict with Hugging Face names (no forward pass).
 
+    Args:
+        batch: a batch dict: ``input_ids`` ``(B, T)``, optionally ``attention_mask`` and
+            ``labels``.
+
+    Returns:
+        :class:`MicroBatchTokens`: slots ``B * T``, non-pad tokens, loss tokens
+        (:func:`~course_lib.batch.count_loss_tokens`; 0 without labels) and rows ``B``.
+
     Raises:
         ValueError: the batch has no ``input_ids``.
     """
@@ -99,13 +107,24 @@ class TokensPerStepLogger:
     _warned: bool = field(default=False, repr=False)
 
     def log_micro_batch(self, batch: dict) -> MicroBatchTokens:
-        """Count one micro-batch of the current step (no forward pass)."""
+        """Count one micro-batch of the current step (no forward pass).
+
+        Args:
+            batch: the micro-batch as the model receives it.
+
+        Returns:
+            Its :class:`MicroBatchTokens` (this rank only, not yet summed over ranks).
+        """
         counts = batch_token_counts(batch)
         self._current.append(counts)
         return counts
 
     def end_step(self) -> StepTokens:
         """Close the current optimiser step: its :class:`StepTokens` (summed over ranks).
+
+        Returns:
+            :class:`StepTokens` of the step: the micro-batches' counts summed (and, with
+            ``sync_ranks`` under ``torch.distributed``, over ranks); also appended to ``history``.
 
         Raises:
             ValueError: no micro-batch was logged since the last step.
@@ -139,7 +158,12 @@ class TokensPerStepLogger:
         return record
 
     def table(self) -> str:
-        """Every logged step: examples, row slots, real tokens and loss tokens."""
+        """Every logged step: examples, row slots, real tokens and loss tokens.
+
+        Returns:
+            A text table, one line per logged step under a header line; counts in tokens, thousands
+            separated.
+        """
         lines = [f"{'step':>4} {'examples':>8} {'row slots':>9} {'real tokens':>11} "
                  f"{'loss tokens':>11}"]  # fmt: skip
         for s in self.history:
@@ -149,6 +173,10 @@ class TokensPerStepLogger:
 
     def summary(self) -> TokensSummary:
         """Over the logged steps (:class:`TokensSummary`).
+
+        Returns:
+            :class:`TokensSummary`: loss tokens per step (mean, min), the fraction of slots that are
+            padding, the mean effective batch in examples and the number of low steps.
 
         Raises:
             ValueError: no step was logged yet.

@@ -35,12 +35,27 @@ __all__ = [
 
 
 def headless() -> bool:
-    """True when no person is watching: CI, nbval, or nbgrader's autograder."""
+    """True when no person is watching: CI, nbval, or nbgrader's autograder.
+
+    Returns:
+        True when ``CI`` or ``NBGRADER_EXECUTION`` is set (to anything non-empty): widgets then
+        draw one static frame.
+    """
     return bool(os.environ.get("CI") or os.environ.get("NBGRADER_EXECUTION"))
 
 
 def int_slider(value: int, min: int, max: int, step: int = 1, description: str = "") -> Spec:
     """An ``IntSlider`` spec (built lazily so that importing this module needs no widgets).
+
+    Args:
+        value: the starting (and headless) value.
+        min: the smallest value.
+        max: the largest value.
+        step: the slider's increment.
+        description: the label beside it (default: the keyword's name).
+
+    Returns:
+        ``("int", {...})``: a spec :func:`explore` turns into an ``ipywidgets.IntSlider``.
 
     Raises:
         ValueError: ``value`` outside ``[min, max]``.
@@ -52,6 +67,15 @@ def int_slider(value: int, min: int, max: int, step: int = 1, description: str =
 
 def choice(value: Any, options: Iterable[Any], description: str = "") -> Spec:
     """A selection-slider spec over ``options`` (a list of values, or of ``(label, value)``).
+
+    Args:
+        value: the starting (and headless) value: one of the option values.
+        options: values, or ``(label, value)`` pairs to show labels.
+        description: the label beside it (default: the keyword's name).
+
+    Returns:
+        ``("choice", {...})``: a spec :func:`explore` turns into an
+        ``ipywidgets.SelectionSlider``.
 
     Raises:
         ValueError: ``value`` is not one of ``options``.
@@ -95,11 +119,22 @@ def build_explorer(
     cache: bool = False,
     **controls: Any,
 ) -> tuple[Any, dict[str, Any]]:
-    """Build (without displaying) the widget: ``(container, {name: control})``.
+    """Build (without displaying) the widget.
 
-    The figure is redrawn into an ``Output`` whenever a control moves (see :func:`_frame` for
-    ``compute`` and ``cache``). Plain keyword values (not specs from :func:`int_slider` /
-    :func:`choice`) are passed through unchanged.
+    The figure is redrawn into an ``Output`` whenever a control moves.
+
+    Args:
+        figure_fn: draws one frame; called with the slider values (and the fixed keywords), or
+            with ``compute``'s result.
+        compute: makes the result a frame draws from the slider values; ``None``: ``figure_fn``
+            takes the values itself.
+        cache: compute each combination of slider values once (for results that take seconds).
+        **controls: one per argument: a spec from :func:`int_slider` / :func:`choice` becomes a
+            slider; any other value is passed to every frame unchanged.
+
+    Returns:
+        ``(container, {name: control})``: the ``VBox`` of sliders and output, and each slider by
+        its keyword (set ``.value`` to move it from code).
     """
     import ipywidgets as w
     from IPython.display import display
@@ -142,6 +177,15 @@ def explore(
 
     With ``compute``, every frame draws ``figure_fn(compute(**values))``: the compute function
     owns the work (training, packing, measuring), the figure only draws its result.
+
+    Args:
+        figure_fn: draws one frame; called with the slider values (and the fixed keywords), or
+            with ``compute``'s result.
+        compute: makes the result a frame draws from the slider values; ``None``: ``figure_fn``
+            takes the values itself.
+        cache: compute each combination of slider values once (for results that take seconds).
+        **controls: one per argument: a spec from :func:`int_slider` / :func:`choice` becomes a
+            slider; any other value is passed to every frame unchanged.
     """
     from IPython.display import display
 
@@ -168,6 +212,14 @@ def budget_split_explorer(
     (:func:`course_lib.lessons.attention.budget_split`); the figure shows the predicted
     components for eager and sdpa attention and the measured peak of a real training step at that
     shape (measured on first view, then cached).
+
+    Args:
+        config: the model measured; ``attn_impl`` is set per curve.
+        token_budget: tokens per step (``batch_size * seq_len``) every split keeps.
+        seq_lens: the sequence lengths the slider offers; ``None``: the powers of two from 16 to
+            ``config.max_seq_len`` that divide ``token_budget``
+            (:func:`~course_lib.lessons.attention.split_seq_lens`).
+        device: where the measured steps run (default: CUDA when available, else the CPU).
     """
     if seq_lens is None:
         seq_lens = split_seq_lens(token_budget, config.max_seq_len)

@@ -25,8 +25,17 @@ from .style import (
 def plot_measured_vs_predicted(rows: Sequence[ShapeComparison], title: str = "") -> Figure:
     """Peak memory over sequence length at a fixed token budget: measured points, predicted lines.
 
-    ``rows``: :func:`~course_lib.memory.compare_shapes`. The lower panel shows predicted /
-    measured for every point (1.0 = the model is exact).
+    The lower panel shows predicted / measured for every point (1.0 = the model is exact).
+
+    Args:
+        rows: one comparison per attention path and shape, from
+            :func:`~course_lib.memory.compare_shapes`.
+        title: the upper panel's title; empty: "Same tokens per step, different shapes" and the
+            measurement method.
+
+    Returns:
+        A new matplotlib ``Figure``: two panels: peaks in MiB, then predicted / measured. The caller
+        shows or closes it.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -54,6 +63,15 @@ def plot_breakdown(
 ) -> Figure:
     """Stacked bars of predicted components per shape; measured peaks (bytes, one per breakdown)
     as black diamonds.
+
+    Args:
+        breakdowns: predictions, one bar each (:func:`~course_lib.memory.activation_bytes`).
+        measured: measured peak bytes, one per breakdown; ``None`` draws no diamonds.
+        title: the title; empty: "Where the bytes go (predicted)".
+
+    Returns:
+        A new matplotlib ``Figure``: one bar per shape, in MiB, stacked by component. The caller
+        shows or closes it.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -88,6 +106,13 @@ def plot_linear_vs_quadratic(values: ValuesPerLayer) -> Figure:
     """Per-layer values kept for backward at a fixed token budget, split into the two shapes
     (:func:`~course_lib.lessons.attention.values_per_layer`): the linear parts stay put over
     ``seq_len`` while the eager scores grow with it.
+
+    Args:
+        values: counts of values per layer (not bytes) per ``seq_len``.
+
+    Returns:
+        A new matplotlib ``Figure``: both counts over seq_len, log-log. The caller shows or closes
+        it.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -126,6 +151,13 @@ def plot_linear_vs_quadratic(values: ValuesPerLayer) -> Figure:
 def plot_split(split: BudgetSplit) -> Figure:
     """One split of a token budget (:func:`~course_lib.lessons.attention.budget_split`): predicted
     components and, when measured, the measured peaks, one bar per attention path.
+
+    Args:
+        split: one ``batch_size × seq_len`` split, predicted (and maybe measured) per path.
+
+    Returns:
+        A new matplotlib ``Figure``: :func:`plot_breakdown` of the split, its shape in the title.
+        The caller shows or closes it.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.

@@ -31,12 +31,23 @@ FIT_COLOUR, NO_FIT_COLOUR = "tab:green", "tab:red"
 
 
 def mib(n_bytes: float) -> float:
-    """Bytes to MiB (2**20 bytes), the unit every memory axis uses."""
+    """Bytes to MiB (2**20 bytes), the unit every memory axis uses.
+
+    Args:
+        n_bytes: a size in bytes.
+
+    Returns:
+        The same size in MiB (a float: ``mib(3 * 2**19) == 1.5``).
+    """
     return n_bytes / 2**20
 
 
 def require(condition: bool, message: str) -> None:
     """Raise ``ValueError(message)`` unless ``condition``: a figure's one input check.
+
+    Args:
+        condition: what the figure's input must satisfy.
+        message: what is wrong and what to pass instead.
 
     Raises:
         ValueError: ``condition`` is false.
@@ -48,7 +59,15 @@ def require(condition: bool, message: str) -> None:
 def label_above(
     ax: Axes, text: str, xy: tuple[float, float], fontsize: int = 8, **kwargs: Any
 ) -> None:
-    """Write ``text`` just above the point ``xy`` (data coordinates), centred."""
+    """Write ``text`` just above the point ``xy`` (data coordinates), centred.
+
+    Args:
+        ax: the axes to write on.
+        text: the label.
+        xy: the point, in data coordinates.
+        fontsize: in points.
+        **kwargs: passed to ``Axes.annotate`` (``ha`` defaults to ``"center"``).
+    """
     kwargs.setdefault("ha", "center")
     ax.annotate(text, xy, textcoords="offset points", xytext=(0, 2), fontsize=fontsize, **kwargs)
 
@@ -61,6 +80,13 @@ def draw_predicted_vs_measured(
 
     One series per ``group(row)``. Rows need ``seq_len``, ``predicted_bytes``,
     ``measured_bytes`` and ``ratio`` (:class:`~course_lib.memory.ShapeComparison`).
+
+    Args:
+        ax: the upper axes: peaks in MiB over ``seq_len`` (log 2 axis).
+        ax_ratio: the lower axes: predicted / measured.
+        rows: the comparisons to draw.
+        group: names each row's series (``lambda r: r.attn_impl``).
+        colour_of: a series name's colour.
     """
     for name in dict.fromkeys(group(r) for r in rows):
         sel = sorted((r for r in rows if group(r) == name), key=lambda r: r.seq_len)

@@ -23,7 +23,11 @@ from pathlib import Path
 
 
 def available() -> list[str]:
-    """The shipped configuration names, sorted."""
+    """The shipped configuration names, sorted.
+
+    Returns:
+        Names :func:`load_config` accepts without a path (``"Llama-3.1-8B"``, ``"gpt2"``, ...).
+    """
     files = resources.files(__name__).iterdir()
     return sorted(f.name.removesuffix(".json") for f in files if f.name.endswith(".json"))
 
@@ -31,8 +35,12 @@ def available() -> list[str]:
 def load_config(name_or_path: str | os.PathLike) -> dict:
     """The config dict of a shipped model name, or of a ``config.json`` path.
 
-    Raises ``ValueError`` naming the shipped names when ``name_or_path`` is neither, and when the
-    file is not a JSON object.
+    Args:
+        name_or_path: a shipped name (case and an ``org/`` prefix ignored, so
+            ``"meta-llama/llama-3.1-8b"`` works), or the path of a ``config.json``.
+
+    Returns:
+        The JSON object as a dict, field for field (``hidden_size``, ``num_hidden_layers``, ...).
 
     Raises:
         ValueError: ``name_or_path`` is neither a shipped name nor a ``config.json`` (naming the

@@ -45,6 +45,15 @@ def split_seq_lens(token_budget: int, max_seq_len: int, shortest: int = 16) -> l
     """The powers of two from ``shortest`` up to ``min(token_budget, max_seq_len)`` that divide
     ``token_budget``: the sequence lengths of lesson 1's slider.
 
+    Args:
+        token_budget: tokens per step every split keeps.
+        max_seq_len: the model's longest row.
+        shortest: the shortest sequence length offered.
+
+    Returns:
+        Ascending powers of two ``T`` with ``token_budget % T == 0`` (``split_seq_lens(16384,
+        1024) == [16, 32, ..., 1024]``).
+
     Raises:
         ValueError: a size that is not a positive int, or no such power of two.
     """
@@ -86,6 +95,17 @@ def values_per_layer(
 ) -> ValuesPerLayer:
     """``token_budget * (8 C + 2 M + 4)`` linear values and ``B * H * T**2`` score values per
     layer for every ``T`` in ``seq_lens`` (``B = token_budget // T``; see the module docstring).
+
+    Args:
+        n_heads: attention heads ``H``.
+        d_model: channels ``C``.
+        d_mlp: MLP hidden width ``M``.
+        token_budget: tokens per step ``N``.
+        seq_lens: the splits' sequence lengths, each dividing ``N``.
+
+    Returns:
+        :class:`ValuesPerLayer`: per ``T``, the linear count (the same for every ``T``) and the
+        score count ``N H T`` (values, not bytes).
 
     Raises:
         ValueError: a size that is not a positive int, no ``seq_len``, or one that does not
@@ -140,6 +160,19 @@ def budget_split(
 ) -> BudgetSplit:
     """Predict one step at ``(token_budget // seq_len) x seq_len`` for every attention path and,
     with ``measure``, run it (same weights for every path, from ``seed``).
+
+    Args:
+        config: the model; its ``attn_impl`` is replaced by each path.
+        token_budget: tokens per step.
+        seq_len: tokens per row; must divide ``token_budget``.
+        attn_impls: the attention paths to predict (and measure).
+        measure: also run one real step per path (seconds on a CPU).
+        device: where the measured steps run (default: CUDA when available, else the CPU).
+        seed: the weights' and the batch's seed.
+
+    Returns:
+        :class:`BudgetSplit`: the shape, score elements per layer, one prediction per path and,
+        with ``measure``, one measured row per path.
 
     Raises:
         ValueError: ``seq_len`` does not divide ``token_budget``, or no attention path.

@@ -35,6 +35,14 @@ LORA_TARGETS = {
 def tiny_hf_config(model_type: str, **overrides: Any) -> Any:
     """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``).
 
+    Args:
+        model_type: a family's ``model_type`` (``"llama"``, ``"qwen3"``, ``"gemma2"``, ...).
+        **overrides: config fields to change (``num_hidden_layers=4``, ``vocab_size=512``).
+
+    Returns:
+        A ``transformers`` ``PretrainedConfig`` of that family: a few layers and narrow widths, so a
+        training step runs in seconds on a CPU.
+
     Raises:
         KeyError: a model type without a tiny config (one of :data:`TINY`'s keys).
     """
@@ -58,6 +66,20 @@ def build_model(
     """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
     PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
     weights through bitsandbytes with ``prepare_model_for_kbit_training`` (the QLoRA recipe).
+
+    Args:
+        config: a ``transformers`` config (e.g. from :func:`tiny_hf_config`).
+        dtype: the weights' dtype (with 4/8-bit weights, the compute dtype).
+        attn_impl: ``"eager"`` or ``"sdpa"``: transformers' ``attn_implementation``.
+        lora_rank: LoRA's rank ``r`` (``lora_alpha = 2r``); ``None`` trains every weight.
+        checkpointing: ``"blocks"`` (or True) turns on activation checkpointing per decoder layer.
+        seed: the random weights' seed (the caller's RNG untouched).
+        lora_targets: module names LoRA wraps, or a preset name.
+        lora_dropout: LoRA's dropout probability.
+        weights: ``"16bit"``, ``"int8"`` or ``"nf4"`` (frozen quantised base weights).
+
+    Returns:
+        The model (a ``peft`` model with LoRA) in training mode, on the CPU.
 
     Raises:
         AssertionError: transformers picked another attention path than ``attn_impl``.
@@ -189,7 +211,12 @@ def _step(model: Any, batch: dict, loop: str) -> float:
 
 
 def every_nth(model: Any, n: int) -> None:
-    """Keep checkpointing on decoder layers 0, n, 2n... only."""
+    """Keep checkpointing on decoder layers 0, n, 2n... only.
+
+    Args:
+        model: a model built with checkpointing on every decoder layer.
+        n: the stride: layers whose index is not a multiple of ``n`` stop checkpointing.
+    """
     for i, layer in enumerate(_layers(model)):
         if i % n:
             layer.gradient_checkpointing = False
@@ -210,7 +237,26 @@ def compare_hf(
     **settings: Any,
 ) -> list[HFComparison]:  # fmt: skip
     """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction;
-    ``settings`` are :func:`~course_lib.hf.predict.predict_hf_step`'s keywords."""
+    ``settings`` are :func:`~course_lib.hf.predict.predict_hf_step`'s keywords.
+
+    Args:
+        config: a ``transformers`` config.
+        shapes: ``(batch_size, seq_len)`` pairs, in tokens; one measured step each.
+        dtype: the model's dtype.
+        attn_impl: ``"eager"`` or ``"sdpa"``.
+        lora_rank: LoRA's rank; ``None`` trains every weight.
+        checkpointing: ``"off"`` or ``"blocks"``.
+        device: where the steps run (default: CUDA when available, else the CPU).
+        seed: the weights' and the batches' seed.
+        loop: ``"trainer"`` (outputs dropped before backward) or ``"plain"`` (outputs held).
+        checkpoint_every: checkpoint decoder layers ``0, k, 2k, ...`` only.
+        **settings: :func:`~course_lib.hf.predict.predict_hf_step`'s other keywords; the build
+            ones (``lora_targets``, ``lora_dropout``, ``weights``) also shape the model.
+
+    Returns:
+        One :class:`HFComparison` per shape, in order: predicted and measured peak and saved
+        bytes, and the moment the prediction peaks at.
+    """
     dev = pick_device(device)
     build = {k: settings[k] for k in BUILD_KEYS if k in settings}
     common: dict[str, Any] = dict(
@@ -241,7 +287,16 @@ def compare_hf(
 def saved_by_module(model: Any, batch: dict) -> dict[str, int]:
     """Bytes autograd saves in one forward pass, by the module that made each tensor (a
     checkpointed layer's own input: ``"<layer>:input"``), the measured side of
-    ``HFStepBreakdown.saved``: which module's tensors moved."""
+    ``HFStepBreakdown.saved``: which module's tensors moved.
+
+    Args:
+        model: a ``transformers`` model in training mode.
+        batch: its keyword arguments (``input_ids``, ``labels``, ...).
+
+    Returns:
+        ``{module name: bytes}`` of the storages autograd saved, each counted once; ``""`` is
+        the top level.
+    """
     stack, seen, made, out = [""], set(), {}, dict[str, int]()
 
     def enter(module, args, name):

@@ -58,7 +58,15 @@ class LiveBytesTracker(TorchDispatchMode):
             self.live_bytes -= nbytes
 
     def is_tracked(self, t: torch.Tensor) -> bool:
-        """Whether ``t``'s storage was allocated (and is still alive) under this tracker."""
+        """Whether ``t``'s storage was allocated (and is still alive) under this tracker.
+
+        Args:
+            t: any tensor.
+
+        Returns:
+            True for a tensor made inside the tracked region whose storage is still counted;
+            False for parameters, inputs and anything made before the tracker started.
+        """
         return _storage_key(t) in self._live
 
     def __torch_dispatch__(
@@ -117,6 +125,12 @@ CPU_METHOD = "CPU: counted bytes"  # every tensor allocation counted by LiveByte
 def pick_device(device: Device = None) -> torch.device:
     """``device`` as a ``torch.device``; ``None`` picks CUDA when it is available, else the CPU.
 
+    Args:
+        device: a device or its name (``"cpu"``, ``"cuda:1"``), or ``None``.
+
+    Returns:
+        The ``torch.device`` a step will run on.
+
     Raises:
         RuntimeError: a string torch does not know as a device (torch's own message).
     """
@@ -126,8 +140,15 @@ def pick_device(device: Device = None) -> torch.device:
 
 
 def measurement_method(device: Device = None) -> str:
-    """How :func:`measure` measures on ``device`` (default: :func:`pick_device`'s choice):
-    ``"GPU: allocator peak"`` on CUDA, ``"CPU: counted bytes"`` everywhere else."""
+    """How :func:`measure` measures on ``device`` (default: :func:`pick_device`'s choice).
+
+    Args:
+        device: a device or its name, or ``None``.
+
+    Returns:
+        ``"GPU: allocator peak"`` on CUDA, ``"CPU: counted bytes"`` everywhere else: the label to
+        print beside a measured figure.
+    """
     return GPU_METHOD if pick_device(device).type == "cuda" else CPU_METHOD
 
 
@@ -200,10 +221,18 @@ def measure(
 
 
 def training_step(model: torch.nn.Module, batch: dict) -> float:
-    """One forward + backward, the way a training loop writes it; returns the loss as a float.
+    """One forward + backward, the way a training loop writes it.
 
     ``model(**batch).loss.backward()``: the output object (and its logits) is dropped before the
-    backward pass, exactly as a plain training loop does, so nothing extra stays alive.
+    backward pass, exactly as a training loop without extra references does, so nothing extra stays
+    alive.
+
+    Args:
+        model: any model whose output has ``.loss``.
+        batch: its keyword arguments.
+
+    Returns:
+        The loss as a Python float (detached: no graph is kept).
     """
     loss = model(**batch).loss
     loss.backward()

@@ -28,6 +28,14 @@ def attention_elements(batch_size: int, n_heads: int, seq_len: int) -> int:
     The usual worked example (16,384 tokens per step, 32 heads): 16 x 32 x 1024² = 536,870,912
     (about 5.4e8) against 2 x 32 x 8192² = 4,294,967,296 (about 4.3e9): 8 times more.
 
+    Args:
+        batch_size: rows ``B``.
+        n_heads: attention heads ``H``.
+        seq_len: tokens per row ``T``.
+
+    Returns:
+        ``B * H * T²``: a count of elements, not bytes (multiply by the dtype's size: 4 for fp32).
+
     Raises:
         ValueError: a size that is not a positive int.
     """
@@ -38,7 +46,16 @@ def attention_elements(batch_size: int, n_heads: int, seq_len: int) -> int:
 
 
 def parameter_count(config: TinyGPTConfig) -> int:
-    """Parameters of a :class:`TinyGPT` with this config (weights only; no biases in linears)."""
+    """Parameters of a :class:`TinyGPT` with this config (weights only; no biases in linears).
+
+    Args:
+        config: the model's shape.
+
+    Returns:
+        ``V C`` (embedding) ``+ L (4C + 4C² + 2CM)`` (2 LayerNorms, q/k/v + output projection,
+        up + down) ``+ 2C`` (final LayerNorm) ``+ V C`` (untied head), in elements; equal to
+        :meth:`TinyGPT.num_parameters <course_lib.model.TinyGPT.num_parameters>`.
+    """
     d, v, L = config.d_model, config.vocab_size, config.n_layers
     per_block = 2 * (2 * d) + 3 * d * d + d * d + 2 * d * config.d_mlp  # 2 LayerNorms, attn, MLP
     return v * d + L * per_block + 2 * d + v * d  # embedding, blocks, final LN, untied head
@@ -76,7 +93,12 @@ class ActivationBreakdown:
     peak_at: str
 
     def components(self) -> dict[str, int]:
-        """The saved-for-backward components plus the backward transient, in bytes."""
+        """The saved-for-backward components plus the backward transient, in bytes.
+
+        Returns:
+            ``{name: bytes}`` for every name of :data:`COMPONENTS`, in stacking order; the
+            values sum to ``total``.
+        """
         return {name: getattr(self, name) for name in COMPONENTS}
 
 
@@ -101,7 +123,15 @@ class _Shape:
 
 
 def block_terms(s: _Shape) -> dict[str, int]:
-    """What one plain (not checkpointed) block saves for backward, by component, in bytes."""
+    """What one plain (not checkpointed) block saves for backward, by component, in bytes.
+
+    Args:
+        s: the step's sizes (batch, sequence, widths, bytes per element, eager or fused).
+
+    Returns:
+        ``{"scores", "qkv", "mlp", "norms", "resid"}`` in bytes; ``"scores"`` (``B H T² b``) is 0
+        for the fused paths.
+    """
     N, C, M, b = s.N, s.C, s.M, s.b
     return {
         # eager: the softmax probabilities, (B, H, T, T) -- the quadratic term
@@ -116,7 +146,16 @@ def block_terms(s: _Shape) -> dict[str, int]:
 
 
 def shared_terms(s: _Shape) -> dict[str, int]:
-    """What the step saves outside the blocks, in bytes."""
+    """What the step saves outside the blocks, in bytes.
+
+    Args:
+        s: the step's sizes (batch, sequence, widths, bytes per element, eager or fused).
+
+    Returns:
+        ``{"rope_masks", "embed", "head"}`` in bytes: the RoPE tables gathered per token (and
+        eager's ``T²`` bool mask), the embedding output, and the head's saved set (final norm,
+        int64 labels, fp32 log-probabilities ``N V``).
+    """
     N, C, b = s.N, s.C, s.b
     return {
         "rope_masks": 2 * N * s.hd * b + (s.T * s.T if s.eager else 0),  # cos, sin; eager's mask
@@ -128,7 +167,16 @@ def shared_terms(s: _Shape) -> dict[str, int]:
 
 def block_modes(mode: Checkpointing, n_layers: int, checkpoint_every: int) -> list[Checkpointing]:
     """What each block recomputes, bottom to top: blocks ``0, k, 2k, ...`` use ``mode`` for
-    ``checkpoint_every = k``, the others ``"off"``."""
+    ``checkpoint_every = k``, the others ``"off"``.
+
+    Args:
+        mode: the checkpointing mode of the checkpointed blocks.
+        n_layers: blocks in the model.
+        checkpoint_every: the stride ``k`` (1: every block).
+
+    Returns:
+        One mode per block, bottom (0) to top, as :class:`~course_lib.model.TinyGPT` assigns them.
+    """
     return [mode if i % checkpoint_every == 0 else "off" for i in range(n_layers)]
 
 
@@ -187,6 +235,16 @@ def backward_moments(
     At large token counts the loss or the top block wins; when the activations are small next to
     the weights' gradients (few tokens, or checkpointing) a lower block or the embedding's
     gradient is the peak, so every block is scanned.
+
+    Args:
+        s: the step's sizes (batch, sequence, widths, bytes per element, eager or fused).
+        modes: each block's checkpointing, from :func:`block_modes`.
+        config: the model (its parameter count sizes the last moment).
+
+    Returns:
+        ``{moment: bytes alive}``, from ``"loss"`` and ``"head"`` down through each block
+        (``"top block MLP"``, ``"block 0 qkv backward"``, ...) to ``"embedding"``; the largest
+        value is the predicted peak.
     """
     N, C, M, V, b = s.N, s.C, s.M, s.V, s.b
     terms, shared = block_terms(s), shared_terms(s)
@@ -240,6 +298,14 @@ def activation_bytes(
 
     Checked against the CPU count to the byte (a constant 8-byte loss scalar aside) for eager and
     sdpa, 1-4 heads, MLP ratios 1, 2 and 4, vocabularies of 16-260 and ``checkpoint_every`` 1-3.
+
+    Args:
+        config: the model's shape, attention path and ``checkpoint_every``.
+        batch_size: rows ``B``.
+        seq_len: tokens per row ``T``, at most ``config.max_seq_len``.
+        dtype: the model's floating dtype (``b`` bytes per element; the loss stays fp32).
+        checkpointing: ``"off"``, ``"blocks"`` or ``"attention"`` (a bool means off/blocks);
+            ``None``: the config's.
 
     Returns:
         :class:`ActivationBreakdown`; ``total`` is the predicted peak in bytes.

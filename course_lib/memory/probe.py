@@ -70,6 +70,13 @@ class MemoryProbe:
     def __call__(self, n: int) -> bool:
         """Run one step at ``n`` full rows; True when it fits (always, without a budget).
 
+        Args:
+            n: rows of the batch, each ``seq_len`` tokens.
+
+        Returns:
+            True when ``fixed_bytes`` + the step's measured peak fits ``memory_budget`` (recorded
+            in ``needed[n]``, bytes); always True without a budget.
+
         Raises:
             ValueError: ``n`` is not a positive int.
             torch.OutOfMemoryError: on a GPU, when the step does not fit the card (the search counts

@@ -23,8 +23,14 @@ Shape = tuple[int, int]  # (batch_size, seq_len)
 
 
 def mode_label(checkpointing: Checkpointing | bool | None, checkpoint_every: int = 1) -> str:
-    """How figures and tables name a checkpointing setting: the mode (``"off"``, ``"blocks"``,
-    ``"attention"``), with the stride when it is not 1 (``"blocks/2"``).
+    """How figures and tables name a checkpointing setting.
+
+    Args:
+        checkpointing: a mode (``"off"``, ``"blocks"``, ``"attention"``) or a bool (off/blocks).
+        checkpoint_every: the stride of checkpointed blocks.
+
+    Returns:
+        The mode, with the stride when it is not 1 (``"blocks/2"``); ``"off"`` never has one.
 
     Raises:
         ValueError: an unknown checkpointing mode.
@@ -99,6 +105,19 @@ def sweep(
     Each config gets its own TinyGPT built from ``seed`` (so all share the same weights), in
     ``dtype``. Rows come config by config, shape by shape.
 
+    Args:
+        configs: the models to measure (each built once).
+        shapes: ``(batch_size, seq_len)`` pairs in rows and tokens, checked against the first
+            config's ``max_seq_len``.
+        device: where the steps run (default: CUDA when available, else the CPU).
+        seed: the weights' and the batches' seed.
+        progress: show a tqdm bar over the steps.
+        desc: the progress bar's label.
+        dtype: the models' dtype.
+
+    Returns:
+        One :class:`ShapeComparison` per config and shape (``len(configs) * len(shapes)`` rows).
+
     Raises:
         ValueError: no shape, or a shape that is not positive or longer than ``max_seq_len``.
     """
@@ -153,6 +172,15 @@ def compare_shapes(
     """Measure a training step at each ``(batch_size, seq_len)`` beside the prediction, for each
     attention path (same weights for every path).
 
+    Args:
+        config: the model; its ``attn_impl`` is replaced by each of ``attn_impls``.
+        shapes: ``(batch_size, seq_len)`` pairs in rows and tokens.
+        attn_impls: the attention paths to compare.
+        device: where the steps run (default: CUDA when available, else the CPU).
+        seed: the weights' and the batches' seed.
+        progress: show a tqdm bar over the steps.
+        dtype: the model's dtype.
+
     Returns:
         One :class:`ShapeComparison` per path and shape, path by path.
 
@@ -174,6 +202,15 @@ def compare_checkpointing(
 ) -> list[ShapeComparison]:
     """Measure one training step at every shape for every checkpointing mode, beside the
     prediction (same weights for every mode; ``config.checkpoint_every`` applies).
+
+    Args:
+        config: the model; its ``checkpointing`` is replaced by each of ``modes``.
+        shapes: ``(batch_size, seq_len)`` pairs in rows and tokens.
+        modes: the checkpointing modes to compare (bools mean off/blocks).
+        device: where the steps run (default: CUDA when available, else the CPU).
+        seed: the weights' and the batches' seed.
+        progress: show a tqdm bar over the steps.
+        dtype: the model's dtype.
 
     Returns:
         One :class:`ShapeComparison` per mode and shape, mode by mode.

@@ -96,7 +96,7 @@ def test_normal_form_is_stable(release):
     for key, text in files.items():
         if key.endswith(".ipynb"):
             nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
-            assert rel.notebook_text(rel.normalise(nb)) == text, key
+            assert rel.notebook_text(rel.normalise_notebook(nb)) == text, key
             assert text.endswith("}\n") and '\n "cells": [' in text, key
 
 

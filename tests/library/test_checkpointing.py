@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from course_lib.checkpointing import time_checkpointing
+from course_lib.checkpointing import StepTimes, time_checkpointing
 from course_lib.lessons.checkpointing import max_batch_under_budget, max_seq_len_under_budget
 from course_lib.memory import activation_bytes, compare_checkpointing, measure_step, mode_label
 from course_lib.model import TinyGPT, TinyGPTConfig
@@ -115,11 +115,22 @@ def test_gradients_are_identical_to_the_plain_model(attn_impl, mode, every):
 def test_timing_helper_returns_sane_numbers():
     times = time_checkpointing(config("sdpa", n_layers=2), 2, 32, repeats=3, warmup=1)
     assert times.repeats == 3 and times.device == "cpu"
-    assert all(0 < s < 30 for s in times.plain_seconds + times.checkpointed_seconds)
+    assert all(0 < s < 30 for s in times.off_seconds + times.checkpointed_seconds)
     assert math.isfinite(times.ratio) and 0.2 < times.ratio < 10
-    assert times.plain_median == sorted(times.plain_seconds)[1]
+    assert times.off_median == sorted(times.off_seconds)[1]
     assert times.ratio == sorted(times.pair_ratios)[1]
     assert "ratio ×" in times.summary() and "median of 3 pairs" in times.summary()
+    assert " off " in times.summary() and "plain" not in times.summary()
+
+
+def test_the_plain_names_still_read_but_warn():
+    times = StepTimes("blocks", 1, "sdpa", 2, 2, 32, "cpu", [1.0, 3.0, 2.0], [2.0, 4.0, 3.0])
+    with pytest.warns(DeprecationWarning, match="StepTimes.off_seconds"):
+        assert times.plain_seconds == [1.0, 3.0, 2.0]
+    with pytest.warns(DeprecationWarning, match="StepTimes.off_median"):
+        assert times.plain_median == 2.0
+    with pytest.raises(AttributeError):  # read-only: the data lives in off_seconds
+        times.plain_seconds = [5.0]  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("mode", [False, True, "attention"])

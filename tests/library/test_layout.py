@@ -1,7 +1,8 @@
-"""The layout keeps the promises of docs/architecture.md: its module table matches the tree, modules
-and functions stay within the limits it states, public functions are typed and document what
-they raise, imports form no cycle, nothing lazily re-exports, and nothing reads outside the
-repository. Every check is also fed a case that must fail it."""
+"""The layout keeps the promises of docs/architecture.md: its module table (and README's short one)
+matches the tree, modules and functions stay within the limits it states, public functions are
+typed and carry Google-style Args:/Returns:/Raises: sections, imports form no cycle, nothing
+lazily re-exports, and nothing reads outside the repository. Every check is also fed a case
+that must fail it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,23 @@ PACKAGE = ROOT / "course_lib"
 DOC = ROOT / "docs" / "architecture.md"
 # Listed as one row each in the table (a data package, and the instructors' package).
 LISTED_WHOLE = {"hf_configs/": PACKAGE / "hf_configs", "course_grading/": ROOT / "course_grading"}
-# Left exactly as it was for this release (today's hidden tests call it; see answers.py).
-TYPING_EXEMPT = {"course_lib/answers.py:course_lib_calls"}
+# Modules whose docstrings other branches are rewriting while the Args:/Returns: rule lands, so
+# only that rule skips them (typing, docstrings and Raises: still apply). TEMPORARY: this list
+# must shrink to empty; the lead empties it once those branches are merged.
+SECTIONS_PENDING = (
+    "course_lib/hf/",
+    "course_lib/finetune.py",
+    "course_lib/cli.py",
+    "course_lib/plan.py",
+    "course_lib/lessons/padding.py",
+    "course_lib/lessons/accumulation.py",
+    "course_lib/lessons/checkpointing.py",
+    "course_lib/lessons/choosing.py",
+    "course_lib/figures/padding.py",
+    "course_lib/figures/accumulation.py",
+    "course_lib/figures/checkpointing.py",
+    "course_lib/figures/choosing.py",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -77,6 +93,39 @@ def test_the_table_check_sees_a_missing_row_and_a_stale_one():
     assert "fit.py" in table_drift(table_names(without_fit), tree_names())
     stale = text + "\n| `windows.py` | lesson 3's windows |\n"
     assert "windows.py" in table_drift(table_names(stale), tree_names())
+
+
+# README's short table groups the same files by stage; it must name every top-level module and
+# package (the package's own markers and its data folder aside) and nothing that is gone.
+README = ROOT / "README.md"
+README_UNLISTED = {"__init__.py", "__main__.py", "lengths/"}
+
+
+def readme_names(text: str) -> set[str]:
+    """Every `name` in the first column of README's ``| modules | own |`` table."""
+    lines = text[text.index("| modules | own |") :].splitlines()[2:]
+    rows = lines[: next((i for i, ln in enumerate(lines) if not ln.startswith("|")), len(lines))]
+    return {n for ln in rows for n in re.findall(r"`([^`]+)`", ln.split("|")[1])}
+
+
+def top_level_names() -> set[str]:
+    """course_lib's own modules (``x.py``) and packages (``x/``), one level deep."""
+    found = {p.name for p in PACKAGE.glob("*.py")}
+    found |= {f"{p.name}/" for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    return found - README_UNLISTED
+
+
+def test_the_readme_table_names_every_top_level_module():
+    drift = table_drift(readme_names(README.read_text()), top_level_names())
+    assert not drift, f"README.md's module table: {drift}"
+
+
+def test_the_readme_check_sees_a_missing_module_and_a_stale_one():
+    text = README.read_text()
+    without_forms = text.replace(", `forms.py`", "")
+    assert "forms.py" in table_drift(readme_names(without_forms), top_level_names())
+    stale = text.replace("| `isolation.py` |", "| `isolation.py`, `windows.py` |")
+    assert "windows.py" in table_drift(readme_names(stale), top_level_names())
 
 
 # --- the limits the document states --------------------------------------------------------------
@@ -187,24 +236,102 @@ def raises_undocumented(node: ast.FunctionDef, docs: list[str]) -> bool:
     return raises and not any("Raises:" in d for d in docs)
 
 
+def section(doc: str, title: str) -> list[str] | None:
+    """The lines under a Google-style ``title:`` heading, up to the next line indented no deeper
+    than the heading; None when the docstring has no such heading."""
+    lines = doc.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == f"{title}:":
+            indent = len(line) - len(line.lstrip())
+            body = []
+            for after in lines[i + 1 :]:
+                if after.strip() and len(after) - len(after.lstrip()) <= indent:
+                    break
+                body.append(after)
+            return body
+    return None
+
+
+def described(doc: str) -> set[str]:
+    """Names an ``Args:`` section describes: ``name:`` or ``name (type):`` at its first indent
+    (``*args`` and ``**kwargs`` by their names, stars optional)."""
+    body = [line for line in section(doc, "Args") or [] if line.strip()]
+    indent = min((len(line) - len(line.lstrip()) for line in body), default=0)
+    entry = re.compile(r"\*{0,2}(\w+)\s*(?:\([^)]*\))?:")
+    return {
+        m.group(1)
+        for line in body
+        if len(line) - len(line.lstrip()) == indent and (m := entry.match(line.strip()))
+    }
+
+
+def parameters(node: ast.FunctionDef, is_method: bool) -> list[str]:
+    args = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+    if is_method and args and args[0] in ("self", "cls"):
+        args = args[1:]
+    return args + [a.arg for a in (node.args.vararg, node.args.kwarg) if a]
+
+
+def returns_value(node: ast.FunctionDef) -> bool:
+    none = isinstance(node.returns, ast.Constant) and node.returns.value is None
+    return node.name != "__init__" and not none
+
+
+def is_property(node: ast.FunctionDef) -> bool:
+    return any(
+        (isinstance(d, ast.Name) and d.id in ("property", "cached_property"))
+        or (isinstance(d, ast.Attribute) and d.attr in ("setter", "cached_property"))
+        for d in node.decorator_list
+    )
+
+
+def sections_missing(node: ast.FunctionDef, docs: list[str], is_method: bool) -> list[str]:
+    """What the Google-style sections get wrong: an ``Args:`` entry for every parameter and for
+    nothing else, and a ``Returns:`` (or ``Yields:``) unless the function returns None. A
+    property is documented like an attribute (Google style), so it needs neither."""
+    if is_property(node):
+        return []
+    found = []
+    if params := parameters(node, is_method):
+        if not any(section(d, "Args") is not None for d in docs):
+            found.append("has no Args: section")
+        elif left := [p for p in params if not any(p in described(d) for d in docs)]:
+            found.append(f"has an Args: section that leaves out {left}")
+    if stale := sorted(set().union(*(described(d) for d in docs)) - set(params)):
+        found.append(f"has an Args: section that describes {stale}, which it does not take")
+    if returns_value(node) and not any(
+        section(d, t) is not None for d in docs for t in ("Returns", "Yields")
+    ):
+        found.append("has no Returns: section")
+    return found
+
+
+def sections_apply(rel: str) -> bool:
+    """The Args:/Returns: rule covers public modules (a private ``_name.py`` is exempt; a
+    package's ``__init__.py`` is its public face) not in the temporary SECTIONS_PENDING."""
+    stem = Path(rel).stem
+    private = stem.startswith("_") and not stem.startswith("__")
+    return not private and not any(rel == p or rel.startswith(p) for p in SECTIONS_PENDING)
+
+
 def boundary_problems(path: Path, root: Path = ROOT) -> list[str]:
     rel = path.relative_to(root).as_posix()
     found = []
     for name, node, docs in public_functions(path):
-        if f"{rel}:{name}" in TYPING_EXEMPT:
-            continue
         if missing := untyped(node, "." in name):
             found.append(f"{rel}:{node.lineno} {name} has no type for {missing}")
-        if not any(docs) and not any(
-            isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list
-        ):
+        if not any(docs) and not is_property(node):
             found.append(f"{rel}:{node.lineno} {name} has no docstring")
         if raises_undocumented(node, docs):
             found.append(f"{rel}:{node.lineno} {name} raises but has no Raises: section")
+        if sections_apply(rel):
+            found += [
+                f"{rel}:{node.lineno} {name} {p}" for p in sections_missing(node, docs, "." in name)
+            ]
     return found
 
 
-def test_public_functions_are_typed_documented_and_say_what_they_raise():
+def test_public_functions_are_typed_and_document_args_returns_and_raises():
     found = [p for path in modules().values() for p in boundary_problems(path)]
     assert not found, found
 
@@ -212,16 +339,49 @@ def test_public_functions_are_typed_documented_and_say_what_they_raise():
 def test_the_boundary_check_sees_a_missing_type_and_a_missing_raises(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        'def f(x, y: int) -> int:\n    """Y."""\n    return y\n\n'
+        'def f(x, y: int) -> int:\n    """Y.\n\n    Args:\n        x: X.\n        y: Y.\n\n'
+        '    Returns:\n        Y.\n    """\n    return y\n\n'
         "def h() -> None:\n    pass\n\n"
-        'def g(n: int) -> int:\n    """Half of n."""\n    if n % 2:\n'
-        '        raise ValueError("odd")\n    return n // 2\n'
+        'def g(n: int) -> None:\n    """Half of n.\n\n    Args:\n        n: N.\n    """\n'
+        '    if n % 2:\n        raise ValueError("odd")\n'
     )
     assert boundary_problems(bad, root=tmp_path) == [
         "bad.py:1 f has no type for ['x']",
-        "bad.py:5 h has no docstring",
-        "bad.py:8 g raises but has no Raises: section",
+        "bad.py:13 h has no docstring",
+        "bad.py:16 g raises but has no Raises: section",
     ]
+
+
+def test_the_sections_check_sees_no_args_a_left_out_or_stale_entry_and_no_returns(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        'def f(n: int) -> int:\n    """Twice n."""\n    return 2 * n\n\n'
+        "def g(n: int, *rest: int, **named: int) -> None:\n"
+        '    """Print n.\n\n    Args:\n        n: what to print.\n        *rest: more.\n    """\n\n'
+        "class C:\n"
+        '    """A thing.\n\n    Args:\n        size (int): bytes.\n'
+        '        colour: gone.\n    """\n\n'
+        '    def __init__(self, size: int, name: str) -> None:\n        """Build it."""\n\n'
+        "    @property\n    def twice(self) -> int:\n        return 2\n\n"
+        '    def more(self) -> int:\n        """More.\n\n'
+        '        Yields:\n            1.\n        """\n'
+        "        return 1\n"
+    )
+    assert boundary_problems(bad, root=tmp_path) == [
+        "bad.py:1 f has no Args: section",
+        "bad.py:1 f has no Returns: section",
+        "bad.py:5 g has an Args: section that leaves out ['named']",
+        "bad.py:21 C.__init__ has an Args: section that leaves out ['name']",
+        "bad.py:21 C.__init__ has an Args: section that describes ['colour'], which it does not "
+        "take",
+    ]
+    # A private module is exempt, and so (for now) is a module another branch is rewriting.
+    assert sections_apply("course_lib/budget.py") and sections_apply(
+        "course_lib/hf_configs/__init__.py"
+    )
+    assert not sections_apply("course_lib/_checks.py") and not sections_apply(
+        "course_lib/hf/spec.py"
+    )
 
 
 # --- imports -------------------------------------------------------------------------------------

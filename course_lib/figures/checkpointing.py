@@ -28,8 +28,15 @@ def _checkpoint_colour(label: str) -> str:
 def plot_checkpointing_peaks(rows: Sequence[ShapeComparison], title: str = "") -> Figure:
     """Peak memory of one step over ``seq_len``, one colour per checkpointing mode.
 
-    ``rows`` from :func:`~course_lib.memory.compare_checkpointing`: predictions as lines,
-    measurements as points; the lower panel is predicted / measured (1.0 = exact).
+    Predictions as lines, measurements as points; the lower panel is predicted / measured
+    (1.0 = exact).
+
+    Args:
+        rows: measured and predicted peaks from :func:`~course_lib.memory.compare_checkpointing`.
+        title: the figure's title (default: depth, attention path, batch and how it was measured).
+
+    Returns:
+        The figure (two panels).
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -53,6 +60,13 @@ def plot_checkpointing_peaks(rows: Sequence[ShapeComparison], title: str = "") -
 
 def plot_step_times(times: StepTimes, title: str = "") -> Figure:
     """Step time with and without checkpointing: every repeat as a dot, the median as a bar.
+
+    Args:
+        times: one interleaved timing from :func:`~course_lib.checkpointing.time_checkpointing`.
+        title: the figure's title (default: the shape, the median ratio and the pairs' range).
+
+    Returns:
+        The figure.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -80,7 +94,8 @@ def plot_step_times(times: StepTimes, title: str = "") -> Figure:
     ax.set_title(
         title
         or f"{times.batch_size}×{times.seq_len}, {times.n_layers} blocks: "
-        f"×{times.ratio:.2f} (median of {times.repeats} pairs, {times.device})"
+        f"×{times.ratio:.2f} (median of {times.repeats} pairs, range "
+        f"{min(times.pair_ratios):.2f}-{max(times.pair_ratios):.2f}, {times.device})"
     )
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
@@ -92,6 +107,13 @@ def plot_budget_fit(fit: BudgetFit) -> Figure:
 
     Predicted peaks over ``seq_len``, checkpointing off and on; the dashed line is the budget; the
     chosen ``seq_len`` is marked (a circle fits, a cross does not) and the title says which fits.
+
+    Args:
+        fit: the predicted peaks of both modes, from
+            :func:`~course_lib.lessons.checkpointing.budget_fit`.
+
+    Returns:
+        The figure.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.

@@ -6,13 +6,15 @@ predicted peak over ``seq_len`` with and without checkpointing (lesson 4's explo
 :func:`max_batch_under_budget` and :func:`max_seq_len_under_budget` search what fits
 (:func:`course_lib.fit.find_largest` over the prediction); :func:`recompute_trade` sets the
 measured peaks beside the measured step-time ratios of whole-block and attention-only
-recomputation; :func:`stride_rows` compares checkpointing strides.
+recomputation (each ratio the median of interleaved pairs, with the pairs' range: on a shared
+CPU the range is what to read); :func:`stride_rows` compares checkpointing strides.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -46,11 +48,21 @@ class BudgetFit:
 
     @property
     def fits(self) -> dict[Checkpointing, bool]:
+        """Whether each mode's peak at ``seq_len`` is within the budget.
+
+        Returns:
+            ``{mode: peak <= memory_budget}`` for ``"off"`` and ``"blocks"``.
+        """
         return {mode: peak <= self.memory_budget for mode, peak in self.at_seq_len.items()}
 
     @property
     def verdict(self) -> str:
-        """Which of the two fits at ``seq_len``, in words."""
+        """Which of the two fits at ``seq_len``, in words.
+
+        Returns:
+            ``"fits without checkpointing"``, ``"fits only with checkpointing"`` or ``"does not
+            fit, even with checkpointing"``.
+        """
         if self.fits["off"]:
             return "fits without checkpointing"
         if self.fits["blocks"]:
@@ -68,8 +80,21 @@ def budget_fit(
     attn_impl: str | None = None,
 ) -> BudgetFit:
     """Does one step of ``config`` with ``n_layers`` blocks (and ``attn_impl``, if given) fit
-    ``memory_budget`` at ``batch_size x seq_len``, plain or checkpointed? Peaks are also swept
-    over ``seq_lens`` (default: powers of two from 64 to ``4 * seq_len``, and ``seq_len``).
+    ``memory_budget`` at ``batch_size x seq_len``, plain or checkpointed?
+
+    Args:
+        config: the model; its ``checkpoint_every`` applies to the checkpointed side.
+        seq_len: the row length the verdict is about (tokens).
+        n_layers: the depth to predict (replaces ``config.n_layers``).
+        memory_budget: bytes, or an amount with its unit (``"16MiB"``).
+        batch_size: rows per step.
+        seq_lens: the row lengths to sweep (default: powers of two from 64 to ``4 * seq_len``,
+            and ``seq_len``).
+        attn_impl: ``"eager"`` or ``"sdpa"``; ``None`` keeps ``config.attn_impl``.
+
+    Returns:
+        :class:`BudgetFit`: the predicted peaks (bytes) per mode over ``seq_lens`` and at
+        ``seq_len``.
 
     Raises:
         ValueError: a size that is not a positive int, a budget that is not an amount of memory,
@@ -109,7 +134,17 @@ def max_batch_under_budget(
     """The largest micro-batch whose predicted step peak (above the weights: activations,
     gradients in flight, the weights' gradients) stays within ``memory_budget``.
 
-    ``checkpointing=None`` uses ``config.checkpointing``. Returns 0 when not even one row fits.
+    Args:
+        config: the model.
+        seq_len: tokens per row (at most ``config.max_seq_len``).
+        memory_budget: bytes, or an amount with its unit (``"16MiB"``).
+        checkpointing: ``"off"``, ``"blocks"``, ``"attention"`` (or a bool); ``None`` uses
+            ``config.checkpointing``.
+        dtype: the activations' dtype.
+        limit: the largest micro-batch tried.
+
+    Returns:
+        Rows per step (0 when not even one row fits).
 
     Raises:
         ValueError: a ``seq_len`` that is not positive or longer than ``max_seq_len``, or a
@@ -136,7 +171,19 @@ def max_seq_len_under_budget(
     """The longest row (up to ``limit`` tokens) whose predicted step peak fits the budget.
 
     Predicts with ``max_seq_len`` raised to ``limit``: RoPE needs no table of learned positions,
-    so only memory bounds the length. Returns 0 when not even one token fits.
+    so only memory bounds the length.
+
+    Args:
+        config: the model.
+        batch_size: rows per step.
+        memory_budget: bytes, or an amount with its unit (``"16MiB"``).
+        checkpointing: ``"off"``, ``"blocks"``, ``"attention"`` (or a bool); ``None`` uses
+            ``config.checkpointing``.
+        dtype: the activations' dtype.
+        limit: the longest row tried (tokens).
+
+    Returns:
+        Tokens per row (0 when not even one token fits).
 
     Raises:
         ValueError: a size that is not a positive int, or a budget that is not an amount of
@@ -156,23 +203,40 @@ def max_seq_len_under_budget(
 @dataclass
 class RecomputeTrade:
     """One shape and attention path: the measured peak per mode (``"off"``, ``"blocks"``,
-    ``"attention"``) and the step-time ratio of each recomputation mode against none."""
+    ``"attention"``) and the step-time ratio of each recomputation mode against none (the
+    median of interleaved pairs), with the range of those pairs (``time_ranges``: low, high)."""
 
     name: str
     peaks: dict[Checkpointing, int]
     time_ratios: dict[Checkpointing, float]
+    time_ranges: dict[Checkpointing, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def of(
         cls, name: str, rows: Sequence[ShapeComparison], times: Sequence[StepTimes]
     ) -> RecomputeTrade:
-        """From measured rows (one per mode) and timings (one per recomputation mode)."""
+        """The trade from measured rows and timings.
+
+        Args:
+            name: how the table names the shape (``"sdpa 2 × 1024"``).
+            rows: one measured step per mode (:func:`~course_lib.memory.compare_checkpointing`).
+            times: one timing per recomputation mode (:func:`time_checkpointing`).
+
+        Returns:
+            The :class:`RecomputeTrade`.
+        """
         peaks = {r.checkpointing: r.measured_bytes for r in rows}
-        return cls(name, peaks, {t.checkpointing: t.ratio for t in times})
+        ratios = {t.checkpointing: t.ratio for t in times}
+        ranges = {t.checkpointing: (min(t.pair_ratios), max(t.pair_ratios)) for t in times}
+        return cls(name, peaks, ratios, ranges)
 
     @property
     def attention_share(self) -> float:
-        """What recomputing only attention saves, as a share of what whole blocks save."""
+        """What recomputing only attention saves, as a share of what whole blocks save.
+
+        Returns:
+            ``(off - attention) / (off - blocks)`` of the measured peaks.
+        """
         p = self.peaks
         return (p["off"] - p["attention"]) / (p["off"] - p["blocks"])
 
@@ -181,8 +245,23 @@ def recompute_trade(
     config: TinyGPTConfig, batch_size: int, seq_len: int, repeats: int = 3,
     device: Device = None, seed: int = 0,
 ) -> RecomputeTrade:  # fmt: skip
-    """Measure :class:`RecomputeTrade` at ``batch_size x seq_len``: one step per mode, and the
-    step-time ratio of each recomputation mode (``repeats`` interleaved pairs)."""
+    """Measure :class:`RecomputeTrade` at ``batch_size x seq_len``.
+
+    Args:
+        config: the model (its ``attn_impl`` names the trade).
+        batch_size: rows per step.
+        seq_len: tokens per row.
+        repeats: interleaved timed pairs per recomputation mode.
+        device: where to run (``None``: CUDA when there is one, else the CPU).
+        seed: the weights' and the batch's seed.
+
+    Returns:
+        One measured step per mode, and the step-time ratio of each recomputation mode.
+
+    Raises:
+        ValueError: a size that is not a positive int, or ``seq_len`` beyond
+            ``config.max_seq_len`` (from the measurement).
+    """
     rows = compare_checkpointing(config, [(batch_size, seq_len)], modes=TRADE_MODES,
                                  device=device, seed=seed)  # fmt: skip
     times = [time_checkpointing(config, batch_size, seq_len, checkpointing=mode, repeats=repeats,
@@ -190,21 +269,39 @@ def recompute_trade(
     return RecomputeTrade.of(f"{config.attn_impl} {batch_size} × {seq_len}", rows, times)
 
 
-def trade_table(trades: Sequence[RecomputeTrade]) -> str:
-    """Peaks and time ratios side by side, then what attention-only recomputation saves."""
-    lines = [f"{'':24} {'off':>10} {'blocks':>10} {'attention':>10}   time ×: blocks  attention"]
+def trade_table(trades: Sequence[RecomputeTrade], times: bool = True) -> str:
+    """Peaks and time ratios side by side, then what attention-only recomputation saves.
+
+    Args:
+        trades: one :class:`RecomputeTrade` per row.
+        times: whether to show the time ratios (median, and the pairs' range in brackets);
+            ``False`` shows the memory side only (a lesson waiting for a prediction).
+
+    Returns:
+        The table, one line per trade, then one line per trade on the attention half's share.
+    """
+    head = f"{'':24} {'off':>10} {'blocks':>10} {'attention':>10}"
+    lines = [head + ("   time ×, blocks / attention (range of the pairs)" if times else "")]
     for t in trades:
-        p, r = t.peaks, t.time_ratios
-        lines.append(
+        p = t.peaks
+        line = (
             f"{t.name:24} {format_bytes(p['off']):>10} {format_bytes(p['blocks']):>10} "
-            f"{format_bytes(p['attention']):>10}   {r['blocks']:>13.2f} {r['attention']:>10.2f}"
+            f"{format_bytes(p['attention']):>10}"
         )
+        if times:
+            line += "   " + " / ".join(_ratio_text(t, mode) for mode in TRADE_MODES[1:])
+        lines.append(line)
     for t in trades:
         lines.append(
             f"{t.name.split()[0]}: the attention half alone saves {t.attention_share:.0%} of what "
             "checkpointing whole blocks saves"
         )
     return "\n".join(lines)
+
+
+def _ratio_text(trade: RecomputeTrade, mode: Checkpointing) -> str:
+    low, high = trade.time_ranges.get(mode, (math.nan, math.nan))
+    return f"×{trade.time_ratios[mode]:.2f} ({low:.2f}-{high:.2f})"
 
 
 @dataclass
@@ -222,8 +319,25 @@ def stride_rows(
     config: TinyGPTConfig, batch_size: int, seq_len: int, measured: dict[int, int],
     strides: Sequence[int], device: Device = None, seed: int = 0,
 ) -> list[StrideRow]:  # fmt: skip
-    """One :class:`StrideRow` per stride in ``measured`` (bytes already measured, by stride) and
-    in ``strides`` (measured here: one real step each)."""
+    """One :class:`StrideRow` per stride, predicted by the full memory model beside a measured
+    step.
+
+    Args:
+        config: the model (plain blocks for stride 0).
+        batch_size: rows per step.
+        seq_len: tokens per row.
+        measured: bytes already measured, by stride (0: no checkpointing).
+        strides: strides to measure here, one real step each.
+        device: where to run (``None``: CUDA when there is one, else the CPU).
+        seed: the weights' and the batch's seed.
+
+    Returns:
+        One :class:`StrideRow` per stride, those of ``measured`` first.
+
+    Raises:
+        ValueError: a size that is not a positive int, or ``seq_len`` beyond
+            ``config.max_seq_len`` (from the measurement or the memory model).
+    """
     steps = dict(measured)
     for k in strides:
         (row,) = compare_checkpointing(replace(config, checkpoint_every=k), [(batch_size, seq_len)],

@@ -6,7 +6,13 @@ from dataclasses import replace
 import pytest
 from helpers import tiny_config
 
-from course_lib.lessons.checkpointing import budget_fit, recompute_trade, stride_rows, trade_table
+from course_lib.lessons.checkpointing import (
+    RecomputeTrade,
+    budget_fit,
+    recompute_trade,
+    stride_rows,
+    trade_table,
+)
 from course_lib.memory import activation_bytes
 
 MiB = 2**20
@@ -59,9 +65,24 @@ def test_the_recompute_trade_measures_both_sides():
     trade = recompute_trade(cfg, 1, 128, repeats=1, device="cpu")
     assert trade.peaks["blocks"] < trade.peaks["attention"] < trade.peaks["off"]
     assert 0 < trade.attention_share < 1
-    assert set(trade.time_ratios) == {"blocks", "attention"}
+    assert set(trade.time_ratios) == set(trade.time_ranges) == {"blocks", "attention"}
+    for mode, (low, high) in trade.time_ranges.items():
+        assert 0 < low <= trade.time_ratios[mode] <= high
     text = trade_table([trade])
     assert "eager 1 × 128" in text and "the attention half alone saves" in text
+    low, high = trade.time_ranges["blocks"]
+    assert f"×{trade.time_ratios['blocks']:.2f} ({low:.2f}-{high:.2f})" in text
+
+
+def test_the_trade_table_can_wait_for_the_time_side():
+    peaks = {"off": 40 * MiB, "blocks": 10 * MiB, "attention": 25 * MiB}
+    trade = RecomputeTrade("sdpa 2 × 1024", peaks, {"blocks": 1.31, "attention": 1.07},
+                           {"blocks": (1.2, 1.52), "attention": (0.9, 1.1)})  # fmt: skip
+    shown = trade_table([trade])
+    assert "×1.31 (1.20-1.52) / ×1.07 (0.90-1.10)" in shown and "time" in shown
+    memory_only = trade_table([trade], times=False)
+    assert "time" not in memory_only and "1.31" not in memory_only and "1.52" not in memory_only
+    assert "40 MiB" in memory_only and "saves 50% of what" in memory_only
 
 
 def test_stride_rows_measure_and_predict_each_stride():

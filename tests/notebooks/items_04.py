@@ -1,97 +1,167 @@
-"""What tests/notebooks/test_assessment.py tries against lesson 04's autograded items."""
+"""What tests/notebooks/test_assessment.py tries against lesson 04's autograded items.
+
+Wrong answers and wrong methods are listed by name; the right answer's other forms and the
+shortcuts are built by the pass from the registration, the solution and the library call. Each
+library call gives the *right* value (or function) by way of ``course_lib``: it must score 0
+because the item is the student's own work, not because the value is wrong.
+"""
 
 from assessment import Item
 
-# A stride model that forgets that the blocks above a rebuilt block are already freed (it adds S
-# to everything kept): right for every block checkpointed, wrong for strides.
-_NO_WALK = """
-def saved_values_per_token(n_layers, d_model, d_mlp, n_heads, checkpoint_every):
-    full = 10 * d_model + 2 * d_mlp + n_heads + 4
-    if checkpoint_every == 0:
-        return n_layers * full
-    c = -(-n_layers // checkpoint_every)
-    return c * d_model + (n_layers - c) * full + full
-"""
+MIGRATED = True  # every item registers its forms and visible checks (course_grading.items)
 
-# Every block's kept set plus one rebuilt block, checkpointed blocks counted with floor division.
-_FLOOR = """
-def saved_values_per_token(n_layers, d_model, d_mlp, n_heads, checkpoint_every):
-    full = 10 * d_model + 2 * d_mlp + n_heads + 4
-    if checkpoint_every == 0:
-        return n_layers * full
-    c = max(1, n_layers // checkpoint_every)
-    return max(c * d_model + (n_layers - c) * full, (c - 1) * d_model + full + d_model)
-"""
 
-# The closest library call: the full memory model's saved bytes per token, divided by 4 bytes.
+def _stride_model(body: str) -> str:
+    return (
+        "def saved_values_per_token(n_layers, d_model, d_mlp, n_heads, checkpoint_every):\n"
+        "    full = 10 * d_model + 2 * d_mlp + n_heads + 4\n"
+        "    if checkpoint_every == 0:\n"
+        "        return n_layers * full\n"
+        f"{body}"
+    )
+
+
+# Forgets that the blocks above a rebuilt block are already freed (adds S to everything kept).
+_NO_WALK = _stride_model(
+    "    c = -(-n_layers // checkpoint_every)\n"
+    "    return c * d_model + (n_layers - c) * full + full\n"
+)
+# Counts the checkpointed blocks with floor division.
+_FLOOR = _stride_model(
+    "    c = max(1, n_layers // checkpoint_every)\n"
+    "    return max(c * d_model + (n_layers - c) * full, (c - 1) * d_model + full + d_model)\n"
+)
+# Checkpoints blocks k-1, 2k-1, ... (counted from 1) instead of 0, k, 2k, ...
+_FROM_ONE = _stride_model(
+    "    kept = [d_model if (i + 1) % checkpoint_every == 0 else full for i in range(n_layers)]\n"
+    "    worst = sum(kept)\n"
+    "    for j in range(n_layers):\n"
+    "        if (j + 1) % checkpoint_every == 0:\n"
+    "            worst = max(worst, sum(kept[: j + 1]) + full)\n"
+    "    return worst\n"
+)
+# The rebuilt block's input counted once, inside its saved set.
+_INPUT_ONCE = _stride_model(
+    "    kept = [d_model if i % checkpoint_every == 0 else full for i in range(n_layers)]\n"
+    "    worst = sum(kept)\n"
+    "    for j in range(n_layers):\n"
+    "        if j % checkpoint_every == 0:\n"
+    "            worst = max(worst, sum(kept[:j]) + full)\n"
+    "    return worst\n"
+)
+# The lesson's own S hard-coded: right for the lesson's widths only.
+_LESSON_S = _stride_model(
+    "    full = 1160\n"
+    "    kept = [d_model if i % checkpoint_every == 0 else full for i in range(n_layers)]\n"
+    "    worst = sum(kept)\n"
+    "    for j in range(n_layers):\n"
+    "        if j % checkpoint_every == 0:\n"
+    "            worst = max(worst, sum(kept[: j + 1]) + full)\n"
+    "    return worst\n"
+)
+
+# The closest library call: S measured by the memory model (one block's saved bytes per token,
+# over 4 bytes), then the rules of section 4: the right function, with course_lib inside.
 _LIBRARY_SAVED = """
+from dataclasses import replace
+from course_lib.memory import activation_bytes
+from course_lib.model import TinyGPTConfig
+
 def saved_values_per_token(n_layers, d_model, d_mlp, n_heads, checkpoint_every):
-    cfg = TinyGPTConfig(d_model=d_model, n_heads=n_heads, n_layers=n_layers,
-                        mlp_ratio=d_mlp // d_model, max_seq_len=128,
-                        checkpointing="blocks" if checkpoint_every else "none",
-                        checkpoint_every=max(checkpoint_every, 1))
-    return round(activation_bytes(cfg, 1, 128).saved_total / (4 * 128))
+    one = TinyGPTConfig(d_model=d_model, n_heads=n_heads, n_layers=1, mlp_ratio=1,
+                        max_seq_len=64, attn_impl="sdpa")
+    two = replace(one, n_layers=2)
+    block = (activation_bytes(two, 1, 64).saved_total
+             - activation_bytes(one, 1, 64).saved_total) // (4 * 64)
+    full = block - 2 * d_model + 2 * d_mlp  # mlp_ratio 1 above: swap its MLP for d_mlp's
+    if checkpoint_every == 0:
+        return n_layers * full
+    kept = [d_model if i % checkpoint_every == 0 else full for i in range(n_layers)]
+    moments = [sum(kept)] + [sum(kept[: j + 1]) + full for j in range(0, n_layers, checkpoint_every)]
+    return max(moments)
 """
 
 ITEMS: dict[str, Item] = {
     "predict-time-ratio": Item(
-        wrong=[
-            "predicted_time_ratio = 1.5",
-            "predicted_time_ratio = 2",
-            "predicted_time_ratio = 1.3",
-        ],
-        # the measured ratio is the library's answer, read to one decimal as a student would read
-        # it off the printout (1.2-1.4 on a CPU, never 4/3): rounded, so a lucky timing on a busy
-        # machine cannot land within the hidden test's tolerance of 4/3 and make this test flaky
+        wrong={
+            "every block recomputed (the stride ignored)": "predicted_time_ratio = 4 / 3",
+            "blocks counted with floor division (1 of 4)": "predicted_time_ratio = 13 / 12",
+            "k = 3 blocks recomputed": "predicted_time_ratio = 1.25",
+            "a backward pass as costly as a forward pass": "predicted_time_ratio = (2 + 0.5) / 2",
+            "the recompute set against the forward pass alone": "predicted_time_ratio = 1.5",
+            "n_layers / k blocks recomputed": "predicted_time_ratio = (3 + 4 / 3 / 4) / 3",
+            "the rule of thumb's 30 %": "predicted_time_ratio = 1.3",
+        },
+        # the stride's recomputed blocks counted by the library, then the count of section 1
         library=(
-            "predicted_time_ratio = round(time_checkpointing(config, batch_size, timing_seq_len, "
-            "repeats=3, seed=seed).ratio, 1)"
+            "from course_lib.lessons.checkpointing import stride_rows\n"
+            "(row,) = stride_rows(config, 1, 64, {}, strides=(3,))\n"
+            "predicted_time_ratio = (3 + row.recomputed / n_layers) / 3"
         ),
-        constants=["predicted_time_ratio"],
     ),
     "predict-peak-ratio": Item(
-        wrong=[
-            "predicted_peak_ratio = 4",
-            "predicted_peak_ratio = 4640 / 256",
-            "predicted_peak_ratio = 3.25",
-        ],
-        # the full memory model's bytes ratio at the longest rows (3.24), not the simple model's
+        wrong={
+            "the cut is n_layers": "predicted_peak_ratio = 4",
+            "forgets the rebuilt block": "predicted_peak_ratio = 4640 / 256",
+            "the rebuilt block's input counted once": "predicted_peak_ratio = 4640 / (3 * 64 + 1160)",
+            "the bottom block's rebuild as the worst moment": (
+                "predicted_peak_ratio = 4640 / (64 + 1160)"
+            ),
+            "the measured cut (full memory model)": "predicted_peak_ratio = 3.24",
+            "inverted": "predicted_peak_ratio = (4 * 64 + 1160) / 4640",
+        },
+        # S from the library's memory model (one block's saved bytes per token), then the rules
         library=(
-            "predicted_peak_ratio = (activation_bytes(config, batch_size, 1024, checkpointing="
-            "'none').total / activation_bytes(config, batch_size, 1024, "
-            "checkpointing='blocks').total)"
+            "one, two = replace(config, n_layers=1), replace(config, n_layers=2)\n"
+            "S = (activation_bytes(two, 1, 64).saved_total\n"
+            "     - activation_bytes(one, 1, 64).saved_total) // (4 * 64)\n"
+            "predicted_peak_ratio = n_layers * S / (n_layers * d_model + S)"
         ),
-        constants=["predicted_peak_ratio"],
     ),
     "saved-values-per-token": Item(
-        wrong=[_NO_WALK, _FLOOR],
-        library="from course_lib.model import TinyGPTConfig\n" + _LIBRARY_SAVED,
+        wrong={
+            "forgets that the blocks above a rebuilt one are freed": _NO_WALK,
+            "counts the checkpointed blocks with floor division": _FLOOR,
+            "checkpoints blocks k-1, 2k-1, ... (counted from 1)": _FROM_ONE,
+            "the rebuilt block's input counted once": _INPUT_ONCE,
+            "the lesson's S as a constant": _LESSON_S,
+        },
+        library=_LIBRARY_SAVED,
     ),
     "target-practice": Item(
-        wrong=[
-            "target_seq_len, target_every = 768, 2",  # longer than fits
-            "target_seq_len, target_every = 512, 4",  # fits, not the longest
-            "target_seq_len, target_every = 640, 3",  # the right length, a stride that misses it
-            "target_seq_len, target_every = 2048, 1",  # every block recomputed: over the limit
-        ],
-        # the library's longest row with every block checkpointed: 8 of 8 recomputed, and not a
-        # multiple of 128
+        wrong={
+            "longer than fits": "target_seq_len, target_every = 768, 2",
+            "fits, not the longest": "target_seq_len, target_every = 512, 4",
+            "the right length, a stride that misses it": "target_seq_len, target_every = 640, 3",
+            "every block recomputed (over the limit of 4)": "target_seq_len, target_every = 2048, 1",
+            "the longest row without checkpointing": "target_seq_len, target_every = 384, 8",
+        },
+        # the library's memory model searched over every allowed stride and length
         library=(
-            "from course_lib.lessons.checkpointing import max_seq_len_under_budget\n"
-            "target_every = 1\n"
-            "target_seq_len = max_seq_len_under_budget(replace(config, n_layers=8), 1, "
-            "memory_budget, checkpointing=True)"
+            "_deep = replace(config, n_layers=8, max_seq_len=8192, checkpointing='blocks')\n"
+            "target_seq_len, target_every = max(\n"
+            "    ((t, k) for k in range(2, 9) for t in range(128, 8193, 128)\n"
+            "     if activation_bytes(replace(_deep, checkpoint_every=k), 1, t).total\n"
+            "     <= memory_budget), key=lambda p: (p[0], -p[1]))"
         ),
-        constants=["target_seq_len"],
     ),
     "q1-only-checkpointing": Item(
-        wrong=['q1_answer = "A"', 'q1_answer = "D"', 'q1_answer = "E"'],
-        # what the memory model can say is which shapes do not fit plain, not which lever to pull
+        wrong={
+            "accumulation would do (A)": 'q1_answer = "A"',
+            "fused attention would do (C)": 'q1_answer = "C"',
+            "shorter rows would do (D)": 'q1_answer = "D"',
+            "checkpointing does not touch the loss (E)": 'q1_answer = "E"',
+        },
+        forms={  # beside the generated upper case and padded forms
+            "q1_answer in lower case": 'q1_answer = "b"',
+            "q1_answer as a numpy string": 'import numpy as np\nq1_answer = np.str_("B")',
+            "q1_answer with a tab and a newline": 'q1_answer = "\\tB\\n"',
+        },
+        # the memory model's verdict at one long row: the right letter, by way of course_lib
         library=(
-            "q1_answer = ''.join(letter for letter, t in zip('ABCDE', (2048, 8192, 8192, 8192, "
-            "8192)) if max_batch_under_budget(replace(config, max_seq_len=8192), t, "
-            "memory_budget, checkpointing=False) == 0)"
+            "from course_lib.lessons.checkpointing import budget_fit\n"
+            "_fit = budget_fit(config, 1024, n_layers, memory_budget)\n"
+            'q1_answer = "B" if _fit.verdict == "fits only with checkpointing" else "A"'
         ),
-        constants=["q1_answer"],
     ),
 }

@@ -72,12 +72,12 @@ def plot_step_times(times: StepTimes, title: str = "") -> Figure:
         ValueError: an empty or inconsistent input; the message names what is missing.
     """
     require(
-        bool(times.plain_seconds) and bool(times.checkpointed_seconds),
+        bool(times.off_seconds) and bool(times.checkpointed_seconds),
         "plot_step_times needs at least one timed repeat on each side",
     )
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     sides = [
-        ("off", times.plain_seconds, times.plain_median, CHECKPOINT_COLOURS["off"]),
+        ("off", times.off_seconds, times.off_median, CHECKPOINT_COLOURS["off"]),
         (
             "checkpointed",
             times.checkpointed_seconds,

@@ -228,6 +228,7 @@ def plot_summed_loss(summed: SummedLoss) -> Figure:
     ks = sorted(summed.scale)
     ax_scale.plot(ks, ks, "-", color="gray", alpha=0.6, label="y = k")
     ax_scale.plot(ks, [summed.scale[k] for k in ks], "o", color="tab:red", label="measured")
+    ax_scale.set_xticks(ks)
     ax_scale.set_xlabel("micro-batches accumulated, k")
     ax_scale.set_ylabel("‖g_summed‖ / ‖g_averaged‖")
     ax_scale.set_title("the summed loss's gradient is k times larger")

@@ -1,11 +1,21 @@
 """Trusted checks of lesson 3: gradient accumulation.
 
-Ported from the lesson's hidden tests with the same strictness. The graded loops run in the
-function sandbox on a small TinyGPT (``course_lib.model`` staged, nothing else of the library)
-and fresh windows seeded per student; their gradients come back as plain data and are compared
-here with one full batch of the same window, on the same model. What the hidden tests read from
-the kernel (the measured noise-to-signal ratio ``rho_example``) is measured again here by
-trusted code, as the lesson measures it, from the lesson's parameters.
+A point is earned by producing something that is right *and* that a lookup cannot produce, so
+the values (a prediction, the noise target, a check-yourself question) carry one point each and
+the two loops four each. The loops run in the function sandbox on a small TinyGPT
+(``course_lib.model`` staged, nothing else of the library) and on windows drawn for each
+student: micro-batches of very different loss tokens, one with full-sequence labels (where the
+unshifted count is off by one a row), one without any loss token, and for the training loop
+windows whose full-batch gradient is below the clipping norm (where a summed loss shows) and
+above it (where forgetting the clip shows). Their gradients come back as plain data and are
+compared here with one full batch of the same window, on the same model; what they return is
+read by its form. Each value is compared by its declared form (``course_lib.forms``), which the
+visible test reads it with too, and is the student's own work (``own_work``).
+
+What the noise target needs from the kernel's measurement, the noise-to-signal ratio of a
+one-example step, is measured again here by trusted code, as the lesson measures it, from the
+lesson's parameters; the lesson's target is chosen so that rounding the ratio, or cutting it
+down, lands on another whole number than the smallest accumulation that reaches the target.
 """
 
 from __future__ import annotations
@@ -14,9 +24,24 @@ import copy
 import math
 import random
 from contextlib import contextmanager
+from fractions import Fraction
 from functools import cache
 
-from course_grading.items import Evidence, Lesson, Reject, call, describe, new, recorder, tensor
+from course_grading.items import (
+    Evidence,
+    Exact,
+    Integer,
+    Lesson,
+    Ordered,
+    Property,
+    Reject,
+    Result,
+    Truth,
+    call,
+    new,
+    recorder,
+    tensor,
+)
 from course_grading.plain import Tensor
 
 ITEMS = Lesson("03_gradient_accumulation")
@@ -24,45 +49,49 @@ ITEMS = Lesson("03_gradient_accumulation")
 #: The lesson's parameters (its first cell), with which the autograder runs it.
 MICRO_BATCH_SIZE, GRAD_ACCUM_STEPS, TRAIN_STEPS = 2, 4, 12
 D_MODEL, N_HEADS, N_LAYERS, LEARNING_RATE, SEED = 64, 4, 2, 3e-3, 0
-NOISE_TARGET = 0.05  # the lesson's target (section 8)
+NOISE_TARGET = 0.04  # the lesson's target (section 10): rho / (2 × 0.04) = 22.27 here
+TOLERANCE = 1e-5  # a loop's relative gradient error: float32 rounding lands near 1e-7
 
 
 @ITEMS.item(
     "test-predict-weights",
     answer="predict-weights",
-    points=2,
-    values=("weight_A_accum", "weight_A_full", "token_ratio"),
+    points=1,
+    values={"weight_A_accum": Exact(), "weight_A_full": Exact(), "token_ratio": Exact()},
+    expected={"weight_A_accum": Fraction(1, 2), "weight_A_full": Fraction(1, 10), "token_ratio": 9},
+    visible=Property("predict-weights", "two shares between 0 and 1 and a ratio above 0"),
+    own_work=True,
 )
 def predict_weights(ev: Evidence) -> str:
-    for name, exact in (("weight_A_accum", 0.5), ("weight_A_full", 0.1), ("token_ratio", 9)):
-        got = ev.number(name)
-        ev.require(
-            abs(got - exact) < 1e-6,
-            f"{name}: your value {describe(got)}; the check needs it exact (within 1e-6)",
-        )
-    return "weight_A_accum, weight_A_full, token_ratio: right"
+    """A's exact share of the step under ``loss / accum`` and in one big batch, and how many
+    times one of A's tokens counts against one of B's under ``loss / accum``."""
+    return ev.expect_all()
 
 
 # --- the graded loops ---------------------------------------------------------------------------
 
 #: The model the loops are checked on: small, so its gradients come back as plain data.
 MODEL = {"vocab_size": 48, "d_model": 16, "n_heads": 2, "n_layers": 2, "max_seq_len": 64}
+IGNORE = -100  # course_lib.batch.IGNORE_INDEX, written out: the windows are plain lists
 
 
-def _micro_batch(rng: random.Random, rows: list[tuple[int, int]], *, all_labels=False) -> dict:
+def _micro_batch(
+    rng: random.Random, rows: list[tuple[int, int]], *, all_labels: bool = False, token: int = -1
+) -> dict:
     """A right-padded micro-batch of rows ``(prompt_len, completion_len)``, as plain lists.
 
-    Labels are -100 on the prompt and the padding (``all_labels``: on the padding only).
+    Labels are ``IGNORE`` on the prompt and the padding (``all_labels``: on the padding only).
+    ``token >= 0`` fills every row with that one token: a gradient far above norm 1.
     """
     width = max(p + c for p, c in rows)
-    batch = {"input_ids": [], "attention_mask": [], "labels": []}
+    batch: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": []}
     for p, c in rows:
-        ids = [rng.randrange(MODEL["vocab_size"]) for _ in range(p + c)]
+        ids = [token if token >= 0 else rng.randrange(MODEL["vocab_size"]) for _ in range(p + c)]
         pad = width - p - c
-        labels = ids if all_labels else [-100] * p + ids[p:]
+        labels = ids if all_labels else [IGNORE] * p + ids[p:]
         batch["input_ids"].append(ids + [0] * pad)
         batch["attention_mask"].append([1] * (p + c) + [0] * pad)
-        batch["labels"].append(labels + [-100] * pad)
+        batch["labels"].append(labels + [IGNORE] * pad)
     return batch
 
 
@@ -82,7 +111,7 @@ def _windows(rng: random.Random) -> list[list[dict]]:
 
 
 def _loss_tokens(window: list[dict]) -> int:
-    return sum(sum(label != -100 for label in row[1:]) for mb in window for row in mb["labels"])
+    return sum(sum(label != IGNORE for label in row[1:]) for mb in window for row in mb["labels"])
 
 
 def _as_inputs(window: list[dict]) -> list[dict]:
@@ -137,41 +166,50 @@ def _full_gradient(model, window: list[dict], clip: bool = False) -> list[float]
 def _relative_error(got: object, want: list[float], what: str) -> float:
     if not isinstance(got, Tensor) or len(got.data) != len(want):
         raise Reject(f"{what}: the model's gradient could not be read")
+    if not all(math.isfinite(a) for a in got.data):
+        raise Reject(f"{what}: the gradient holds NaN or an infinity")
     diff = math.sqrt(sum((a - b) ** 2 for a, b in zip(got.data, want)))
     return diff / math.sqrt(sum(b * b for b in want))
+
+
+def _named(calls: list[dict], shown: list[str]) -> list[dict]:
+    for c, text in zip(calls, shown):
+        c["shown"] = text
+    return calls
 
 
 @ITEMS.item(
     "test-accumulate-tokens",
     answer="accumulate-tokens",
-    points=3,
+    points=4,
     function="accumulate_token_weighted",
+    returns=Integer(),
+    visible=Property(
+        "accumulate_token_weighted",
+        "a whole number back, and a gradient within float32 rounding of the full batch's on one "
+        "window of unequal micro-batches (one with full-sequence labels)",
+    ),
     allowed=("course_lib.model", "course_lib.loss"),
     forbidden=("course_lib.accumulation",),
 )
 def accumulate_tokens(ev: Evidence) -> str:
-    """The accumulated gradient is one full batch's (relative error < 1e-5) and N is returned;
-    an empty micro-batch in a window counts nothing, a window without loss tokens raises."""
+    """The token-weighted loop, right on windows drawn for each student: the gradient of one
+    full batch of the window (relative error below 1e-5), N (the shifted loss tokens) returned,
+    a micro-batch without loss tokens counting nothing and a window without any raising a
+    ``ValueError``."""
     windows = _windows(ev.rng)
     empty_window = [_micro_batch(ev.rng, [(4, 0)]), _micro_batch(ev.rng, [(2, 0), (5, 0)])]
-    calls = [
-        call(_model(ev.seed), _as_inputs(w), after=({"grads": 0},))
-        for w in [*windows, empty_window]
-    ]
-    for c, w in zip(calls, [*windows, empty_window]):
-        c["shown"] = f"model, a window of {len(w)} micro-batches"
-    results = ev.call(calls)
+    every = [*windows, empty_window]
+    calls = [call(_model(ev.seed), _as_inputs(w), after=({"grads": 0},)) for w in every]
+    shown = [f"model, a window of {len(w)} micro-batches" for w in every]
+    results = ev.call(_named(calls, shown))
     with _one_thread():
         model = _reference_model(ev.seed)
         for window, result in zip(windows, results):
-            n = result.value()
-            ev.require(
-                type(n) in (int, float) and n == _loss_tokens(window),
-                f"{result.shown} returned {describe(n)}: not the window's number of loss tokens",
-            )
+            ev.returned(result, _loss_tokens(window), "not the window's number of loss tokens")
             error = _relative_error(result.after[0], _full_gradient(model, window), result.shown)
             ev.require(
-                error < 1e-5,
+                error < TOLERANCE,
                 f"{result.shown}: the gradient is {error:.1e} (relative) away from one full "
                 "batch's; the right loop lands at float32 rounding (below 1e-5)",
             )
@@ -183,49 +221,72 @@ def accumulate_tokens(ev: Evidence) -> str:
     return "accumulate_token_weighted: right (full-batch gradients, N, empty windows)"
 
 
+def _loaders(rng: random.Random) -> list[tuple[list[dict], int]]:
+    """(loader, accum) cases: one-token rows (full-batch gradients far above norm 1, where a
+    missing clip shows) between random ones; random rows (gradients below norm 1, where a summed
+    loss shows through the clipping), one micro-batch with full-sequence labels and one without a
+    loss token."""
+    short = [_micro_batch(rng, [(rng.randint(1, 8), rng.randint(1, 30))]) for _ in range(8)]
+    short[1] = _micro_batch(
+        rng, [(3, 12), (rng.randint(1, 6), rng.randint(1, 40))], all_labels=True
+    )
+    short[6] = _micro_batch(rng, [(rng.randint(1, 8), 0)])
+    long = [_micro_batch(rng, [(5, 33)]) for _ in range(3)] + [_micro_batch(rng, [(2, 50)])]
+    same = [_micro_batch(rng, [(2, rng.randint(2, 30))], token=rng.randrange(48)) for _ in range(4)]
+    mixed = [mb for pair in zip(same, short[:4]) for mb in pair]
+    return [(mixed, 2), (short + long, 4), (short, 8)]
+
+
+def _steps_of(ev: Evidence, result: Result, loader: list[dict], accum: int) -> list:
+    steps = result.after[0] if result.after else None
+    want = len(loader) // accum
+    ev.require(
+        isinstance(steps, list) and len(steps) == want,
+        f"fixed_train({result.shown}) took {len(steps) if isinstance(steps, list) else '?'} "
+        f"optimiser steps; {len(loader)} micro-batches at accum={accum} make {want}",
+    )
+    return steps  # type: ignore[return-value]
+
+
 @ITEMS.item(
     "test-fix-recipe-loop",
     answer="fix-recipe-loop",
-    points=3,
+    points=4,
     function="fixed_train",
+    returns=Integer(),
+    visible=Property(
+        "fixed_train",
+        "the number of steps it took back, and every step within float32 rounding of its full "
+        "batch on three windows of the lesson's data at accum=4",
+    ),
     allowed=("course_lib.model", "course_lib.loss"),
     forbidden=("course_lib.accumulation",),
 )
 def fix_recipe_loop(ev: Evidence) -> str:
-    """Every optimiser step of the fixed loop uses one full batch's gradient, clipped to norm 1
-    (relative error < 1e-5), and the loop takes one step per ``accum`` micro-batches."""
-    rng = ev.rng
-    micro = [_micro_batch(rng, [(rng.randint(1, 8), rng.randint(1, 30))]) for _ in range(8)]
-    micro += [_micro_batch(rng, [(3, 12), (rng.randint(1, 6), rng.randint(1, 40))])]
-    micro += [_micro_batch(rng, [(5, 33)]) for _ in range(3)]
-    cases = [(micro, 4), (micro[:8], 2), (micro[:8], 8)]
-    calls = []
-    for loader, accum in cases:
-        c = call(_model(ev.seed), recorder(0), _as_inputs(loader), accum, after=({"steps": 1},))
-        c["shown"] = f"model, optimizer, a loader of {len(loader)} micro-batches, {accum}"
-        calls.append(c)
-    results = ev.call(calls)
+    """The fixed training loop, right on loaders drawn for each student at accum 2, 4 and 8:
+    every optimiser step the gradient of one full batch of its micro-batches clipped to norm 1
+    (relative error below 1e-5), one step per ``accum`` micro-batches, their number returned."""
+    cases = _loaders(ev.rng)
+    calls = [
+        call(_model(ev.seed), recorder(0), _as_inputs(loader), accum, after=({"steps": 1},))
+        for loader, accum in cases
+    ]
+    shown = [f"model, optimizer, a loader of {len(lo)} micro-batches, {a}" for lo, a in cases]
+    results = ev.call(_named(calls, shown))
     with _one_thread():
         model = _reference_model(ev.seed)
         for (loader, accum), result in zip(cases, results):
-            result.value()  # it ran without raising
-            steps = result.after[0]
-            want = len(loader) // accum
-            ev.require(
-                isinstance(steps, list) and len(steps) == want,
-                f"fixed_train({result.shown}) took "
-                f"{len(steps) if isinstance(steps, list) else '?'} optimiser steps; "
-                f"{len(loader)} micro-batches at accum={accum} make {want}",
-            )
-            for s, got in enumerate(steps):
+            result.value()  # it ran, and returned a plain value
+            for s, got in enumerate(_steps_of(ev, result, loader, accum)):
                 window = loader[s * accum : (s + 1) * accum]
                 error = _relative_error(got, _full_gradient(model, window, clip=True), "a step")
                 ev.require(
-                    error < 1e-5,
-                    f"fixed_train({result.shown}): step {s + 1} is {error:.1e} (relative) off "
-                    "its full batch; the fixed loop lands at float32 rounding (below 1e-5)",
+                    error < TOLERANCE,
+                    f"{result.shown}: step {s + 1} is {error:.1e} (relative) off its full batch "
+                    "clipped to norm 1; the fixed loop lands at float32 rounding (below 1e-5)",
                 )
-    return "fixed_train: right (every step lands on its full batch)"
+            ev.returned(result, len(loader) // accum, "not the number of optimiser steps taken")
+    return "fixed_train: right (every step lands on its full batch, clipped)"
 
 
 # --- the noise target -------------------------------------------------------------------------
@@ -236,7 +297,7 @@ def rho_example() -> float:
     """The lesson's noise-to-signal ratio of a one-example step, measured as the lesson does.
 
     The 12 token-weighted training steps of section 6, then one summed-loss gradient per
-    held-out example (section 8), on the lesson's parameters, one thread.
+    held-out example (section 10), on the lesson's parameters, one thread.
     """
     import torch
 
@@ -291,36 +352,46 @@ def rho_example() -> float:
         return noise / float(g_star.norm() ** 2)
 
 
+def smallest_accumulation(rho: float, micro_batch_size: int, target: float) -> int:
+    """The smallest ``K`` with ``rho / (micro_batch_size × K) <= target`` (the 1/K law)."""
+    return max(1, math.ceil(rho / (micro_batch_size * target)))
+
+
+def _noise_target() -> dict[str, object]:
+    return {
+        "target_accum_steps": smallest_accumulation(rho_example(), MICRO_BATCH_SIZE, NOISE_TARGET)
+    }
+
+
 @ITEMS.item(
     "test-noise-target",
     answer="noise-target",
     points=1,
-    values=("target_accum_steps",),
+    values={"target_accum_steps": Integer()},
+    expected=_noise_target,
+    visible=Property("target_accum_steps", "a whole number of accumulation steps from 1 to 128"),
+    own_work=True,
 )
 def noise_target(ev: Evidence) -> str:
-    k = ev.integer("target_accum_steps")
-    ev.require(k >= 1, f"target_accum_steps: {k} is not a number of micro-batches (at least 1)")
-    want = math.ceil(rho_example() / (MICRO_BATCH_SIZE * NOISE_TARGET))
-    ev.require(
-        k == want,
-        f"target_accum_steps: {k} is not the smallest accumulation that reaches the target",
-    )
-    return "target_accum_steps: right"
+    """The smallest accumulation whose expected noise-to-signal ratio (the 1/K law from the
+    measured one-example ratio) is at most the lesson's target."""
+    return ev.expect_all()
 
 
-@ITEMS.item("test-q2", answer="q2", points=3, values=("q2_factors", "q2_same_as_big_batch"))
+Q2_FACTORS = Ordered(Exact(), Exact(), Exact(), Exact(), Exact())
+
+
+@ITEMS.item(
+    "test-q2",
+    answer="q2",
+    points=1,
+    values={"q2_factors": Q2_FACTORS, "q2_same_as_big_batch": Truth()},
+    expected={"q2_factors": (1, 1, 8, 8, Fraction(1, 8)), "q2_same_as_big_batch": False},
+    visible=Property("q2", "five factors above 0, and True or False"),
+    own_work=True,
+)
 def q2(ev: Evidence) -> str:
-    factors, same = ev.value("q2_factors"), ev.value("q2_same_as_big_batch")
-    ev.require(
-        isinstance(factors, (tuple, list))
-        and len(factors) == 5
-        and all(type(f) in (int, float) for f in factors),
-        f"q2_factors: {describe(factors)} is not 5 numbers",
-    )
-    ev.require(
-        all(abs(a - b) < 1e-6 for a, b in zip(factors, (1, 1, 8, 8, 1 / 8))),
-        f"q2_factors: your factors {describe(factors)}; at least one is not right (each is "
-        "checked exactly, within 1e-6)",
-    )
-    ev.require(same is False, f"q2_same_as_big_batch: {describe(same)} is not right")
-    return "q2_factors, q2_same_as_big_batch: right"
+    """What going from 1 to 8 accumulation steps multiplies (memory, FLOPs per token, effective
+    batch, tokens per step, steps per epoch), each factor exact, and whether ``loss / accum``
+    then takes the big batch's step."""
+    return ev.expect_all()

@@ -4,7 +4,10 @@ that the figure module of the same name draws (:mod:`course_lib.figures`).
 * :mod:`~course_lib.lessons.attention`: lesson 1, splits of a token budget;
 * :mod:`~course_lib.lessons.padding`: lesson 2, batch layouts, throughput, careless packing;
 * :mod:`~course_lib.lessons.accumulation`: lesson 3, accumulation windows, two training runs,
-  data-parallel ranks, gradient noise;
+  data-parallel ranks, training loops checked against the full batch; its second module
+  :mod:`~course_lib.lessons.accumulation_cost`, the summed loss and an accumulated step's
+  memory and wall time (a lesson's experiments stay in one module unless they outgrow the
+  size limit);
 * :mod:`~course_lib.lessons.checkpointing`: lesson 4, what fits a budget with and without
   recomputation;
 * :mod:`~course_lib.lessons.choosing`: lesson 5, the search, the plan and the small-dataset trap.

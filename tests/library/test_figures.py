@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 import course_lib.figures
 from course_lib.checkpointing import StepTimes
 from course_lib.figures import accumulation, attention, checkpointing, choosing, padding
-from course_lib.lessons.accumulation import AccumulationRuns, AccumulationWindow
+from course_lib.lessons.accumulation import AccumulationRuns, AccumulationWindow, StepErrors
+from course_lib.lessons.accumulation_cost import AccumulationCost, SummedLoss
 from course_lib.lessons.attention import BudgetSplit, ValuesPerLayer, budget_split, values_per_layer
 from course_lib.lessons.checkpointing import budget_fit
 from course_lib.lessons.choosing import PlanCurve, SmallDatasetTrap, plan_curve, small_dataset_trap
@@ -176,6 +177,46 @@ def case_accumulation_runs():
     return fig
 
 
+def summed_loss(scale=None):
+    losses = {"averaged, lr": [5.0, 4.0], "summed, lr": [5.0, 9.0], "averaged, K × lr": [5.0, 9.0]}
+    return SummedLoss(4, 0.3, {1: 1.0, 2: 2.0} if scale is None else scale, losses, 0.0, 1e-7)
+
+
+def case_summed_loss():
+    fig = accumulation.plot_summed_loss(summed_loss())
+    assert ydata(fig.axes[0], "measured") == [1.0, 2.0]
+    assert ydata(fig.axes[1], "summed, lr") == [5.0, 9.0]
+    assert ydata(fig.axes[1], "averaged, 4 × lr") == [5.0, 9.0]  # K written as the measured 4
+    return fig
+
+
+def accumulation_cost(ks=(1, 2)):
+    ks = list(ks)
+    return AccumulationCost(
+        ks, 2, 64, "CPU: counted bytes", {k: MiB for k in ks}, {k: k * MiB for k in ks},
+        {k: [0.01 * k, 0.02 * k, 0.05 * k] for k in ks}, {k: [0.01 * k] * 3 for k in ks},
+    )  # fmt: skip
+
+
+def case_accumulation_cost():
+    fig = accumulation.plot_accumulation_cost(accumulation_cost())
+    mem, time = fig.axes
+    assert [line.get_ydata().tolist() for line in mem.get_lines()] == [[1.0, 1.0], [1.0, 2.0]]
+    # the medians in milliseconds, with bars from the fastest to the slowest round
+    assert time.get_lines()[0].get_ydata().tolist() == pytest.approx([20.0, 40.0])
+    assert "CPU: counted bytes" in mem.get_ylabel()
+    return fig
+
+
+def case_step_errors():
+    recipe, fixed = StepErrors([0.2, 0.1], 2, 2), StepErrors([1e-7, 0.0], 2, 2)
+    fig = accumulation.plot_step_errors(recipe, fixed)
+    heights = [b.get_height() for b in fig.axes[0].patches]
+    assert heights == pytest.approx([0.2, 0.1, 1e-7, accumulation.ERROR_FLOOR])
+    assert len(accumulation.plot_step_errors(recipe).axes[0].patches) == 2  # not written yet
+    return fig
+
+
 def case_checkpointing_peaks():
     rows = [row(seq_len=t, measured=t * MiB, mode=m) for t in (64, 128) for m in ("off", "blocks")]
     fig = checkpointing.plot_checkpointing_peaks(rows)
@@ -268,6 +309,9 @@ CASES = {
     "plot_gradient_error_vs_spread": case_gradient_error_vs_spread,
     "plot_accumulation_window": case_accumulation_window,
     "plot_accumulation_runs": case_accumulation_runs,
+    "plot_summed_loss": case_summed_loss,
+    "plot_accumulation_cost": case_accumulation_cost,
+    "plot_step_errors": case_step_errors,
     "plot_checkpointing_peaks": case_checkpointing_peaks,
     "plot_step_times": case_step_times,
     "plot_budget_fit": case_budget_fit,
@@ -356,6 +400,18 @@ BAD = {
     "plot_accumulation_runs": (
         lambda: accumulation.plot_accumulation_runs(AccumulationRuns({}, [], {}, {})),
         "at least one run",
+    ),
+    "plot_summed_loss": (
+        lambda: accumulation.plot_summed_loss(summed_loss(scale={})),
+        "needs a measurement",
+    ),
+    "plot_accumulation_cost": (
+        lambda: accumulation.plot_accumulation_cost(accumulation_cost(ks=())),
+        "at least one measured K",
+    ),
+    "plot_step_errors": (
+        lambda: accumulation.plot_step_errors(StepErrors([], 0, 2)),
+        "at least one measured step",
     ),
     "plot_checkpointing_peaks": (
         lambda: checkpointing.plot_checkpointing_peaks([]),

@@ -435,6 +435,11 @@ class StepRecorder:
     weight; ``zero_grad()`` clears the gradients. ``steps`` holds one vector per step."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Watch ``params``.
+
+        Args:
+            params: the parameters a real optimiser would update (``model.parameters()``).
+        """
         self.params = list(params)
         self.steps: list[torch.Tensor] = []
 

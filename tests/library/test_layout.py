@@ -30,10 +30,8 @@ SECTIONS_PENDING = (
     "course_lib/cli.py",
     "course_lib/plan.py",
     "course_lib/lessons/padding.py",
-    "course_lib/lessons/accumulation.py",
     "course_lib/lessons/choosing.py",
     "course_lib/figures/padding.py",
-    "course_lib/figures/accumulation.py",
     "course_lib/figures/choosing.py",
 )
 

@@ -1,18 +1,22 @@
 """From counted tensors to what the card shows: common GPUs, the CUDA context, the reserve.
 
-``CARDS``: the memory each card reports to ``torch.cuda.mem_get_info`` as its total (the vendor
-figure: 16 GB T4 shows 15,360 MiB; the fitcheck-llm T4 rows record 14,912 MiB usable after the
-driver's own reservation, which is the figure used for the T4).
+``CARDS``: each card's memory as PyTorch reports it
+(``torch.cuda.get_device_properties(0).total_memory``, the driver's ``totalGlobalMem``, which
+``deviceQuery`` prints too), not the marketing size: a "24 GB" L4 reports 22.0 GiB, a "16 GB"
+T4 14.75 GiB with ECC on. Each figure is a published print-out, its source in ``CARD_SOURCES``
+(MiB figures are torch's ``MB``, ``total_memory // 2**20``: up to 1 MiB low).
 
 The CUDA context is memory the process holds outside PyTorch's allocator (the driver, cuBLAS's
 and cuDNN's workspaces, kernel images). Measured figures only, with their source:
-``CONTEXT`` (T4: 140.875 MiB on every fitcheck-llm 0.3.1 T4 row, torch 2.14 / CUDA 13; no other
-card measured here: the T4 figure is used, and the docs say so).
+``CONTEXT`` (T4: 140.875 MiB on every fitcheck-llm 0.3.1 T4 row, torch 2.14 / CUDA 13). No
+other card was measured here: ``DEFAULT_CONTEXT`` is the T4's figure, an assumption (newer
+cards and CUDA versions load more kernels; the docs say so).
 
 The allocator's reserve (``max_memory_reserved / max_memory_allocated``) depends on the attention
 backend: the fitcheck-llm T4 rows measured 1.04-1.25x with sdpa and up to 1.49x with eager
 (fragmentation from the ``seq_len**2`` blocks). :func:`device_bytes` adds the median of those
-ratios per backend (``RESERVE``), a measured figure, never fitted to a row.
+ratios per backend (``RESERVE``), a measured figure, never fitted to a row; FlashAttention was
+not measured and takes sdpa's (an assumption: neither keeps a ``seq_len**2`` block).
 """
 
 from __future__ import annotations
@@ -20,14 +24,31 @@ from __future__ import annotations
 GIB = 2**30
 MIB = 2**20
 CARDS = {
-    "T4": 14_912 * MIB,
-    "L4": 24 * GIB,
-    "A10G": 24 * GIB,
-    "RTX 4090": 24 * GIB,
-    "A100 40GB": 40 * GIB,
-    "A100 80GB": 80 * GIB,
-    "H100 80GB": 80 * GIB,
-    "H200": 141 * 10**9,
+    "T4": 15_835_398_144,
+    "L4": 23_583_784_960,
+    "A10G": 22_587 * MIB,
+    "RTX 4090": 24_563 * MIB,
+    "A100 40GB": 42_298_834_944,
+    "A100 80GB": 81_049 * MIB,
+    "H100 80GB": 81_090 * MIB,
+    "H200": 143_156 * MIB,
+}
+CARD_SOURCES = {
+    "T4": "deviceQuery, CUDA 12.0, ECC on: router-gao/cuda-demo, "
+    "cuda-samples/01-cuda-deviceQuery.md",
+    "L4": "deviceQuery, driver 12.2: bottlerocket-os/bottlerocket-kernel-kit pull request 139",
+    "A10G": "torch 2.15 get_device_properties: torchcodec's CUDA decoding tutorial "
+    "(basic_cuda_example)",
+    "RTX 4090": "torch get_device_properties (24,563 MB) in a public set-up note; deviceQuery "
+    "elsewhere prints 24,564 MiB",
+    "A100 40GB": "deviceQuery, A100-SXM4-40GB, driver 12.2: bottlerocket-os/bottlerocket pull "
+    "request 3873",
+    "A100 80GB": "mixbench, A100 80GB PCIe, driver 12.3: ekondis/mixbench issue 47 (the SXM4 "
+    "card reports 81,221 MiB)",
+    "H100 80GB": "torch get_device_properties, H100 80GB HBM3, torch 2.x: Stanford CS336 "
+    "(spring 2025) lecture 6 notes",
+    "H200": "torch get_device_properties: ai-bot-pro/achatbot, "
+    "deploy/modal/src/llm/vllm/vlm/skywork_r1v.py",
 }
 # compute capability (major, minor) of each card: it picks cuBLAS's workspace size
 CAPABILITY = {

@@ -177,14 +177,11 @@ def _gpt2(c: dict) -> Arch:
 
 
 # PEFT 0.21's per-family default LoRA targets (peft.utils.constants,
-# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); phi3, olmo2 and qwen3_moe have none there
-# (PEFT then asks for target_modules): the memory model takes the attention projections.
-PEFT_DEFAULT_TARGETS = {
-    "gpt2": ("c_attn",),
-    "phi3": ("qkv_proj",),
-    "olmo2": ("q_proj", "v_proj"),
-    "qwen3_moe": ("q_proj", "v_proj"),
-}
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q_proj, v_proj for every supported
+# decoder but these. phi3 and olmo2 have no entry: PEFT's get_peft_model then refuses to guess
+# ("Please specify `target_modules`"), and so does the memory model (NO_PEFT_DEFAULT).
+PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",)}
+NO_PEFT_DEFAULT = ("phi3", "olmo2", "qwen3_moe")
 
 
 def lora_modules(arch: Arch) -> tuple[str, ...]:
@@ -202,18 +199,43 @@ def lora_modules(arch: Arch) -> tuple[str, ...]:
 
 
 def default_targets(arch: Arch) -> tuple[str, ...]:
-    """PEFT's default ``target_modules`` for the family (``("q_proj", "v_proj")`` for most)."""
+    """PEFT's default ``target_modules`` for the family (``("q_proj", "v_proj")`` for most).
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        The module names PEFT 0.21 adapts when ``target_modules`` is not given.
+
+    Raises:
+        ValueError: the family has no PEFT default (Phi-3, OLMo 2), naming what to pass.
+    """
+    if arch.model_type in NO_PEFT_DEFAULT:
+        raise ValueError(
+            f"PEFT 0.21 has no default LoRA target_modules for {arch.model_type} (get_peft_model "
+            f"asks for them): pass lora_targets, e.g. {', '.join(lora_modules(arch)[:2])} or "
+            "'all-linear'"
+        )
     return PEFT_DEFAULT_TARGETS.get(arch.model_type, ("q_proj", "v_proj"))
 
 
 def lora_targets_for(
     arch: Arch, lora_targets: str | list[str] | tuple[str, ...] | None
 ) -> tuple[str, ...]:
-    """``None``: PEFT's default for the family; ``"all-linear"``: every projection; else a list
-    (or comma-separated string) of PEFT module names, each checked.
+    """The projections that get a LoRA adapter, as PEFT names them.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        lora_targets: ``None`` (PEFT's default for the family, :func:`default_targets`),
+            ``"all-linear"`` (every projection, :func:`lora_modules`), or a list (or a
+            comma-separated string) of PEFT module names.
+
+    Returns:
+        The module names, each once, in the order given.
 
     Raises:
-        ValueError: a name that is not a projection of the family, or no name at all.
+        ValueError: a name that is not a projection of the family, no name at all, or no
+            name for a family without a PEFT default.
     """
     allowed = lora_modules(arch)
     if lora_targets is None:

@@ -157,24 +157,49 @@ class Ops(AttentionOps, NormOps):
         return out
 
     def quant_linear(self, where: str, comp: str, x: int, n_in: int, n_out: int) -> int:
-        """A frozen bitsandbytes projection as training runs it. ``Linear4bit`` casts its input
-        to the compute dtype, dequantises the weight (an ``n_out x n_in`` transient, in the
-        forward and again in the backward), keeps no input (``MatMul4Bit`` saves only the packed
-        weight) and casts the output back. ``Linear8bitLt`` (``MatMul8bitLt``) makes an int8
-        copy of its fp16 input with a scale per row and keeps the fp16 input; its backward
-        dequantises the weight the same way (outlier columns are data: counted as none)."""
-        t, N, b, cb = self.tape, self.N, self.b, self.compute_b
+        """A frozen bitsandbytes projection as training runs it (bitsandbytes 0.50).
+
+        ``Linear4bit`` casts its input to the compute dtype, dequantises the weight (an
+        ``n_out x n_in`` transient, in the forward and again in the backward), keeps no input
+        (``MatMul4Bit`` saves only the packed weight) and casts the output back.
+        ``Linear8bitLt`` does not cast its input. On CUDA (``MatMul8bitLt``) it quantises an
+        fp16 copy of it to int8 with an fp32 scale per row (``int8_vectorwise_quant``; outlier
+        columns are data: counted as none) and keeps the input itself; on the CPU training goes
+        through ``MatMul8bitFp``, which dequantises the weight in the input's dtype and keeps
+        the input. Both keep it on ``ctx`` (``ctx.A``, ``ctx.tensors``), not through
+        ``save_for_backward``, so checkpointing cannot drop it (``Node.held``). Both backwards
+        dequantise the weight again, in the input's dtype.
+
+        Args:
+            where: the projection's name (also its parameter's).
+            comp: the component its tensors count under.
+            x: the input tensor.
+            n_in: input features.
+            n_out: output features.
+
+        Returns:
+            The output tensor, in the hidden states' dtype.
+        """
+        t, N, b = self.tape, self.N, self.b
+        cb = b if self.quant == "int8" else self.compute_b  # int8 computes in the input's dtype
         w = n_in * n_out * cb
         xc = self.to(where, comp, x, n_in, cb)
-        saves: tuple = ()
-        extra = []
-        if self.quant == "int8":
+        held: tuple = (xc,) if self.quant == "int8" else ()  # ctx.A = A (ctx.tensors on CUDA)
+        if self.quant == "int8" and self.cuda:
+            half = t.tensor(N * n_in * 2, False, comp, where + " (fp16 input)") if cb != 2 else None
             extra = [t.tensor(N * n_in + N * FP32, False, comp, where + " (int8 input)")]
-            saves = (xc,)
+            if half is not None:
+                t.drop(half)
         else:
             extra = [t.tensor(w, False, comp, where + " (dequantised weight)")]
-        prog = [("new", "w", w), ("new", "dx", N * n_in * cb), ("del", "w"), ("grad", 0, "dx")]
-        (out,) = t.op(where, comp, [xc], [N * n_out * cb], saves, prog)
+        # int8 dequantises as CB.to(dtype).mul_(SCB.unsqueeze(1).mul(1 / 127)): an fp32 scale
+        # per row beside the weight, gone before the matmul
+        scale = [("new", "s", n_out * FP32), ("del", "s")] if self.quant == "int8" else []
+        if scale and not self.cuda:
+            t.drop(t.tensor(n_out * FP32, False, comp, where + " (dequantisation scale)"))
+        prog = [("new", "w", w), *scale, ("new", "dx", N * n_in * cb), ("del", "w"),
+                ("grad", 0, "dx")]  # fmt: skip
+        (out,) = t.op(where, comp, [xc], [N * n_out * cb], (), prog, held=held)
         t.drop(*extra)
         if xc != x:
             t.drop(xc)

@@ -186,7 +186,8 @@ def predict_hf_step(
         dtype: the model's dtype (``torch.bfloat16`` or ``"bf16"``...); default: the config's.
             With 4/8-bit weights: the compute dtype.
         lora_rank: PEFT LoRA of this rank (base frozen); ``None``: a full fine-tune.
-        checkpointing: ``"off"``/``False`` or ``"blocks"``/``"on"``/``True``.
+        checkpointing: ``"off"``/``False`` or ``"blocks"``/``True`` (every decoder layer, or
+            every ``checkpoint_every``-th).
         lora_targets: ``None`` (PEFT's default for the family, e.g. ``q_proj, v_proj``),
             ``"all-linear"``, or module names.
         lora_dropout: PEFT's ``lora_dropout`` (> 0 adds a dropout on each adapter's input).

@@ -122,6 +122,7 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
         if node.saves and node.region is not None:
             events = regions.pop(node.region, None)
         if events is not None:
+            _pin(r, events)
             _recompute(r, events)
         _run_node(r, node)
         if node.region is not None and first_of_region[node.region] is node:
@@ -159,10 +160,23 @@ def _forward(r: _Ledger, tape: Tape) -> tuple[list[Node], dict[str, int]]:
                 for t in item.saves:
                     count(tape.component[t], t)  # by what the tensor is, not who keeps it
                     r.hold(t)
+            for t in item.held:  # on the node's ctx: they live as long as the graph (the step)
+                count(tape.component[t], t)
+                r.hold(t)
     for t in range(len(tape.nbytes)):  # the forward returns: Python lets go of the rest
         if t not in dropped:
             r.release(t)
     return nodes, saved
+
+
+def _pin(r: _Ledger, events: list[tuple]) -> None:
+    """Before a block is recomputed: what its nodes hold on their ``ctx`` (``Node.held``) is
+    the first forward's storage, which lives on with the graph; the recomputation makes its
+    own copy, so the tensor's id is let go (its bytes stay counted) for that copy."""
+    for kind, item in events:
+        if kind == "node":
+            for t in item.held:
+                r.holds[t] -= 1
 
 
 def _recompute(r: _Ledger, events: list[tuple]) -> None:

@@ -50,12 +50,19 @@ def notes_for(config: Any, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
 
 
 def checkpoint_mode(checkpointing: object) -> Checkpointing:
-    """``"off"`` or ``"blocks"`` (:func:`course_lib._checks.checkpointing_mode`; ``"on"`` too).
+    """The checkpointing of a Hugging Face step (:func:`course_lib._checks.checkpointing_mode`).
+
+    Args:
+        checkpointing: ``"off"``, ``"blocks"``, ``True`` (``"blocks"``), ``False`` or ``None``
+            (``"off"``).
+
+    Returns:
+        ``"off"`` or ``"blocks"`` (whole decoder layers).
 
     Raises:
         ValueError: TinyGPT's ``"attention"`` or a value that is no checkpointing mode.
     """
-    mode = checkpointing_mode(True if checkpointing == "on" else checkpointing)
+    mode = checkpointing_mode(checkpointing)
     if mode == "attention":
         raise ValueError(
             "checkpointing='attention' is TinyGPT's; Hugging Face models checkpoint whole decoder "

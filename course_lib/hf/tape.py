@@ -33,6 +33,11 @@ class Node:
     saves: tuple[int, ...]
     program: tuple[tuple, ...]
     region: int | None = None  # the checkpointed block it belongs to, if any
+    # Tensors the node keeps as attributes of its ctx (``ctx.A = A``), not through
+    # ``save_for_backward``: the backward never releases them (they live as long as the graph,
+    # which the loss holds through the step) and checkpointing's saved-tensor hooks never see
+    # them, so a checkpointed block keeps them from its first forward on.
+    held: tuple[int, ...] = ()
 
 
 @dataclass
@@ -76,12 +81,27 @@ class Tape:
     def op(
         self, name: str, component: str, inputs: list[int], out_bytes: list[int],
         saves: tuple[int | str, ...] = (), program: Iterable[tuple] = (), trainable: bool = False,
+        held: tuple[int, ...] = (),
     ) -> list[int]:  # fmt: skip
         """Allocate one op's outputs and record its autograd node, if it gets one.
 
         PyTorch makes a node only when an input needs a gradient or a trainable parameter is
-        used, and then the outputs need gradients too. ``saves`` may name ``"out"`` (output 0)
-        and ``"out1"`` (the last output). Returns the output ids.
+        used, and then the outputs need gradients too.
+
+        Args:
+            name: where the op is (``"layers.3.mlp.down_proj"``).
+            component: the breakdown bucket of its outputs and saved tensors.
+            inputs: the tensors it reads (those that need a gradient get one).
+            out_bytes: the size of each output.
+            saves: what ``save_for_backward`` keeps; may name ``"out"`` (output 0) and
+                ``"out1"`` (the last output).
+            program: the backward program (module docstring).
+            trainable: a trainable parameter is used (the node exists even without inputs
+                that need a gradient).
+            held: tensors kept on the node's ``ctx`` directly (:class:`Node`).
+
+        Returns:
+            The output ids.
         """
         needs = trainable or any(self.grad(t) for t in inputs)
         outs = [self.tensor(n, needs, component, name) for n in out_bytes]
@@ -90,7 +110,9 @@ class Tape:
             ids = [named[t] if isinstance(t, str) else t for t in saves]
             kept = tuple(self.base.get(t, t) for t in ids)
             ins = tuple(t if self.grad(t) else -1 for t in inputs)
-            node = Node(name, component, ins, tuple(outs), kept, tuple(program), self.region)
+            pinned = tuple(self.base.get(t, t) for t in held)
+            node = Node(name, component, ins, tuple(outs), kept, tuple(program), self.region,
+                        pinned)  # fmt: skip
             self.events.append(("node", node, self.region))
         return outs
 

@@ -80,7 +80,7 @@ def test_memory_adds_states_and_refuses_bad_sharding():
     full = predict_hf_memory(config, 2, 32, dtype="bf16")
     sharded = predict_hf_memory(config, 2, 32, dtype="bf16", devices=2, sharding="zero2")
     assert lora.peak_bytes < full.peak_bytes and sharded.peak_bytes < full.peak_bytes
-    assert full.components["optimizer_states"] == 2 * full.components["weights"]
+    assert full.components["optimizer_state"] == 2 * full.components["weights"]
     with pytest.raises(ValueError, match="sharding='zero9' is not one of"):
         predict_hf_memory(config, 2, 32, sharding="zero9")
 

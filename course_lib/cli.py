@@ -13,11 +13,10 @@ plan, with the warning). Abbreviated flags are refused (``--gpu`` is not ``--gpu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import NoReturn
 
-from .hf.states import OPTIMIZERS, SHARDING
+from .cli_model import add_model_arguments, card_budget, run_model_plan
 from .units import DTYPE_ALIASES, DTYPE_BYTES, GIB, dtype_name, parse_bytes
 
 PLAN_EXAMPLE = """\
@@ -101,7 +100,7 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     tiny.add_argument("--target-min", type=int, help="smallest effective batch (default: 16)")
     tiny.add_argument("--target-max", type=int, help="largest effective batch (default: 64)")
     tiny.add_argument("--min-tokens", type=int, help="tokens per step to reach (default: 4000)")
-    _add_hf_arguments(p)
+    add_model_arguments(p)
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -133,37 +132,6 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "when one row does not fit without it)",
     )
     run.add_argument("--devices", type=int, help="devices (default: 1)")
-
-
-def _add_hf_arguments(p: argparse.ArgumentParser) -> None:
-    hf = p.add_argument_group("--model run")
-    hf.add_argument("--finetune", choices=("full", "lora", "qlora"),
-                    help="default: lora (qlora: NF4 weights with double quantisation)")
-    hf.add_argument("--lora-rank", type=int, help="LoRA rank (default: 16)")
-    hf.add_argument("--lora-targets", metavar="NAMES",
-                    help="q_proj,v_proj or all-linear (default: PEFT's for the family)")
-    hf.add_argument("--optimizer", choices=OPTIMIZERS,
-                    help="default: adamw (torch.optim.AdamW: moments in the trained dtype)")
-    hf.add_argument("--loss", choices=("standard", "chunked"),
-                    help="standard (fp32 log-probabilities of the full logits; default) or "
-                         "chunked (fused linear cross-entropy: no full logits)")
-    hf.add_argument("--loop", choices=("trainer", "plain"),
-                    help="trainer (default: outputs dropped before backward, fused AdamW) or "
-                         "plain (outputs held through backward, foreach AdamW)")
-    hf.add_argument("--packing", nargs="?", const="rows", choices=("rows", "padding-free"),
-                    help="pack documents drawn from --lengths into rows of --seq-len tokens "
-                         "(or padding-free: end to end); plans the worst micro-batch")
-    hf.add_argument("--lengths", metavar="NAME|CSV",
-                    help="document lengths for --packing: wikipedia_512, squad_1_1_384, or a "
-                         "length,count CSV")
-    hf.add_argument("--sharding", choices=SHARDING,
-                    help="how --devices divide states, gradients, weights (default: none)")
-    hf.add_argument("--checkpoint-every", type=int, metavar="N",
-                    help="with checkpointing, every N-th decoder layer (default: 1)")
-    hf.add_argument("--micro-batch", type=int, metavar="B",
-                    help="predict this micro-batch instead of searching for the largest")
-    hf.add_argument("--target-tokens", type=int, help="tokens per optimiser step to reach")
-    hf.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 
 def _flag(name: str) -> str:
@@ -223,7 +191,7 @@ def _aliases(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 def _run_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _check_plan_flags(args, parser)
-    return (_run_hf_plan if args.model is not None else _run_tinygpt_plan)(args, parser)
+    return (run_model_plan if args.model is not None else _run_tinygpt_plan)(args, parser)
 
 
 def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -238,7 +206,7 @@ def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error("--dtype float16 is not planned for TinyGPT: use float32 or bfloat16")
     if args.attn_impl == "flash":
         parser.error("--attention flash is for --model; TinyGPT runs eager or sdpa")
-    budget = args.gpu_memory if args.gpu_memory is not None else _card_memory(args, parser)
+    budget = args.gpu_memory if args.gpu_memory is not None else card_budget(args, parser)
     try:
         config = TinyGPTConfig(
             vocab_size=args.vocab_size or 260,
@@ -261,38 +229,6 @@ def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser)
         return 1
     print(result.to_table())
     return 0
-
-
-def _card_memory(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .hf.cards import card_memory
-
-    try:
-        return card_memory(args.gpu)
-    except ValueError as exc:
-        parser.error(f"--gpu: {exc}")
-
-
-def _run_hf_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .finetune import plan_finetune
-
-    names = ("dtype", "lora_targets", "optimizer", "loss", "loop", "sharding", "micro_batch",
-             "target_tokens", "checkpointing", "lengths")  # fmt: skip
-    given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-    for name, default in (("finetune", "lora"), ("lora_rank", 16), ("attn_impl", "sdpa"),
-                          ("devices", 1), ("checkpoint_every", 1)):  # fmt: skip
-        given[name] = getattr(args, name) or default
-    try:
-        result = plan_finetune(
-            args.model, args.gpu_memory, args.seq_len, gpu=args.gpu,
-            packing=args.packing or False, **given,
-        )  # fmt: skip
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(result.to_table())
-    return 0 if result.micro_batch and result.fits else 1
 
 
 # name -> (add_arguments(parser), run(args, parser) -> exit status, one-line summary, epilog)

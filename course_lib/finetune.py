@@ -185,7 +185,7 @@ def _settings(config: dict, a: dict, extra: dict) -> tuple[dict, list[str]]:
         targets = lora_targets_for(arch, a["lora_targets"])
         if a["lora_targets"] is None:
             assumed.append(f"LoRA on {', '.join(targets)}: PEFT's default for "
-                           f"{arch.model_type} (lora_targets / --lora-targets to change)")  # fmt: skip
+                           f"{arch.model_type} (--lora-targets to change)")  # fmt: skip
     if a["finetune"] == "qlora":
         s.update(weights="nf4", double_quant=True)
         assumed.append("QLoRA: NF4 weights with double quantisation (the QLoRA paper's recipe), "

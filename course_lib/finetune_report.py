@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import finetune_text
 from ._checks import Checkpointing, one_of
 from .hf.arch import arch_parameter_count, architecture
 from .hf.cards import CAPABILITY, CONTEXT, DEFAULT_CONTEXT, RESERVE
 from .hf.memory import HFMemory, predict_hf_memory, trainable_parameters
-from .units import format_bytes, table
+from .units import table
 
 PACKING = ("rows", "padding-free")
 
@@ -281,17 +282,13 @@ class FinetunePlan:
 
     def finish(self) -> None:
         """Notes and warnings, once the numbers are chosen."""
-        from .finetune_text import warn
-
-        warn(self)
+        finetune_text.warn(self)
 
     # -- as text and JSON -----------------------------------------------------------------------
 
     def to_table(self) -> str:
         """The plan as text (what ``print(plan)`` shows)."""
-        from .finetune_text import rows
-
-        return table(rows(self), self.notes, self.warnings)
+        return table(finetune_text.rows(self), self.notes, self.warnings)
 
     __str__ = to_table
 
@@ -326,8 +323,3 @@ class FinetunePlan:
     def capability(self) -> tuple[int, int] | None:
         """The card's compute capability, when a shipped card was named."""
         return CAPABILITY.get(self.card or "")
-
-
-def fb(n: float) -> str:
-    """:func:`course_lib.units.format_bytes`, short."""
-    return format_bytes(n)

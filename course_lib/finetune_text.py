@@ -4,14 +4,13 @@ nothing fits). No torch here."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .hf.arch import architecture
 from .hf.cards import CONTEXT, DEFAULT_CONTEXT, RESERVE, device_bytes
 from .units import format_bytes as fb
 
-if TYPE_CHECKING:
-    from .finetune_report import FinetunePlan
+FinetunePlan = Any  # a course_lib.finetune_report.FinetunePlan (it imports this module)
 
 OPTIMISER_WORDS = {
     "adamw": "torch.optim.AdamW: two moments in the trained parameters' dtype",
@@ -52,8 +51,15 @@ def rows(p: FinetunePlan) -> list[tuple[str, str]]:
                 f"+{fb(per_row['blocks'])} with (the allocated peak)"))  # fmt: skip
     if p.searched:
         fits = p.max_micro_batch_by_mode
-        out.append(("largest micro-batch", ", ".join(
-            f"{fits[k]} {'with' if k == 'blocks' else 'without'} checkpointing" for k in fits)))
+        out.append(
+            (
+                "largest micro-batch",
+                ", ".join(
+                    f"{fits[k]} {'with' if k == 'blocks' else 'without'} checkpointing"
+                    for k in fits
+                ),
+            )
+        )
     if not p.micro_batch:
         return out + [("plan", "nothing fits (see the warning)")]
     return out + _choice(p)

@@ -134,7 +134,8 @@ def predict_hf_memory(
          "optimizer_state": states - paged,
          "gradients": shard.gradients(trainable, grad_b), "activations": step.activations,
          "logits_and_loss": step.logits_and_loss, "transient": step.transient,
-         "gathered": _gathered(arch, shard, b, grad_b if lora_rank is None else 0),
+         "gathered": _gathered(arch, shard, b, grad_b if lora_rank is None else 0,
+                               _in_a_layers_backward(step.peak_at)),
          "optimizer_step": optimizer_step_bytes(mine, optimizer, grad_b, foreach, fused),
          "cublas_workspaces": cublas_workspaces(card) if step.settings["device"] == "cuda" else 0,
          "batch": 2 * batch_size * seq_len * 8,  # input_ids and labels, int64
@@ -153,21 +154,33 @@ def _at_the_peak(
     grads = sum(r * k for r, k in trainable) * grad_b  # what the step makes, all of it
     # the gradients made by the backward's peak, as this rank keeps them (its share, sharded)
     made = step.gradients * c["gradients"] // grads if grads else 0
-    moment = {"activations": step.activations, "logits_and_loss": step.logits_and_loss,
-              "transient": step.transient, "gradients": made, "gathered": c["gathered"]}
+    moment = {
+        "activations": step.activations,
+        "logits_and_loss": step.logits_and_loss,
+        "transient": step.transient,
+        "gradients": made,
+        "gathered": c["gathered"],
+    }
     # The plain loop's ``outputs`` outlive the backward and are still referenced while the
     # optimiser steps: the logits (in the head's dtype), and, through ``outputs.loss.grad_fn``,
     # the graph's nodes (their saved tensors are freed, the nodes are not). With LoRA and
     # checkpointing, ``enable_input_require_grads`` made the embeddings' output a leaf: its
     # ``AccumulateGrad`` node keeps it, and its ``.grad``, alive.
-    stepping = {"gradients": c["gradients"], "held_outputs": held,
-                "optimizer_step": 0 if offload else c["optimizer_step"]}
-    backward, opt_step = sum(fixed.values()) + sum(moment.values()), sum(fixed.values()) + sum(
-        stepping.values())
+    stepping = {
+        "gradients": c["gradients"],
+        "held_outputs": held,
+        "optimizer_step": 0 if offload else c["optimizer_step"],
+    }
+    backward, opt_step = (
+        sum(fixed.values()) + sum(moment.values()),
+        sum(fixed.values()) + sum(stepping.values()),
+    )
     notes = list(step.notes)
     if paged:
-        notes.append(f"paged 8-bit states ({paged:,} bytes) live in CUDA unified memory, "
-                     "outside the allocator's count, paged out to the CPU when the card is full")
+        notes.append(
+            f"paged 8-bit states ({paged:,} bytes) live in CUDA unified memory, "
+            "outside the allocator's count, paged out to the CPU when the card is full"
+        )
     peak, at, parts = (backward, step.peak_at, moment) if backward >= opt_step else (
         opt_step, "optimizer.step", stepping)  # fmt: skip
     return HFMemory(
@@ -177,13 +190,19 @@ def _at_the_peak(
     )  # fmt: skip
 
 
-def _gathered(arch: Arch, shard: Sharding, b: int, grad_b: int) -> int:
+def _in_a_layers_backward(peak_at: str) -> bool:
+    """Is the step's peak inside a decoder layer's backward (where FSDP holds the layer's
+    unsharded gradients), rather than in the forward or the loss?"""
+    return "layers." in peak_at and "(forward)" not in peak_at
+
+
+def _gathered(arch: Arch, shard: Sharding, b: int, grad_b: int, in_backward: bool) -> int:
     """What a sharded step gathers at once (:meth:`Sharding.gathered`): the root parameters
-    and a layer's weights, and for a full fine-tune the layer's unsharded gradients
-    (``grad_b`` 0: adapters only)."""
+    and a layer's weights, and, when the peak is in a layer's backward of a full fine-tune,
+    the layer's unsharded gradients (``grad_b`` 0: adapters only)."""
     layer_w = sum(r * c for r, c in layer_dims(arch)) * b
     root_w = sum(r * c for r, c in root_dims(arch)) * b
-    return shard.gathered(root_w, layer_w, layer_w * grad_b // b)
+    return shard.gathered(root_w, layer_w, layer_w * grad_b // b if in_backward else 0)
 
 
 def _stored_weights(

@@ -104,13 +104,14 @@ class Packed:
         """
         m, fills, counts = micro_batch, self.fills, self.counts
         if self.capacity is None:  # padding-free: m documents end to end in one row
-            worst = int(fills[:m].sum())  # the longest documents (fills is sorted, longest first)
-            mean = m * float(fills.mean())
-            return (1, worst, m), (1, max(1, round(mean)), m), mean
+            longest = int(fills[:m].sum())  # the longest documents (fills: longest first)
+            mean_tokens = m * float(fills.mean())
+            return (1, longest, m), (1, max(1, round(mean_tokens)), m), mean_tokens
         tokens = m * float(fills.mean())
         if flat:  # the rows are flattened into one varlen row
             worst = (1, m * int(fills.max()), m * int(counts.max()))
-            return worst, (1, max(1, round(tokens)), max(1, round(m * float(counts.mean())))), tokens
+            mean = (1, max(1, round(tokens)), max(1, round(m * float(counts.mean()))))
+            return worst, mean, tokens
         # full rows of capacity tokens with a block-diagonal mask, whatever they hold
         cap = self.capacity
         return (m, cap, int(counts.max())), (m, cap, max(1, round(float(counts.mean())))), tokens

@@ -63,6 +63,7 @@ def test_fsdp2_shards_and_its_gathered_layers(ranks):
         assert f["states"] == p.components["optimizer_state"]  # dim-0 shards, padded
         assert f["retained"] == p.components["gradients"]  # the sharded gradients
         assert f["wrap"] - p.components["weights"] == 8  # (8 bytes fully_shard makes besides)
-        # the gathered parameters and gradients are planned by FSDP2's design, all at once:
-        # conservative, measured 10.9 % above the counted peak on this model
-        assert f["peak"] <= step <= 1.15 * f["peak"]
+        # the gathered parameters are planned by FSDP2's design, all at once (the root and two
+        # layers; a layer's unsharded gradients only when the peak is in a layer's backward):
+        # conservative, 6.6 % above the counted peak on this model
+        assert f["peak"] <= step <= 1.08 * f["peak"]

@@ -27,6 +27,13 @@ class Predictor:
     (remembered: the search and the report share the predictions). With packing, a
     micro-batch is the worst one drawn from the length distribution.
 
+    Args:
+        config: the config dict.
+        seq_len: tokens per row (the packed rows' capacity).
+        settings: :func:`~course_lib.hf.memory.predict_hf_memory`'s keywords.
+        packing: ``False``, ``True``/``"rows"`` or ``"padding-free"``.
+        lengths: the documents' lengths for packing.
+
     Raises:
         ValueError: packing without lengths, lengths without packing, or a bad packing mode.
     """
@@ -73,14 +80,29 @@ class Predictor:
         return self.memo[key]
 
     def shape(self, rows: int, expected: bool = False) -> tuple[int, int, int]:
-        """``(rows, seq_len, documents per row)`` of a micro-batch of ``rows`` rows."""
+        """``(rows, seq_len, documents per row)`` of a micro-batch of ``rows`` rows.
+
+        Args:
+            rows: rows (padding-free: documents).
+            expected: the expected packed micro-batch instead of the worst.
+
+        Returns:
+            ``(rows, seq_len, documents per row)``.
+        """
         if self.packed is None:
             return rows, self.seq_len, 1
         worst, mean, _ = self.packed.shapes(rows, self.settings.get("attn_impl") == "flash")
         return mean if expected else worst
 
     def tokens_per_row(self, seq_len: int) -> float:
-        """Tokens a row holds (packed: on average; padding-free: a document, on average)."""
+        """Tokens a row holds (packed: on average; padding-free: a document, on average).
+
+        Args:
+            seq_len: tokens per full row.
+
+        Returns:
+            Tokens per row.
+        """
         if self.packed is None:
             return float(seq_len)
         return float(self.packed.fills.mean())
@@ -287,14 +309,22 @@ class FinetunePlan:
     # -- as text and JSON -----------------------------------------------------------------------
 
     def to_table(self) -> str:
-        """The plan as text (what ``print(plan)`` shows)."""
+        """The plan as text (what ``print(plan)`` shows).
+
+        Returns:
+            The rows, notes and warnings, as text.
+        """
         return table(finetune_text.rows(self), self.notes, self.warnings)
 
     __str__ = to_table
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready dict (what ``--json`` prints): the bytes, the numbers,
-        the settings and the defaults assumed."""
+        the settings and the defaults assumed.
+
+        Returns:
+            A dict of plain values (ints, strings, lists, dicts).
+        """
         m = self._any
         context = CONTEXT.get(self.card or "", DEFAULT_CONTEXT)
         return {
@@ -321,5 +351,9 @@ class FinetunePlan:
         }  # fmt: skip
 
     def capability(self) -> tuple[int, int] | None:
-        """The card's compute capability, when a shipped card was named."""
+        """The card's compute capability, when a shipped card was named.
+
+        Returns:
+            ``(major, minor)``, or ``None`` without a shipped card.
+        """
         return CAPABILITY.get(self.card or "")

@@ -71,6 +71,12 @@ RESERVE = {"sdpa": 1.10, "flash": 1.10, "eager": 1.18}
 def card_name(name: str) -> str:
     """A shipped card's name as :data:`CARDS` spells it (case and spaces ignored).
 
+    Args:
+        name: a card's name, any case and spacing.
+
+    Returns:
+        The name as :data:`CARDS` spells it.
+
     Raises:
         ValueError: a card that is not shipped, listing the shipped ones.
     """
@@ -82,7 +88,14 @@ def card_name(name: str) -> str:
 
 
 def card_memory(name: str) -> int:
-    """The memory of a shipped card name (case and spaces ignored)."""
+    """The memory of a shipped card name (case and spaces ignored).
+
+    Args:
+        name: a card's name, any case and spacing.
+
+    Returns:
+        Its memory in bytes, as torch reports it.
+    """
     return CARDS[card_name(name)]
 
 
@@ -90,7 +103,14 @@ def cublas_workspace_bytes(card: str | None = None) -> int:
     """One cuBLAS workspace, as PyTorch sizes it (``parseChosenWorkspaceSize`` in
     ``aten/src/ATen/cuda/CublasHandlePool.cpp``, no ``CUBLAS_WORKSPACE_CONFIG``): 32 MiB on
     compute capability 9.x, 10.x and 12.x, else ``4096 KiB x 2 + 16 KiB x 8``. It comes from the
-    caching allocator, so ``max_memory_allocated`` counts it. Unknown card: the smaller one."""
+    caching allocator, so ``max_memory_allocated`` counts it. Unknown card: the smaller one.
+
+    Args:
+        card: a shipped card name (``None``: the smaller workspace).
+
+    Returns:
+        Bytes of one workspace.
+    """
     major = CAPABILITY[card_name(card)][0] if card else 8
     return 4096 * 8 * 1024 if major in (9, 10, 12) else 4096 * 1024 * 2 + 16 * 1024 * 8
 
@@ -100,18 +120,42 @@ def cublas_workspaces(card: str | None = None) -> int:
     (``cublas_stream_to_workspace`` is ``thread_local``), and autograd runs the backward (and
     a checkpointed layer's recomputation) on its own device thread: two of them, on one stream.
     On the fitcheck-llm T4 rows this is the constant 16.25 MiB between the allocated peak and
-    the tensors of the step."""
+    the tensors of the step.
+
+    Args:
+        card: a shipped card name (``None``: the smaller workspace).
+
+    Returns:
+        Bytes of both workspaces.
+    """
     return 2 * cublas_workspace_bytes(card)
 
 
 def reserved_bytes(peak_allocated: int, attn_impl: str) -> int:
     """The caching allocator's reserve at the peak (``max_memory_reserved``): the allocated
-    peak times the measured ratio for the attention backend (module docstring)."""
+    peak times the measured ratio for the attention backend (module docstring).
+
+    Args:
+        peak_allocated: the allocated peak in bytes.
+        attn_impl: the attention backend.
+
+    Returns:
+        The reserved bytes.
+    """
     return int(peak_allocated * RESERVE.get(attn_impl, RESERVE["eager"]))
 
 
 def device_bytes(peak_allocated: int, attn_impl: str, card: str | None = None) -> int:
     """What the device shows at the peak: the allocator's reserve over the allocated peak,
-    plus the CUDA context (module docstring for each figure's source)."""
+    plus the CUDA context (module docstring for each figure's source).
+
+    Args:
+        peak_allocated: the allocated peak in bytes.
+        attn_impl: the attention backend.
+        card: a shipped card name, for its measured context (``None``: the T4's).
+
+    Returns:
+        Bytes on the device: the reserve plus the CUDA context.
+    """
     context = CONTEXT.get(card or "", DEFAULT_CONTEXT)
     return reserved_bytes(peak_allocated, attn_impl) + context

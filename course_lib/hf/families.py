@@ -45,6 +45,12 @@ QK_NORM = {"qwen3": "head", "gemma3_text": "head", "qwen3_moe": "head", "olmo2":
 def architecture(c: dict) -> Arch:
     """The fields of config dict ``c`` the memory model reads, checked.
 
+    Args:
+        c: the config dict.
+
+    Returns:
+        The :class:`~course_lib.hf.spec.Arch`.
+
     Raises:
         ValueError: an unsupported ``model_type`` (naming the nearest supported one and the
             families that load as a supported type), a missing field, or an MLP activation the
@@ -65,7 +71,14 @@ def architecture(c: dict) -> Arch:
 
 
 def unsupported(model_type: Any) -> str:
-    """The error for a family the memory model does not read."""
+    """The error for a family the memory model does not read.
+
+    Args:
+        model_type: the config's ``model_type``.
+
+    Returns:
+        The error message.
+    """
     near = NEAREST.get(model_type)
     hint = f"; nearest supported: {near[0]} ({near[1]})" if near else ""
     loads = "; ".join(f"{k}: {v}" for k, v in LOADS_AS.items())
@@ -138,7 +151,16 @@ def _llama_like(c: dict, model_type: str) -> Arch:
 
 def windows(c: dict, model_type: str, L: int) -> tuple:
     """The sliding window of each layer (0: full attention), from ``layer_types`` or the
-    family's rule (Mistral: every layer; Qwen2/3: only with ``use_sliding_window``)."""
+    family's rule (Mistral: every layer; Qwen2/3: only with ``use_sliding_window``).
+
+    Args:
+        c: the config dict.
+        model_type: its ``model_type``.
+        L: decoder layers.
+
+    Returns:
+        One window per layer, or ``()`` when no layer slides.
+    """
     w = c.get("sliding_window") or 0
     if not w or (model_type.startswith("qwen") and not c.get("use_sliding_window")):
         return ()
@@ -186,7 +208,14 @@ NO_PEFT_DEFAULT = ("phi3", "olmo2", "qwen3_moe")
 
 def lora_modules(arch: Arch) -> tuple[str, ...]:
     """The PEFT module names of the projections a LoRA adapter can go on (``all-linear``:
-    every one; the head is never adapted)."""
+    every one; the head is never adapted).
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        The module names, in the model's order.
+    """
     if arch.family == "gpt2":
         return ("c_attn", "c_proj", "c_fc")
     attn = ("qkv_proj", "o_proj") if arch.fused else ("q_proj", "k_proj", "v_proj", "o_proj")

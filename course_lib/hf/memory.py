@@ -31,7 +31,14 @@ from .states import (
 
 
 def projections(arch: Arch) -> list[tuple[str, int, int]]:
-    """``(PEFT name, in, out)`` of every projection of one layer."""
+    """``(PEFT name, in, out)`` of every projection of one layer.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        ``(PEFT name, in, out)`` per projection.
+    """
     C, M, d = arch.hidden_size, arch.intermediate_size, arch.head_dim
     if arch.family == "gpt2":
         return [("c_attn", C, 3 * C), ("c_proj", C, C), ("c_fc", C, M), ("c_proj", M, C)]

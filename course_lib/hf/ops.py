@@ -33,18 +33,38 @@ class Lora:
 
 
 class Adapters:
-    """Which projections get a LoRA adapter (by PEFT module name), and the adapter itself."""
+    """Which projections get a LoRA adapter (by PEFT module name), and the adapter itself.
+
+    Args:
+        lora: the adapter recipe.
+        targets: PEFT module names (empty: every projection).
+    """
 
     def __init__(self, lora: Lora, targets: tuple[str, ...]) -> None:
         self.lora, self.targets = lora, set(targets)
 
     def __call__(self, name: str) -> Lora | None:
-        """The adapter of projection ``name``, or ``None`` when PEFT leaves it frozen."""
+        """The adapter of projection ``name``, or ``None`` when PEFT leaves it frozen.
+
+        Args:
+            name: a projection's PEFT name.
+
+        Returns:
+            The adapter, or ``None``.
+        """
         return self.lora if not self.targets or name in self.targets else None
 
 
 class Ops(AttentionOps, NormOps):
-    """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``."""
+    """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``.
+
+    Args:
+        tape: the tape to record on.
+        batch_size: rows.
+        seq_len: tokens per row.
+        b: bytes per element of the hidden states.
+        quant: ``"nf4"``, ``"int8"`` or ``""`` (16-bit projections).
+    """
 
     def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int, quant: str = "") -> None:
         self.tape, self.b = tape, b
@@ -71,7 +91,22 @@ class Ops(AttentionOps, NormOps):
     ) -> int:
         """``x @ W.T`` on ``(N, n_in)``: ``MmBackward0`` saves ``x`` only when ``W`` trains and
         makes the weight's gradient before the input's. With a bias, ``AddmmBackward0`` makes
-        the input's, the weight's, then the bias's (and is done with ``x`` before the last)."""
+        the input's, the weight's, then the bias's (and is done with ``x`` before the last).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n_in: input features.
+            n_out: output features.
+            pid: the weight's parameter name.
+            trainable: the weight trains.
+            bias: with a bias.
+            b: element size (default: the hidden states').
+
+        Returns:
+            The output tensor's id.
+        """
         b = self.b if b is None else b
         t, N = self.tape, self.N
         dx: list[tuple] = [("new", "dx", N * n_in * b), ("grad", 0, "dx")] if t.grad(x) else []
@@ -93,7 +128,22 @@ class Ops(AttentionOps, NormOps):
         dtype and casts the sum back (fp32 adapters on a bf16 model: the base output's gradient
         is cast back, and ``.to(dtype)`` costs an fp32 gradient); its bitsandbytes layers clone
         the base output and cast the adapter's output to it before the sum. A frozen projection
-        stored in 4 or 8 bits (``self.quant``) is :meth:`quant_linear`."""
+        stored in 4 or 8 bits (``self.quant``) is :meth:`quant_linear`.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n_in: input features.
+            n_out: output features.
+            pid: the weight's parameter name.
+            trainable: the weight trains.
+            bias: with a bias.
+            lora: the adapter on it, or ``None``.
+
+        Returns:
+            The output tensor's id.
+        """
         if (not trainable or lora) and self.quant:
             out = self.quant_linear(where, comp, x, n_in, n_out)
             if lora:  # peft's bnb layers: result = result.clone()
@@ -141,7 +191,21 @@ class Ops(AttentionOps, NormOps):
         ad: Adapters | None,
     ) -> int:  # fmt: skip
         """:meth:`linear` of the projection at ``where`` (also its parameter's name), with the
-        adapter ``ad`` gives the PEFT module name ``where`` ends in (``None``: frozen, none)."""
+        adapter ``ad`` gives the PEFT module name ``where`` ends in (``None``: frozen, none).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n_in: input features.
+            n_out: output features.
+            full: the base weights train (a full fine-tune).
+            bias: with a bias.
+            ad: the LoRA adapters (``None``: none).
+
+        Returns:
+            The output tensor's id.
+        """
         lora = ad(where.rsplit(".", 1)[-1]) if ad else None
         return self.linear(where, comp, x, n_in, n_out, where, full, bias, lora)
 
@@ -149,7 +213,19 @@ class Ops(AttentionOps, NormOps):
         """``nn.Dropout(p > 0)`` in training on ``n`` elements of ``elem`` bytes: on the CPU
         ``x * noise`` keeps the noise (``elem`` bytes each, ``mask == elem``); on CUDA
         ``native_dropout`` keeps a one-byte mask (``mask == 1``). The backward makes one
-        gradient."""
+        gradient.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n: elements.
+            elem: bytes per element.
+            mask: bytes per mask element.
+
+        Returns:
+            The output tensor's id.
+        """
         t = self.tape
         noise = t.tensor(n * mask, False, comp, where + " (dropout mask)")
         (out,) = t.op(where, comp, [x], [n * elem], (noise,), self._dx(n * elem))
@@ -212,7 +288,19 @@ class Ops(AttentionOps, NormOps):
         self, where: str, comp: str, x: int, width: int, dst: int, src: int | None = None
     ) -> int:
         """``x.to(dtype)`` of ``N x width`` elements: free when the dtype is unchanged, else a
-        copy, and its backward copies the gradient back."""
+        copy, and its backward copies the gradient back.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            width: elements per token.
+            dst: target element size.
+            src: source element size (default: the hidden states').
+
+        Returns:
+            The output tensor's id (``x`` itself when the dtype is unchanged).
+        """
         src = self.b if src is None else src
         if src == dst:
             return x
@@ -227,19 +315,51 @@ class Ops(AttentionOps, NormOps):
     # -- elementwise ------------------------------------------------------------------------------
 
     def add(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
-        """``x + y``: saves nothing; both inputs get the incoming gradient itself."""
+        """``x + y``: saves nothing; both inputs get the incoming gradient itself.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: one input's id.
+            y: the other's.
+            nbytes: the output's size.
+
+        Returns:
+            The output tensor's id.
+        """
         (out,) = self.tape.op(
             where, comp, [x, y], [nbytes], (), [("grad", 0, "g"), ("grad", 1, "g")]
         )
         return out
 
     def scale(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """``x * python_number``: saves nothing; the gradient is a new tensor."""
+        """``x * python_number``: saves nothing; the gradient is a new tensor.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the output's size.
+
+        Returns:
+            The output tensor's id.
+        """
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), self._dx(nbytes))
         return out
 
     def mul(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
-        """``x * y``, same shapes: each input's gradient is a new tensor; saves the other one."""
+        """``x * y``, same shapes: each input's gradient is a new tensor; saves the other one.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: one input's id.
+            y: the other's.
+            nbytes: the output's size.
+
+        Returns:
+            The output tensor's id.
+        """
         t = self.tape
         saves = tuple(v for v, other in ((y, x), (x, y)) if t.grad(other))
         program = [ins for i, v in enumerate((x, y)) if t.grad(v) for ins in self._dx(nbytes, i)]
@@ -253,23 +373,63 @@ class Ops(AttentionOps, NormOps):
         return out
 
     def view_copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """A view whose backward must copy (the gradient arrives in another memory layout)."""
+        """A view whose backward must copy (the gradient arrives in another memory layout).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the gradient's size.
+
+        Returns:
+            The view's id.
+        """
         (out,) = self.tape.op(where, comp, [x], [0], (), self._dx(nbytes))
         return self.tape.view(out, x)
 
     def copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """``.contiguous()`` / a ``reshape`` that copies: the gradient passes straight through."""
+        """``.contiguous()`` / a ``reshape`` that copies: the gradient passes straight through.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the copy's size.
+
+        Returns:
+            The output tensor's id.
+        """
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), [("grad", 0, "g")])
         return out
 
     def expand_sum(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """``expand`` (a view) whose backward sums the gradient back to ``nbytes``."""
+        """``expand`` (a view) whose backward sums the gradient back to ``nbytes``.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the gradient's size.
+
+        Returns:
+            The view's id.
+        """
         return self.view_copy(where, comp, x, nbytes)
 
     def gelu_tanh(self, where: str, comp: str, x: int, width: int) -> int:
         """GPT-2's ``gelu_new`` written out: ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
         x**3)))``, eight ops that keep four ``N x width`` tensors (``x``, the tanh, ``1 + tanh``,
-        ``0.5 * x``) where a fused GELU keeps one."""
+        ``0.5 * x``) where a fused GELU keeps one.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            width: elements per token.
+
+        Returns:
+            The output tensor's id.
+        """
         t, n = self.tape, self.N * width * self.b
         half = self.scale(where, comp, x, n)
         cube_bwd = [("new", "a", n), ("new", "b", n)] + self._dx(n)

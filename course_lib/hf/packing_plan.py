@@ -57,6 +57,15 @@ def document_lengths(
     ``"squad_1_1_384"``), a ``length,count`` CSV path (``n`` draws from either, seeded) or the
     lengths themselves.
 
+    Args:
+        lengths: a histogram name, a CSV path, or the lengths.
+        n: draws from a histogram or CSV.
+        seed: the draw's seed.
+        scale: multiply every drawn length by this.
+
+    Returns:
+        The lengths, an int64 array.
+
     Raises:
         ValueError: lengths that are not a non-empty list of positive ints, or a histogram or
             CSV that :mod:`course_lib.data` cannot read.

@@ -91,7 +91,11 @@ class HFStepBreakdown:
     settings: dict = field(default_factory=dict)  # every keyword as the prediction read it
 
     def components(self) -> dict[str, int]:
-        """The four parts of ``total``, in bytes."""
+        """The four parts of ``total``, in bytes.
+
+        Returns:
+            ``activations``, ``logits_and_loss``, ``gradients``, ``transient`` (name -> bytes).
+        """
         names = ("activations", "logits_and_loss", "gradients", "transient")
         return {name: getattr(self, name) for name in names}
 
@@ -108,6 +112,19 @@ def step_spec(
 
     Without keywords (the planner's call) LoRA goes on every projection; :func:`predict_hf_step`
     passes ``lora_targets`` and the other settings through ``kw``.
+
+    Args:
+        config: a ``PretrainedConfig`` or its dict.
+        batch_size: rows.
+        seq_len: tokens per row.
+        attn_impl: ``"sdpa"``, ``"eager"`` or ``"flash"``.
+        dtype: the model's dtype (``None``: the config's).
+        lora_rank: LoRA's rank, or ``None``.
+        checkpointing: the checkpointing mode.
+        **kw: the other settings of :func:`predict_hf_step`.
+
+    Returns:
+        ``(Arch, StepSpec, dtype name, mode)``.
 
     Raises:
         ValueError: see :func:`predict_hf_step`.

@@ -102,7 +102,15 @@ class _Ledger:
 
 
 def replay(tape: Tape, log: bool = False) -> Replayed:
-    """Replay the step recorded on ``tape`` (module docstring); ``log`` keeps every allocation."""
+    """Replay the step recorded on ``tape`` (module docstring); ``log`` keeps every allocation.
+
+    Args:
+        tape: the recorded step.
+        log: keep every allocation (for :mod:`~course_lib.hf.scaling`).
+
+    Returns:
+        The :class:`Replayed` peak and its split.
+    """
     r = _Ledger(tape, log)
     nodes, saved = _forward(r, tape)
     forward_peak = r.peak[0]

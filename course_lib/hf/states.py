@@ -36,7 +36,15 @@ NF4_NESTED_BLOCK = 256
 
 
 def nf4_bytes(n: int, double_quant: bool = True) -> int:
-    """Storage of one ``n``-value weight in NF4: the packed values and its constants."""
+    """Storage of one ``n``-value weight in NF4: the packed values and its constants.
+
+    Args:
+        n: values in the weight.
+        double_quant: with the second-level constants.
+
+    Returns:
+        Bytes stored.
+    """
     blocks = -(-n // NF4_BLOCK)
     packed = -(-n // 2)
     if not double_quant:
@@ -45,7 +53,15 @@ def nf4_bytes(n: int, double_quant: bool = True) -> int:
 
 
 def int8_bytes(n_in: int, n_out: int) -> int:
-    """Storage of one ``n_out x n_in`` LLM.int8 weight: the values and a scale per row."""
+    """Storage of one ``n_out x n_in`` LLM.int8 weight: the values and a scale per row.
+
+    Args:
+        n_in: input features.
+        n_out: output features.
+
+    Returns:
+        Bytes stored.
+    """
     return n_in * n_out + n_out * 4
 
 
@@ -143,7 +159,15 @@ def optimizer_step_bytes(
 
 def greedy_partition(shapes: list[int], devices: int) -> list[list[int]]:
     """``torch.distributed.optim.ZeroRedundancyOptimizer``'s partition: whole tensors, largest
-    first, each to the rank holding the fewest elements so far (the first such rank)."""
+    first, each to the rank holding the fewest elements so far (the first such rank).
+
+    Args:
+        shapes: the element count of each tensor.
+        devices: ranks.
+
+    Returns:
+        Each rank's tensors (element counts).
+    """
     ranks: list[list[int]] = [[] for _ in range(devices)]
     sizes = [0] * devices
     for n in sorted(shapes, reverse=True):  # sorted() is stable, as the optimiser's is
@@ -183,24 +207,53 @@ class Sharding:
         return self.mode in ("zero3", "fsdp") and self.devices > 1
 
     def local(self, dims: list[tuple[int, int]]) -> list[int]:
-        """The elements of each tensor this rank holds."""
+        """The elements of each tensor this rank holds.
+
+        Args:
+            dims: ``(rows, row length)`` per tensor.
+
+        Returns:
+            Elements per tensor on this rank.
+        """
         if self.dim0:
             return [-(-rows // self.devices) * cols for rows, cols in dims]
         return [rows * cols for rows, cols in dims]
 
     def weights(self, total: int) -> int:
-        """Stored bytes that cannot be split by tensor (4/8-bit storage): an even split."""
+        """Stored bytes that cannot be split by tensor (4/8-bit storage): an even split.
+
+        Args:
+            total: bytes over every rank.
+
+        Returns:
+            This rank's bytes.
+        """
         return -(-total // self.devices) if self.dim0 else total
 
     def gradients(self, dims: list[tuple[int, int]], b: int) -> int:
         """Bytes of this rank's gradients of the tensors ``dims`` at ``b`` bytes an element:
-        ZeRO-2 keeps an even share of them, FSDP its dim-0 shards, the rest every one."""
+        ZeRO-2 keeps an even share of them, FSDP its dim-0 shards, the rest every one.
+
+        Args:
+            dims: ``(rows, row length)`` per tensor.
+            b: bytes per element.
+
+        Returns:
+            This rank's gradient bytes.
+        """
         if self.mode == "zero2" and self.devices > 1:
             return -(-sum(r * c for r, c in dims) * b // self.devices)
         return sum(self.local(dims)) * b
 
     def state_shapes(self, dims: list[tuple[int, int]]) -> list[int]:
-        """The tensors whose optimiser state this rank keeps (the most loaded rank)."""
+        """The tensors whose optimiser state this rank keeps (the most loaded rank).
+
+        Args:
+            dims: ``(rows, row length)`` per tensor.
+
+        Returns:
+            The element counts whose state this rank keeps.
+        """
         if self.mode in ("zero1", "zero2") and self.devices > 1:
             ranks = greedy_partition([r * c for r, c in dims], self.devices)
             return max(ranks, key=sum)
@@ -209,7 +262,14 @@ class Sharding:
     def ddp_buckets(self, grad_bytes: int) -> int:
         """``DistributedDataParallel`` (data parallel, and under a ZeRO-1 optimiser) keeps its
         gradient buckets beside the gradients (``gradient_as_bucket_view=False``, the
-        default): one more copy of every trainable gradient, made when it wraps the model."""
+        default): one more copy of every trainable gradient, made when it wraps the model.
+
+        Args:
+            grad_bytes: every trainable gradient's bytes.
+
+        Returns:
+            The buckets' bytes (0 where DDP does not wrap).
+        """
         return grad_bytes if self.devices > 1 and self.mode in ("none", "zero1") else 0
 
     def gathered(self, root_bytes: int, layer_bytes: int, layer_grad_bytes: int) -> int:
@@ -219,7 +279,16 @@ class Sharding:
         after the backward), the current layer and the one prefetched for the backward, and for
         a full fine-tune that layer's unsharded gradients and its reduce-scatter input. Checked
         per rank against counted bytes (``tests/library/test_hf_sharding.py``): conservative,
-        since not all of them are live at once."""
+        since not all of them are live at once.
+
+        Args:
+            root_bytes: the root's parameters, unsharded.
+            layer_bytes: one layer's parameters, unsharded.
+            layer_grad_bytes: one layer's gradients, unsharded (0: none held).
+
+        Returns:
+            Bytes held unsharded at once (0 without dim-0 sharding).
+        """
         if not self.dim0:
             return 0
         return root_bytes + 2 * layer_bytes + 2 * layer_grad_bytes

@@ -61,7 +61,17 @@ class Tape:
     loss: int = -1  # the loss scalar: where the backward pass starts
 
     def tensor(self, nbytes: int, grad: bool = True, component: str = "", name: str = "") -> int:
-        """A new tensor of ``nbytes`` made by op ``name`` (an event); returns its id."""
+        """A new tensor of ``nbytes`` made by op ``name`` (an event); returns its id.
+
+        Args:
+            nbytes: its size.
+            grad: it needs a gradient.
+            component: its breakdown bucket.
+            name: the op that made it.
+
+        Returns:
+            Its id.
+        """
         self.nbytes.append(int(nbytes))
         self.needs_grad.append(grad)
         self.component.append(component)
@@ -70,11 +80,26 @@ class Tape:
         return len(self.nbytes) - 1
 
     def grad(self, t: int) -> bool:
-        """Does tensor ``t`` need a gradient (``-1``, no tensor: no)?"""
+        """Does tensor ``t`` need a gradient (``-1``, no tensor: no)?
+
+        Args:
+            t: a tensor id (-1: none).
+
+        Returns:
+            Whether it needs a gradient.
+        """
         return t >= 0 and self.needs_grad[t]
 
     def view(self, t: int, of: int) -> int:
-        """Mark ``t`` (made with 0 bytes) a view of ``of``: saving it keeps ``of`` alive."""
+        """Mark ``t`` (made with 0 bytes) a view of ``of``: saving it keeps ``of`` alive.
+
+        Args:
+            t: the view's id.
+            of: the tensor it looks into.
+
+        Returns:
+            ``t``.
+        """
         self.base[t] = self.base.get(of, of)
         return t
 
@@ -117,16 +142,29 @@ class Tape:
         return outs
 
     def keep(self, t: int) -> None:
-        """``t`` outlives the step (the loss the caller holds, a leaf's AccumulateGrad node)."""
+        """``t`` outlives the step (the loss the caller holds, a leaf's AccumulateGrad node).
+
+        Args:
+            t: the tensor's id.
+        """
         self.events.append(("keep", t, None))
 
     def drop(self, *tensors: int) -> None:
-        """The Python references to ``tensors`` are gone (what a node saved lives on)."""
+        """The Python references to ``tensors`` are gone (what a node saved lives on).
+
+        Args:
+            *tensors: their ids.
+        """
         self.events.extend(("drop", t, self.region) for t in tensors)
 
     def begin_checkpoint(self, args: tuple[int, ...], captured: tuple[int, ...] = ()) -> None:
         """Start a checkpointed block. Its positional ``args`` (saved for the recomputation)
-        and the tensors its function ``captured`` live until its backward ends."""
+        and the tensors its function ``captured`` live until its backward ends.
+
+        Args:
+            args: the block's positional tensor arguments.
+            captured: tensors its function captured.
+        """
         self.region = self.n_regions
         self.n_regions += 1
         self.events.extend(("keep", t, self.region) for t in args)

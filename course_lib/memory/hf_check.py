@@ -36,6 +36,13 @@ LORA_TARGETS = {
 def tiny_hf_config(model_type: str, **overrides: Any) -> Any:
     """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``).
 
+    Args:
+        model_type: a key of :data:`TINY`.
+        **overrides: fields to change.
+
+    Returns:
+        The ``transformers`` config.
+
     Raises:
         KeyError: a model type without a tiny config (one of :data:`TINY`'s keys).
     """
@@ -60,6 +67,21 @@ def build_model(
     """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
     PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
     weights through bitsandbytes with ``prepare_model_for_kbit_training`` (the QLoRA recipe).
+
+    Args:
+        config: the ``transformers`` config.
+        dtype: the model's dtype.
+        attn_impl: the attention path.
+        lora_rank: LoRA's rank, or ``None``.
+        checkpointing: the checkpointing mode.
+        seed: the weights' seed.
+        lora_targets: as :func:`~course_lib.hf.predict.predict_hf_step`.
+        lora_dropout: PEFT's ``lora_dropout``.
+        weights: ``"16bit"``, ``"int8"`` or ``"nf4"``.
+        adapter_dtype: ``"float32"`` (PEFT's autocast) or the model's dtype.
+
+    Returns:
+        The model, in training mode.
 
     Raises:
         AssertionError: transformers picked another attention path than ``attn_impl``.
@@ -193,7 +215,12 @@ def _step(model: Any, batch: dict, loop: str) -> float:
 
 
 def every_nth(model: Any, n: int) -> None:
-    """Keep checkpointing on decoder layers 0, n, 2n... only."""
+    """Keep checkpointing on decoder layers 0, n, 2n... only.
+
+    Args:
+        model: the model (PEFT-wrapped or not).
+        n: the stride.
+    """
     for i, layer in enumerate(_layers(model)):
         if i % n:
             layer.gradient_checkpointing = False
@@ -214,7 +241,24 @@ def compare_hf(
     **settings: Any,
 ) -> list[HFComparison]:  # fmt: skip
     """Measure one step per ``(batch_size, seq_len)`` in ``shapes`` beside the prediction;
-    ``settings`` are :func:`~course_lib.hf.predict.predict_hf_step`'s keywords."""
+    ``settings`` are :func:`~course_lib.hf.predict.predict_hf_step`'s keywords.
+
+    Args:
+        config: the ``transformers`` config.
+        shapes: ``(batch_size, seq_len)`` pairs.
+        dtype: the model's dtype.
+        attn_impl: the attention path.
+        lora_rank: LoRA's rank, or ``None``.
+        checkpointing: the checkpointing mode.
+        device: where to run (default: the meter's choice).
+        seed: the weights' and batch's seed.
+        loop: ``"trainer"`` or ``"plain"``.
+        checkpoint_every: checkpoint every n-th layer.
+        **settings: :func:`~course_lib.hf.predict.predict_hf_step`'s keywords.
+
+    Returns:
+        One :class:`HFComparison` per shape.
+    """
     dev = pick_device(device)
     build = {k: settings[k] for k in BUILD_KEYS if k in settings}
     common: dict[str, Any] = dict(
@@ -245,7 +289,15 @@ def compare_hf(
 def saved_by_module(model: Any, batch: dict) -> dict[str, int]:
     """Bytes autograd saves in one forward pass, by the module that made each tensor (a
     checkpointed layer's own input: ``"<layer>:input"``), the measured side of
-    ``HFStepBreakdown.saved``: which module's tensors moved."""
+    ``HFStepBreakdown.saved``: which module's tensors moved.
+
+    Args:
+        model: the model.
+        batch: the forward's keyword arguments.
+
+    Returns:
+        Module name -> bytes saved.
+    """
     stack, seen, made, out = [""], set(), {}, dict[str, int]()
 
     def enter(module, args, name):

@@ -210,8 +210,24 @@ def main(argv=None) -> int:
             by_source.setdefault(key, []).append(abs(r - 1))
         for key, errors in by_source.items():
             print(summary(f"{tool}: {key}", errors))
+    print(
+        "by what was measured (allocated: the tensors; device: what the process holds, "
+        "compared with device_bytes; capacity: the card a run just fit):"
+    )
+    for tool in ("planner", "fitcheck"):
+        by_kind: dict[str, list[float]] = {}
+        for i, r in ratios[tool].items():
+            by_kind.setdefault(measured_bytes(rows[i])[1], []).append(abs(r - 1))
+        for key, errors in by_kind.items():
+            print(summary(f"{tool}: {key}", errors))
     t4 = [abs(r - 1) for i, r in ratios["planner"].items() if rows[i]["card"] == "T4"]
     print(f"  T4 rows within +-5%: {sum(e <= 0.05 for e in t4)} of {len(t4)}")
+    under = sorted((r, rows[i]["model"].split("/")[-1], rows[i]["source"].split(" ")[0])
+                   for i, r in ratios["planner"].items() if r < 0.95)  # fmt: skip
+    print(
+        f"  rows the planner under-predicts by more than 5% (the direction that runs out of "
+        f"memory): {len(under)}" + "".join(f"\n    {r:.3f} {m} ({src})" for r, m, src in under)
+    )
     if args.reserve:
         for attn, r in reserve.items():
             print(f"  reserved / allocated, {attn}: median {statistics.median(r):.3f} "

@@ -2,11 +2,12 @@
 
 ``plan`` plans the course's TinyGPT (``--d-model --n-layers --n-heads``) or a real Hugging Face
 model (``--model NAME|config.json``: :func:`course_lib.finetune.plan_finetune`), for the memory
-of one device (``--gpu-memory 24GiB``: the plans' ``memory_budget``, parsed by
-:func:`course_lib.units.parse_bytes`). Subcommands live in ``COMMANDS``; another one is one more
+of one device (``--gpu-memory 24GiB``, the plans' ``memory_budget``, parsed by
+:func:`course_lib.units.parse_bytes`; or ``--gpu NAME``, a shipped card). ``--json`` prints the
+``--model`` plan as one JSON object. Subcommands live in ``COMMANDS``; another one is one more
 entry there. Bad values end in a one-line ``error: ...`` and exit status 2, never a traceback; a
 model that does not fit at all exits with status 1 (TinyGPT: a one-line error; ``--model``: the
-table, with the warning).
+plan, with the warning). Abbreviated flags are refused (``--gpu`` is not ``--gpu-memory``).
 """
 
 from __future__ import annotations
@@ -15,35 +16,50 @@ import argparse
 import sys
 from typing import NoReturn
 
+from .cli_model import add_model_arguments, card_budget, run_model_plan
 from .units import DTYPE_ALIASES, DTYPE_BYTES, GIB, dtype_name, parse_bytes
 
 PLAN_EXAMPLE = """\
 examples:
   python -m course_lib plan --d-model 768 --n-layers 12 --n-heads 12 --vocab-size 32000 \\
       --seq-len 2048 --gpu-memory 24GiB --dataset-size 800
-  python -m course_lib plan --model Llama-3.1-8B --gpu-memory 24GiB --seq-len 4096 \\
-      --dtype bf16 --finetune lora --lora-rank 16 --attention sdpa --target-tokens 32000
+  python -m course_lib plan --model Llama-3.1-8B --gpu "RTX 4090" --seq-len 4096 \\
+      --dtype bf16 --finetune lora --lora-rank 16 --loss chunked --target-tokens 32000
+  python -m course_lib plan --model Qwen2.5-7B --gpu T4 --seq-len 1024 --finetune qlora \\
+      --lora-targets all-linear --json
 
 TinyGPT: full fine-tuning with AdamW, per device: weights + gradients + two fp32 moments per
 parameter + the activation peak of one forward/backward at micro-batch x seq-len full rows
 (course_lib.memory.activation_bytes). Tokens per step count full rows.
 
 --model: a shipped config (Llama-3.1-8B, Llama-3.2-1B, Qwen2.5-7B, Qwen2.5-0.5B,
-Mistral-7B-v0.3, gpt2) or your config.json; the step's peak is course_lib.memory.predict_hf_step
-with every gradient already there (accumulation), AdamW moments in fp32.
+Mistral-7B-v0.3, gpt2) or your config.json. Each micro-batch tried is a prediction of the whole
+step on the device (course_lib.hf.memory.predict_hf_memory): weights, adapters, gradients,
+optimiser state and step, activations, logits, transients, plus the allocator's reserve and
+the CUDA context; the plan never goes above the card's memory. Defaults it assumes are printed
+(LoRA targets: PEFT's for the family; loop: the Trainer's).
 """
-TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size", "dataset_size", "devices",
+TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size", "dataset_size",
                 "target_min", "target_max", "min_tokens")  # fmt: skip
-HF_ONLY = ("finetune", "lora_rank", "target_tokens")
+HF_ONLY = ("finetune", "lora_rank", "target_tokens", "lora_targets", "optimizer", "loss",
+           "loop", "packing", "lengths", "sharding", "checkpoint_every", "micro_batch")  # fmt: skip
+POSITIVE = ("lora_rank", "target_tokens", "checkpoint_every", "micro_batch", "devices")
 DTYPE_CHOICES = (*DTYPE_BYTES, *DTYPE_ALIASES)  # every spelling units.dtype_name reads
-# --checkpointing: the library's modes, and "on" for "blocks" (every block recomputed).
+# --checkpointing: off, or on (every block: the library's "blocks", also accepted); TinyGPT
+# also recomputes only its attention halves ("attention").
 CHECKPOINTING_CHOICES = ("off", "on", "blocks", "attention")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line (``prog: error: ...``) and exit status 2."""
+    """argparse, but an error is one line (``prog: error: ...``) and exit status 2, and a flag
+    is never read from an abbreviation (``--gpu`` is not ``--gpu-memory``)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> NoReturn:
+        """Exit with status 2 and ``message`` on one line."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -68,14 +84,26 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         help="a Hugging Face model instead: a shipped name (Llama-3.1-8B, ...) or a config.json",
     )
-    for flag in ("--attn-impl", "--attention"):  # two spellings, one setting
-        model.add_argument(
-            flag,
-            dest="attn_impl",
-            choices=("eager", "sdpa"),
-            help="eager materialises the (B, H, T, T) scores; sdpa does not "
-            "(default: eager for TinyGPT, sdpa for --model)",
-        )
+    model.add_argument(
+        "--attention",
+        dest="attn_impl",
+        choices=("eager", "sdpa", "flash"),
+        help="eager materialises the (B, H, T, T) scores; sdpa and flash (FlashAttention-2, "
+        "--model only) do not (default: eager for TinyGPT, sdpa for --model)",
+    )
+    # Deprecated: the old spelling of --attention.
+    model.add_argument("--attn-impl", dest="old_attn_impl", choices=("eager", "sdpa", "flash"),
+                       help=argparse.SUPPRESS)  # fmt: skip
+    _add_run_arguments(p)
+    tiny = p.add_argument_group("TinyGPT run")
+    tiny.add_argument("--dataset-size", type=int, help="training examples")
+    tiny.add_argument("--target-min", type=int, help="smallest effective batch (default: 16)")
+    tiny.add_argument("--target-max", type=int, help="largest effective batch (default: 64)")
+    tiny.add_argument("--min-tokens", type=int, help="tokens per step to reach (default: 4000)")
+    add_model_arguments(p)
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     run = p.add_argument_group("training run")
     run.add_argument(
         "--seq-len", type=int, required=True, help="longest row in tokens: the worst case"
@@ -86,6 +114,10 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
         metavar="AMOUNT",
         help="memory per device, with a unit: 24GiB (binary, 2**30 bytes) or 80GB (decimal)",
     )
+    run.add_argument("--gpu", metavar="NAME",
+                     help="a shipped card instead of --gpu-memory: its memory as torch reports "
+                          "it (T4, L4, A10G, 'RTX 4090', 'A100 40GB', 'A100 80GB', 'H100 80GB', "
+                          "H200)")  # fmt: skip
     # Deprecated for one release: it meant GiB. --gpu-memory 24GiB says so.
     run.add_argument("--memory-gb", type=float, help=argparse.SUPPRESS)
     run.add_argument(
@@ -94,19 +126,12 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--checkpointing",
         choices=CHECKPOINTING_CHOICES,
-        help="recompute every block in the backward pass (on = blocks), only TinyGPT's "
-        "attention halves, or off (default: only when one row does not fit without it)",
+        metavar="{off,on}",
+        help="on: recompute every block in the backward pass ('blocks' in the library and the "
+        "JSON; TinyGPT also takes 'attention', its attention halves only); off (default: only "
+        "when one row does not fit without it)",
     )
-    tiny = p.add_argument_group("TinyGPT run")
-    tiny.add_argument("--dataset-size", type=int, help="training examples")
-    tiny.add_argument("--devices", type=int, help="devices available (default: 1)")
-    tiny.add_argument("--target-min", type=int, help="smallest effective batch (default: 16)")
-    tiny.add_argument("--target-max", type=int, help="largest effective batch (default: 64)")
-    tiny.add_argument("--min-tokens", type=int, help="tokens per step to reach (default: 4000)")
-    hf = p.add_argument_group("--model run")
-    hf.add_argument("--finetune", choices=("lora", "full"), help="default: lora")
-    hf.add_argument("--lora-rank", type=int, help="LoRA rank on every projection (default: 16)")
-    hf.add_argument("--target-tokens", type=int, help="tokens per optimiser step to reach")
+    run.add_argument("--devices", type=int, help="devices (default: 1)")
 
 
 def _flag(name: str) -> str:
@@ -116,12 +141,41 @@ def _flag(name: str) -> str:
 def _check_plan_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """One-line errors (exit 2) for values argparse cannot judge alone."""
     hf = args.model is not None
-    stray = [n for n in (TINYGPT_ONLY if hf else HF_ONLY) if getattr(args, n) is not None]
-    if stray:
+    stray = [n for n in (TINYGPT_ONLY if hf else HF_ONLY) if getattr(args, n) not in (None, False)]
+    if stray or (args.json and not hf):
+        name = stray[0] if stray else "json"
         other = "TinyGPT shape" if hf else "--model"
-        parser.error(f"{_flag(stray[0])} belongs to the {other} plan, not this one")
+        parser.error(f"{_flag(name)} belongs to the {other} plan, not this one")
+    _aliases(args, parser)
     needed = ["seq_len"] if hf else ["d_model", "n_layers", "n_heads", "seq_len", "dataset_size"]
     missing = [_flag(n) for n in needed if getattr(args, n) is None]
+    if args.gpu_memory is None and args.gpu is None:
+        missing.append("--gpu-memory (or --gpu)")
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    if args.gpu_memory is not None and args.gpu is not None:
+        parser.error("give --gpu or --gpu-memory, not both")
+    for name in (*needed, *TINYGPT_ONLY, *POSITIVE):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+            parser.error(f"{_flag(name)} must be positive, got {value}")
+    low, high = args.target_min or 16, args.target_max or 64
+    if low > high:
+        parser.error(f"--target-min {low} is above --target-max {high}")
+    if (args.packing is None) != (args.lengths is None):
+        parser.error("--packing and --lengths go together")
+    if args.checkpointing == "on":
+        args.checkpointing = "blocks"
+
+
+def _aliases(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The deprecated spellings (--memory-gb, --attn-impl): their value, and a warning."""
+    if args.old_attn_impl is not None:
+        if args.attn_impl is not None:
+            parser.error("give --attention only (--attn-impl is its old, deprecated spelling)")
+        print(f"{parser.prog}: warning: --attn-impl is deprecated: use --attention "
+              f"{args.old_attn_impl}", file=sys.stderr)  # fmt: skip
+        args.attn_impl = args.old_attn_impl
     if args.memory_gb is not None:
         if not 0 < args.memory_gb < float("inf"):  # also nan
             parser.error(f"--memory-gb must be a positive finite number, got {args.memory_gb}")
@@ -133,24 +187,11 @@ def _check_plan_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
             file=sys.stderr,
         )
         args.gpu_memory = int(args.memory_gb * GIB)
-    if args.gpu_memory is None:
-        missing.append("--gpu-memory")
-    if missing:
-        parser.error(f"the following arguments are required: {', '.join(missing)}")
-    for name in (*needed, *TINYGPT_ONLY, *HF_ONLY[1:]):
-        value = getattr(args, name, None)
-        if isinstance(value, int) and value <= 0:
-            parser.error(f"{_flag(name)} must be positive, got {value}")
-    low, high = args.target_min or 16, args.target_max or 64
-    if low > high:
-        parser.error(f"--target-min {low} is above --target-max {high}")
-    if args.checkpointing == "on":
-        args.checkpointing = "blocks"
 
 
 def _run_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _check_plan_flags(args, parser)
-    return (_run_hf_plan if args.model is not None else _run_tinygpt_plan)(args, parser)
+    return (run_model_plan if args.model is not None else _run_tinygpt_plan)(args, parser)
 
 
 def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -163,6 +204,9 @@ def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser)
     dtype = dtype_name(args.dtype or "float32")
     if dtype == "float16":
         parser.error("--dtype float16 is not planned for TinyGPT: use float32 or bfloat16")
+    if args.attn_impl == "flash":
+        parser.error("--attention flash is for --model; TinyGPT runs eager or sdpa")
+    budget = args.gpu_memory if args.gpu_memory is not None else card_budget(args, parser)
     try:
         config = TinyGPTConfig(
             vocab_size=args.vocab_size or 260,
@@ -173,7 +217,7 @@ def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser)
             attn_impl=args.attn_impl or "eager",
         )
         result = plan(
-            config, args.gpu_memory, args.seq_len, args.dataset_size,
+            config, budget, args.seq_len, args.dataset_size,
             target_effective=(args.target_min or 16, args.target_max or 64),
             min_tokens_per_step=args.min_tokens or 4000, n_devices=args.devices or 1,
             dtype=getattr(torch, dtype), checkpointing=args.checkpointing,
@@ -185,22 +229,6 @@ def _run_tinygpt_plan(args: argparse.Namespace, parser: argparse.ArgumentParser)
         return 1
     print(result.to_table())
     return 0
-
-
-def _run_hf_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .finetune import plan_finetune
-
-    try:
-        result = plan_finetune(
-            args.model, args.gpu_memory, args.seq_len, dtype=args.dtype,
-            finetune=args.finetune or "lora", lora_rank=args.lora_rank or 16,
-            attn_impl=args.attn_impl or "sdpa", target_tokens=args.target_tokens,
-            checkpointing=args.checkpointing,
-        )  # fmt: skip
-    except ValueError as exc:
-        parser.error(str(exc))
-    print(result.to_table())
-    return 0 if result.micro_batch else 1
 
 
 # name -> (add_arguments(parser), run(args, parser) -> exit status, one-line summary, epilog)
@@ -215,7 +243,11 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m course_lib`` parser, one subcommand per entry of ``COMMANDS``."""
+    """The ``python -m course_lib`` parser.
+
+    Returns:
+        The parser, one subcommand per entry of ``COMMANDS`` (abbreviations off).
+    """
     parser = _Parser(
         prog="python -m course_lib", description="Shapes: the course's command-line tools."
     )
@@ -236,7 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    """Run the command line.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 a plan, 1 nothing fits, 2 (through ``SystemExit``) a bad argument.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     return args.run(args, args.parser)

@@ -51,6 +51,15 @@ def training_memory(
 ) -> TrainingMemory:
     """``P * (s + s + 8) + activations(B, T)`` bytes, for ``P`` parameters of ``s`` bytes.
 
+    Args:
+        config: the TinyGPT config.
+        micro_batch_size: rows per micro-batch.
+        seq_len: tokens per row.
+        dtype: the training dtype.
+
+    Returns:
+        The :class:`TrainingMemory`.
+
     Raises:
         ValueError: see :func:`course_lib.memory.activation_bytes`.
     """
@@ -102,7 +111,11 @@ class Plan:
         return self.dataset_size // self.effective_batch_size
 
     def rows(self) -> list[tuple[str, str]]:
-        """The plan as ``(label, text)`` rows."""
+        """The plan as ``(label, text)`` rows.
+
+        Returns:
+            ``(label, text)`` pairs, in print order.
+        """
         c, mem, fb, e = self.config, self.memory, format_bytes, self.effective_batch_size
         (lo, hi), fixed = self.target_effective, mem.total - mem.activations
         n_params, dtype = memory.parameter_count(c), str(self.dtype).removeprefix("torch.")
@@ -129,7 +142,11 @@ class Plan:
         ]  # fmt: skip
 
     def to_table(self) -> str:
-        """The plan as text: what ``print(plan)`` shows."""
+        """The plan as text: what ``print(plan)`` shows.
+
+        Returns:
+            The rows, notes and warnings, as text.
+        """
         return table(self.rows(), self.notes, self.warnings)
 
     __str__ = to_table
@@ -161,8 +178,19 @@ def plan(
        switched on; devices left idle.
 
     Args:
+        config: the ``TinyGPT`` being trained (its checkpointing mode unless ``checkpointing``).
         memory_budget: bytes per device, or a string with a unit (``"24GiB"``).
+        seq_len: tokens in the longest row the run must survive (every row planned at it).
+        dataset_size: examples in one epoch.
+        target_effective: the smallest and largest effective batch (examples per step).
+        min_tokens_per_step: the least tokens one optimiser step should see.
+        n_devices: data-parallel devices available (each holds the whole step).
+        dtype: the parameters' and activations' dtype.
+        min_steps_per_epoch: the fewest full optimiser steps per epoch before a warning.
         checkpointing: ``None`` lets step 4 decide; a mode fixes it (``config``'s is replaced).
+
+    Returns:
+        The :class:`Plan`.
 
     Raises:
         ValueError: a bad value, naming it.
@@ -218,7 +246,21 @@ def choose_shape(
 ) -> tuple[int, int, int]:  # fmt: skip
     """Best ``(micro, accum, devices)`` with ``tmin <= m*a*d <= tmax``, ranked by: tokens per step
     reach ``min_tokens``; at least ``min_steps`` full steps per epoch; more devices; a larger
-    micro-batch; fewer accumulation steps. ``a`` is the least meeting both lower targets."""
+    micro-batch; fewer accumulation steps. ``a`` is the least meeting both lower targets.
+
+    Args:
+        m_max: the largest micro-batch that fits.
+        n_devices: devices available.
+        seq_len: tokens per row.
+        dataset_size: training examples.
+        tmin: the smallest effective batch.
+        tmax: the largest effective batch.
+        min_tokens: tokens per step to reach.
+        min_steps: full steps per epoch to reach.
+
+    Returns:
+        ``(micro-batch, accumulation steps, devices)``.
+    """
     best, best_key = (1, 1, 1), None
     for d in range(min(n_devices, tmax), 0, -1):
         for m in range(min(m_max, tmax // d), 0, -1):

@@ -31,6 +31,12 @@ __all__ = [
 def config_dict(config: Any) -> dict:
     """A config as a plain dict: a ``PretrainedConfig`` (``.to_dict()``) or a dict.
 
+    Args:
+        config: a ``PretrainedConfig`` or its dict.
+
+    Returns:
+        The config as a plain dict.
+
     Raises:
         ValueError: neither a ``PretrainedConfig`` nor a dict.
     """
@@ -47,6 +53,12 @@ def architecture(config: Any) -> Arch:
     """The fields of ``config`` the memory model reads, checked
     (:func:`course_lib.hf.families.architecture`).
 
+    Args:
+        config: a ``PretrainedConfig`` or its dict.
+
+    Returns:
+        The :class:`Arch`.
+
     Raises:
         ValueError: not a config, an unsupported ``model_type`` (naming the nearest supported
             one), a missing field, or an MLP activation the family's recipe does not have.
@@ -56,7 +68,14 @@ def architecture(config: Any) -> Arch:
 
 def lora_shapes(arch: Arch) -> list[tuple[int, int]]:
     """``(in, out)`` of each projection that gets a LoRA adapter, in one layer: the attention
-    and MLP projections (``q k v o gate up down``; GPT-2: ``c_attn c_proj c_fc c_proj``)."""
+    and MLP projections (``q k v o gate up down``; GPT-2: ``c_attn c_proj c_fc c_proj``).
+
+    Args:
+        arch: the model's :class:`Arch`.
+
+    Returns:
+        ``(in, out)`` per projection, in PEFT's order.
+    """
     C, M = arch.hidden_size, arch.intermediate_size
     if arch.family == "gpt2":
         return [(C, 3 * C), (C, C), (C, M), (M, C)]
@@ -66,7 +85,14 @@ def lora_shapes(arch: Arch) -> list[tuple[int, int]]:
 
 def layer_dims(arch: Arch) -> list[tuple[int, int]]:
     """``(rows, row length)`` of every parameter tensor of one decoder layer, as
-    ``transformers`` holds them (dim 0 and the product of the others)."""
+    ``transformers`` holds them (dim 0 and the product of the others).
+
+    Args:
+        arch: the model's :class:`Arch`.
+
+    Returns:
+        ``(rows, row length)`` per parameter tensor of one layer.
+    """
     C, M = arch.hidden_size, arch.intermediate_size
     if arch.family == "gpt2":  # Conv1D keeps (in, out)
         return [(C, 1), (C, 1), (C, 3 * C), (3 * C, 1), (C, C), (C, 1), (C, 1), (C, 1),
@@ -95,7 +121,14 @@ def layer_dims(arch: Arch) -> list[tuple[int, int]]:
 
 def root_dims(arch: Arch) -> list[tuple[int, int]]:
     """The parameters outside the decoder layers: the embeddings (GPT-2: and its positions),
-    the final norm (GPT-2: LayerNorm's weight and bias) and an untied head."""
+    the final norm (GPT-2: LayerNorm's weight and bias) and an untied head.
+
+    Args:
+        arch: the model's :class:`Arch`.
+
+    Returns:
+        ``(rows, row length)`` per parameter tensor outside the layers.
+    """
     C, V = arch.hidden_size, arch.vocab_size
     head = [] if arch.tie_word_embeddings else [(V, C)]
     if arch.family == "gpt2":
@@ -105,21 +138,50 @@ def root_dims(arch: Arch) -> list[tuple[int, int]]:
 
 def parameter_dims(arch: Arch) -> list[tuple[int, int]]:
     """Every parameter tensor's ``(rows, row length)`` (a tied embedding once): what FSDP's
-    dim-0 sharding divides (:func:`root_dims` and :func:`layer_dims` for every layer)."""
+    dim-0 sharding divides (:func:`root_dims` and :func:`layer_dims` for every layer).
+
+    Args:
+        arch: the model's :class:`Arch`.
+
+    Returns:
+        ``(rows, row length)`` of every parameter tensor.
+    """
     return root_dims(arch) + layer_dims(arch) * arch.num_hidden_layers
 
 
 def parameter_shapes(arch: Arch) -> list[int]:
     """The element count of every parameter tensor (:func:`parameter_dims`): what a
-    per-tensor optimiser state, ZeRO's partition or bitsandbytes' ``min_8bit_size`` sees."""
+    per-tensor optimiser state, ZeRO's partition or bitsandbytes' ``min_8bit_size`` sees.
+
+    Args:
+        arch: the model's :class:`Arch`.
+
+    Returns:
+        The element count of every parameter tensor.
+    """
     return [rows * cols for rows, cols in parameter_dims(arch)]
 
 
 def arch_parameter_count(arch: Arch) -> int:
-    """Parameters of the model (a tied embedding counted once)."""
+    """Parameters of the model (a tied embedding counted once).
+
+    Args:
+        arch: the model's :class:`Arch`.
+
+    Returns:
+        The parameter count.
+    """
     return sum(parameter_shapes(arch))
 
 
 def lora_parameter_count(arch: Arch, rank: int) -> int:
-    """Trainable parameters of rank-``rank`` LoRA on every attention and MLP projection."""
+    """Trainable parameters of rank-``rank`` LoRA on every attention and MLP projection.
+
+    Args:
+        arch: the model's :class:`Arch`.
+        rank: LoRA's rank.
+
+    Returns:
+        The adapters' parameter count (every attention and MLP projection).
+    """
     return arch.num_hidden_layers * sum(rank * (i + o) for i, o in lora_shapes(arch))

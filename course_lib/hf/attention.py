@@ -46,7 +46,21 @@ class AttentionOps:
         Saves only ``cos`` and ``sin`` (one row of positions, shared by every layer). ``wide``:
         OLMo 2's tables stay fp32, so the products are fp32 (their backward casts the gradient
         back) and the sum is cast to the model's dtype. ``phi3``: Phi-3 slices ``x[...,
-        :rotary_dim]`` first and concatenates the (empty) rest after (a copy)."""
+        :rotary_dim]`` first and concatenates the (empty) rest after (a copy).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            width: the projection's width (heads x head_dim).
+            cos: the RoPE cosine table.
+            sin: the RoPE sine table.
+            wide: the tables are wider than the rotated part.
+            phi3: Phi-3's ``torch.cat`` layout (a contiguous ``(B, H, T, d)``).
+
+        Returns:
+            The output tensor's id.
+        """
         t, n = self.tape, self.N * width * self.b
         nw = self.N * width * (wide or self.b)
         src = x
@@ -80,7 +94,21 @@ class AttentionOps:
         """``scaled_dot_product_attention(is_causal=True)`` on the CPU's fused flash kernel, with
         ``H`` query and ``K`` key/value heads of ``d`` (grouped-query attention natively:
         ``enable_gqa``): saves q, k, v, the output and a log-sum-exp per head and token (fp32);
-        no ``seq_len**2`` buffer at all."""
+        no ``seq_len**2`` buffer at all.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            q: the queries' id.
+            k: the keys' id.
+            v: the values' id.
+            H: query heads.
+            K: key/value heads.
+            d: head dimension.
+
+        Returns:
+            The output tensor's id.
+        """
         t, N, b = self.tape, self.N, self.b
         program = self._dx(N * H * d * b, 0) + self._dx(N * K * d * b, 1)
         program += self._dx(N * K * d * b, 2)
@@ -96,7 +124,21 @@ class AttentionOps:
         block-diagonal causal mask, so no ``is_causal``): ATen converts the boolean mask to a
         float copy in q's dtype (``convert_boolean_attn_mask``), which the CPU flash kernel
         saves with q, k, v (here already repeated to ``H`` heads), the output and the
-        log-sum-exp: ``batch x seq_len**2`` per layer."""
+        log-sum-exp: ``batch x seq_len**2`` per layer.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            q: the queries' id.
+            k: the keys' id.
+            v: the values' id.
+            H: query heads.
+            d: head dimension.
+            mask: the boolean mask's id.
+
+        Returns:
+            The output tensor's id.
+        """
         t, N, b, S = self.tape, self.N, self.b, self.B * self.T * self.T
         fmask = t.tensor(S * b, False, comp, where + " (float mask)")
         n = N * H * d * b
@@ -129,7 +171,22 @@ class AttentionOps:
         ``flash_attn_varlen_func`` with ``cu_seq_lens``, and ``mha_varlen_bwd`` sizes
         ``dq_accum`` as ``(tokens + 128 x sequences) x heads x head_dim rounded`` and
         ``softmax_d`` as ``sequences x heads x longest rounded`` (the longest document is taken
-        as the whole row: an upper bound) (flash-attn ``csrc/flash_attn/flash_api.cpp``)."""
+        as the whole row: an upper bound) (flash-attn ``csrc/flash_attn/flash_api.cpp``).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            q: the queries' id.
+            k: the keys' id.
+            v: the values' id.
+            H: query heads.
+            K: key/value heads.
+            d: head dimension.
+            documents: packed documents per row (0: none; varlen otherwise).
+
+        Returns:
+            The output tensor's id.
+        """
         t, N, b, B = self.tape, self.N, self.b, self.B
         T128 = -(-self.T // 128) * 128
         d32 = -(-d // 32) * 32
@@ -168,7 +225,25 @@ class AttentionOps:
         the q, k and v copies and the ``B x H x T x T`` probabilities: the quadratic term.
         Returns the ``(B*H, T, d)`` output and the probabilities (the attention module returns
         them as its weights, and every decoder layer holds them, ``hidden_states, _ =
-        self.self_attn(...)``, until it returns: the caller drops them)."""
+        self.self_attn(...)``, until it returns: the caller drops them).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            q: the queries' id.
+            k: the keys' id.
+            v: the values' id.
+            H: query heads.
+            d: head dimension.
+            mask: the additive mask's id (-1: none).
+            fp32_softmax: the softmax runs in fp32 and is cast back.
+            copy_kv: ``repeat_kv`` copies the keys and values (grouped-query attention).
+            softcap: Gemma 2's score soft-capping (0: none).
+            copy_q: the queries are copied contiguous first.
+
+        Returns:
+            ``(output id, attention weights id)``.
+        """
         t, N, b, S = self.tape, self.N, self.b, self.B * H * self.T * self.T
         n = N * H * d * b
         qc = self.copy(where, comp, q, n) if copy_q else q

@@ -62,7 +62,15 @@ def counted(fn: Callable[[], object], timeline: list | None = None) -> dict:
     outside dispatched ops: a ``DTensor``'s bytes are its local shard's (the wrapper reports
     the global size and holds nothing), and storages resized in place count (FSDP2 frees a
     layer's gathered parameters with ``untyped_storage().resize_(0)``). Returns ``peak`` and
-    ``retained`` bytes."""
+    ``retained`` bytes.
+
+    Args:
+        fn: the step (or wrap) to count.
+        timeline: a list to append ``(op, live bytes)`` to, or ``None``.
+
+    Returns:
+        ``{"peak": ..., "retained": ...}`` in bytes.
+    """
     import weakref
 
     import torch
@@ -166,7 +174,17 @@ def _worker(rank: int, devices: int, port: int, config: dict, shape, out: str) -
 def measure_sharded(config: dict, batch_size: int, seq_len: int, devices: int = 2) -> list[dict]:
     """Per rank, per mode (:data:`MODES`): ``wrap``, ``peak``, ``retained`` and ``states``
     bytes of one step (module docstring). ``config``: a small config dict (``model_type`` and
-    its fields). Raises ``RuntimeError`` when a rank fails (its error is in the message)."""
+    its fields). Raises ``RuntimeError`` when a rank fails (its error is in the message).
+
+    Args:
+        config: a tiny config dict.
+        batch_size: rows per rank.
+        seq_len: tokens per row.
+        devices: gloo processes.
+
+    Returns:
+        One dict per rank, mode -> ``wrap``, ``peak``, ``retained``, ``states``.
+    """
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:

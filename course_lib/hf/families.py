@@ -45,6 +45,12 @@ QK_NORM = {"qwen3": "head", "gemma3_text": "head", "qwen3_moe": "head", "olmo2":
 def architecture(c: dict) -> Arch:
     """The fields of config dict ``c`` the memory model reads, checked.
 
+    Args:
+        c: the config dict.
+
+    Returns:
+        The :class:`~course_lib.hf.spec.Arch`.
+
     Raises:
         ValueError: an unsupported ``model_type`` (naming the nearest supported one and the
             families that load as a supported type), a missing field, or an MLP activation the
@@ -65,7 +71,14 @@ def architecture(c: dict) -> Arch:
 
 
 def unsupported(model_type: Any) -> str:
-    """The error for a family the memory model does not read."""
+    """The error for a family the memory model does not read.
+
+    Args:
+        model_type: the config's ``model_type``.
+
+    Returns:
+        The error message.
+    """
     near = NEAREST.get(model_type)
     hint = f"; nearest supported: {near[0]} ({near[1]})" if near else ""
     loads = "; ".join(f"{k}: {v}" for k, v in LOADS_AS.items())
@@ -138,7 +151,16 @@ def _llama_like(c: dict, model_type: str) -> Arch:
 
 def windows(c: dict, model_type: str, L: int) -> tuple:
     """The sliding window of each layer (0: full attention), from ``layer_types`` or the
-    family's rule (Mistral: every layer; Qwen2/3: only with ``use_sliding_window``)."""
+    family's rule (Mistral: every layer; Qwen2/3: only with ``use_sliding_window``).
+
+    Args:
+        c: the config dict.
+        model_type: its ``model_type``.
+        L: decoder layers.
+
+    Returns:
+        One window per layer, or ``()`` when no layer slides.
+    """
     w = c.get("sliding_window") or 0
     if not w or (model_type.startswith("qwen") and not c.get("use_sliding_window")):
         return ()
@@ -177,19 +199,23 @@ def _gpt2(c: dict) -> Arch:
 
 
 # PEFT 0.21's per-family default LoRA targets (peft.utils.constants,
-# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); phi3, olmo2 and qwen3_moe have none there
-# (PEFT then asks for target_modules): the memory model takes the attention projections.
-PEFT_DEFAULT_TARGETS = {
-    "gpt2": ("c_attn",),
-    "phi3": ("qkv_proj",),
-    "olmo2": ("q_proj", "v_proj"),
-    "qwen3_moe": ("q_proj", "v_proj"),
-}
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q_proj, v_proj for every supported
+# decoder but these. phi3 and olmo2 have no entry: PEFT's get_peft_model then refuses to guess
+# ("Please specify `target_modules`"), and so does the memory model (NO_PEFT_DEFAULT).
+PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",)}
+NO_PEFT_DEFAULT = ("phi3", "olmo2", "qwen3_moe")
 
 
 def lora_modules(arch: Arch) -> tuple[str, ...]:
     """The PEFT module names of the projections a LoRA adapter can go on (``all-linear``:
-    every one; the head is never adapted)."""
+    every one; the head is never adapted).
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        The module names, in the model's order.
+    """
     if arch.family == "gpt2":
         return ("c_attn", "c_proj", "c_fc")
     attn = ("qkv_proj", "o_proj") if arch.fused else ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -202,18 +228,43 @@ def lora_modules(arch: Arch) -> tuple[str, ...]:
 
 
 def default_targets(arch: Arch) -> tuple[str, ...]:
-    """PEFT's default ``target_modules`` for the family (``("q_proj", "v_proj")`` for most)."""
+    """PEFT's default ``target_modules`` for the family (``("q_proj", "v_proj")`` for most).
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        The module names PEFT 0.21 adapts when ``target_modules`` is not given.
+
+    Raises:
+        ValueError: the family has no PEFT default (Phi-3, OLMo 2), naming what to pass.
+    """
+    if arch.model_type in NO_PEFT_DEFAULT:
+        raise ValueError(
+            f"PEFT 0.21 has no default LoRA target_modules for {arch.model_type} (get_peft_model "
+            f"asks for them): pass lora_targets, e.g. {', '.join(lora_modules(arch)[:2])} or "
+            "'all-linear'"
+        )
     return PEFT_DEFAULT_TARGETS.get(arch.model_type, ("q_proj", "v_proj"))
 
 
 def lora_targets_for(
     arch: Arch, lora_targets: str | list[str] | tuple[str, ...] | None
 ) -> tuple[str, ...]:
-    """``None``: PEFT's default for the family; ``"all-linear"``: every projection; else a list
-    (or comma-separated string) of PEFT module names, each checked.
+    """The projections that get a LoRA adapter, as PEFT names them.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        lora_targets: ``None`` (PEFT's default for the family, :func:`default_targets`),
+            ``"all-linear"`` (every projection, :func:`lora_modules`), or a list (or a
+            comma-separated string) of PEFT module names.
+
+    Returns:
+        The module names, each once, in the order given.
 
     Raises:
-        ValueError: a name that is not a projection of the family, or no name at all.
+        ValueError: a name that is not a projection of the family, no name at all, or no
+            name for a family without a PEFT default.
     """
     allowed = lora_modules(arch)
     if lora_targets is None:

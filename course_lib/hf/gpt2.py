@@ -12,7 +12,17 @@ from .spec import Arch, StepSpec
 def gpt2_positions(ops: Ops, arch: Arch, x: int, full: bool) -> tuple[int, tuple[int, ...], int]:
     """``wte(ids) + wpe(position_ids)``: the position table's gradient is all of it
     (``max_position_embeddings x hidden``), and the sum's backward reduces the gradient over the
-    batch for it. Returns the sum, ``(position_ids,)`` and the position embeddings."""
+    batch for it. Returns the sum, ``(position_ids,)`` and the position embeddings.
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        x: the input tensor's id.
+        full: the base weights train (a full fine-tune).
+
+    Returns:
+        ``(hidden states id, extra tensors, mask id)``.
+    """
     t, T, C, b = ops.tape, ops.T, arch.hidden_size, ops.b
     pos = t.tensor(T * INT64, False, "embeddings", "position_ids")
     table = [("param", "wpe", arch.max_position_embeddings * C * b)]
@@ -27,7 +37,22 @@ def gpt2_layer(
     full: bool, ad: Adapters | None,
 ) -> int:  # fmt: skip
     """``GPT2Block`` as ops: LayerNorm, fused ``c_attn``, attention, ``c_proj``, LayerNorm,
-    ``c_fc``, tanh-GELU, ``c_proj`` (every ``Conv1D`` is an ``addmm`` with a bias)."""
+    ``c_fc``, tanh-GELU, ``c_proj`` (every ``Conv1D`` is an ``addmm`` with a bias).
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+        name: the layer's name (``layers.3``).
+        x: the input tensor's id.
+        extra: the layer's RoPE tables and other keyword tensors.
+        mask: the attention masks by window (0: full attention).
+        full: the base weights train (a full fine-tune).
+        ad: the LoRA adapters (``None``: none).
+
+    Returns:
+        The output tensor's id.
+    """
     t, N, b = ops.tape, ops.N, ops.b
     C, M, H = arch.hidden_size, arch.intermediate_size, arch.num_attention_heads
     d, nc = arch.head_dim, ops.N * arch.hidden_size * ops.b

@@ -25,14 +25,31 @@ from .spec import Arch, StepSpec
 
 
 def window_of(arch: Arch, layer: int) -> int:
-    """The sliding window of ``layer`` (0: full attention)."""
+    """The sliding window of ``layer`` (0: full attention).
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        layer: the layer's index.
+
+    Returns:
+        Its sliding window (0: full attention).
+    """
     return arch.windows[layer] if arch.windows else 0
 
 
 def rope_tables(ops: Ops, arch: Arch, spec: StepSpec) -> tuple[int, ...]:
     """RoPE's ``cos`` and ``sin``: one ``(1, seq_len, head_dim)`` row each per table (Gemma 3
     has a local and a global one), shared by all layers, and the ``position_ids`` they come from
-    (int64; a checkpointed layer keeps them too). Returns ``(cos, sin, [cos, sin,] ids)``."""
+    (int64; a checkpointed layer keeps them too). Returns ``(cos, sin, [cos, sin,] ids)``.
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+
+    Returns:
+        The ids of the cosine and sine tables (one pair per kind of layer).
+    """
     e = 4 if arch.model_type == "olmo2" else ops.b  # OLMo 2 keeps its tables in fp32
     # packed rows come with position ids of their own, (batch, seq_len): one table row each
     rows = spec.batch_size if spec.documents else 1
@@ -44,7 +61,16 @@ def rope_tables(ops: Ops, arch: Arch, spec: StepSpec) -> tuple[int, ...]:
 
 def layer_tables(arch: Arch, extra: tuple[int, ...], layer: int) -> tuple[int, int]:
     """The ``(cos, sin)`` pair ``layer`` is given: Gemma 3 hands each layer the table of its
-    kind (``position_embeddings[layer_type]``), the others the one pair."""
+    kind (``position_embeddings[layer_type]``), the others the one pair.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        extra: the RoPE tables.
+        layer: the layer's index.
+
+    Returns:
+        The layer's ``(cos, sin)`` ids.
+    """
     window = window_of(arch, layer)
     return (extra[0], extra[1]) if not window or arch.rope_tables == 1 else (extra[2], extra[3])
 
@@ -52,7 +78,16 @@ def layer_tables(arch: Arch, extra: tuple[int, ...], layer: int) -> tuple[int, i
 def causal_mask(ops: Ops, spec: StepSpec, window: int) -> int:
     """Eager attention's additive mask, ``(batch, 1, seq_len, seq_len)`` in the model's dtype,
     made from a boolean one (a sliding window's mask is made the same way); it lives through the
-    forward pass (and a checkpointed layer keeps it until its backward is over)."""
+    forward pass (and a checkpointed layer keeps it until its backward is over).
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+        window: the sliding window (0: full attention).
+
+    Returns:
+        The mask's id.
+    """
     t, T = ops.tape, spec.seq_len
     causal = t.tensor(T * T, False, "", "causal mask")  # kv_idx <= q_idx, bool
     mask = t.tensor(spec.batch_size * T * T * ops.b, False, "", "causal mask")  # where(...)
@@ -64,7 +99,16 @@ def causal_mask(ops: Ops, spec: StepSpec, window: int) -> int:
 def attention_masks(ops: Ops, arch: Arch, spec: StepSpec) -> dict[int, int]:
     """The masks the model builds once, by window (0: the causal one). Eager attention builds
     one for each kind of layer it has; sdpa and flash need none (sliding windows are refused
-    there unless the window exceeds ``seq_len``, when ``transformers`` skips the mask)."""
+    there unless the window exceeds ``seq_len``, when ``transformers`` skips the mask).
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+
+    Returns:
+        Window -> mask id, for each kind of layer.
+    """
     if not spec.eager:
         return {}
     kinds = sorted({window_of(arch, i) for i in range(arch.num_hidden_layers)})
@@ -75,7 +119,22 @@ def decoder_layer(
     ops: Ops, arch: Arch, spec: StepSpec, name: str, x: int, extra: tuple[int, ...], mask: int,
     full: bool, ad: Adapters | None,
 ) -> int:  # fmt: skip
-    """One decoder layer of a Llama-like family (module docstring), in the order it runs."""
+    """One decoder layer of a Llama-like family (module docstring), in the order it runs.
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+        name: the layer's name (``layers.3``).
+        x: the input tensor's id.
+        extra: the layer's RoPE tables and other keyword tensors.
+        mask: the attention masks by window (0: full attention).
+        full: the base weights train (a full fine-tune).
+        ad: the LoRA adapters (``None``: none).
+
+    Returns:
+        The output tensor's id.
+    """
     t, C, nc = ops.tape, arch.hidden_size, ops.N * arch.hidden_size * ops.b
     pre, post = arch.layout in ("pre", "sandwich"), arch.layout in ("post", "sandwich")
 
@@ -222,7 +281,22 @@ def attention(
     full: bool, ad: Adapters | None,
 ) -> tuple[int, tuple[int, ...]]:  # fmt: skip
     """q, k, v projections, QK-norm, RoPE, attention (sdpa, flash, or eager with ``repeat_kv``),
-    ``o_proj``. Returns the output and the attention weights it hands back (eager only)."""
+    ``o_proj``. Returns the output and the attention weights it hands back (eager only).
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+        att: the attention block's name.
+        h: the normalised input's id.
+        extra: the layer's RoPE tables and other keyword tensors.
+        mask: the attention masks by window (0: full attention).
+        full: the base weights train (a full fine-tune).
+        ad: the LoRA adapters (``None``: none).
+
+    Returns:
+        ``(output id, tensors held until the layer returns)``.
+    """
     t, N, b, C, d = ops.tape, ops.N, ops.b, arch.hidden_size, arch.head_dim
     H, K = arch.num_attention_heads, arch.num_key_value_heads
     nq, nkv = N * H * d * b, N * K * d * b

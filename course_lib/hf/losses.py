@@ -24,7 +24,16 @@ from .tape import LOSS
 
 
 def record_loss(ops: Ops, arch: Arch, spec: StepSpec, h: int, head: str, full: bool) -> None:
-    """Record the head and the loss on ``ops.tape`` from the final hidden state ``h``."""
+    """Record the head and the loss on ``ops.tape`` from the final hidden state ``h``.
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+        h: the final hidden state's id.
+        head: the head's parameter name.
+        full: the base weights train (a full fine-tune).
+    """
     C, V = arch.hidden_size, arch.vocab_size
     if spec.loss == "chunked":
         _chunked(ops, h, C, V, head, full)
@@ -67,7 +76,16 @@ def _cross_entropy(ops: Ops, logits: int, V: int) -> None:
 
 
 def chunk_rows(N: int, C: int, V: int) -> int:
-    """Liger's chunk: ``next_power_of_2(ceil(N / ceil(V / C)))`` rows, at most ``N``."""
+    """Liger's chunk: ``next_power_of_2(ceil(N / ceil(V / C)))`` rows, at most ``N``.
+
+    Args:
+        N: tokens.
+        C: hidden size.
+        V: vocabulary.
+
+    Returns:
+        Rows per chunk.
+    """
     inc = -(-V // C)
     rows = -(-N // inc)
     return min(1 << max(rows - 1, 0).bit_length(), N)

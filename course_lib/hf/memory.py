@@ -26,11 +26,19 @@ from .states import (
     nf4_bytes,
     optimizer_state_bytes,
     optimizer_step_bytes,
+    paged_state_bytes,
 )
 
 
 def projections(arch: Arch) -> list[tuple[str, int, int]]:
-    """``(PEFT name, in, out)`` of every projection of one layer."""
+    """``(PEFT name, in, out)`` of every projection of one layer.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        ``(PEFT name, in, out)`` per projection.
+    """
     C, M, d = arch.hidden_size, arch.intermediate_size, arch.head_dim
     if arch.family == "gpt2":
         return [("c_attn", C, 3 * C), ("c_proj", C, C), ("c_fc", C, M), ("c_proj", M, C)]
@@ -43,12 +51,22 @@ def projections(arch: Arch) -> list[tuple[str, int, int]]:
 
 
 # the bytes that live through the whole step, whatever the batch does
-FIXED = ("weights", "adapters", "optimizer_states", "cublas_workspaces", "batch", "ddp_buckets")
+FIXED = ("weights", "adapters", "optimizer_state", "cublas_workspaces", "batch", "ddp_buckets")
 
 
 @dataclass
 class HFMemory:
-    """Predicted bytes per device of one fine-tuning step (:func:`predict_hf_memory`)."""
+    """Predicted bytes per device of one fine-tuning step (:func:`predict_hf_memory`).
+
+    ``peak_bytes``: the tensors at the peak (what ``max_memory_allocated`` reports);
+    ``device_bytes``: what the card must hold, the caching allocator's reserve
+    (``reserved_bytes``) plus the CUDA context; ``components``: every part's own size (name ->
+    bytes: :data:`FIXED`, all the gradients, the step's parts at its peak, the optimiser
+    step's temporaries); ``at_peak``: ``peak_bytes`` by part at the moment that decides it
+    (``peak_at``), adding up to it; ``moments``: the two candidate peaks; ``paged_bytes``: a
+    paged optimiser's states in CUDA unified memory, outside both counts (paged out to the CPU
+    when the card is full).
+    """
 
     peak_bytes: int  # allocated: the tensor count at the peak
     device_bytes: int  # what the card shows: allocator reserve and CUDA context added
@@ -58,28 +76,47 @@ class HFMemory:
     step: HFStepBreakdown
     notes: list[str] = field(default_factory=list)
     moments: dict[str, int] = field(default_factory=dict)  # "backward", "optimizer.step"
+    paged_bytes: int = 0
+    at_peak: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def decides(self) -> str:
+        """The largest part of ``peak_bytes`` at the peak (``at_peak``): what to shrink first."""
+        return max(self.at_peak, key=lambda k: self.at_peak[k])
 
 
 def predict_hf_memory(
     config: Any, batch_size: int, seq_len: int, *, lora_rank: int | None = None,
     dtype: object = None, optimizer: str = "adamw", foreach: bool = True, devices: int = 1,
     sharding: str = "none", offload: bool = False, double_quant: bool = True,
-    card: str | None = None, **step_kwargs: Any,
+    card: str | None = None, fused: bool = False, **step_kwargs: Any,
 ) -> HFMemory:  # fmt: skip
     """Peak bytes per device of one step of a fine-tune (module docstring).
 
     Args:
-        config, batch_size, seq_len, lora_rank, dtype: as :func:`predict_hf_step`.
+        config: a ``PretrainedConfig`` or its dict (:func:`predict_hf_step`).
+        batch_size: rows in the micro-batch.
+        seq_len: tokens per row.
+        lora_rank: PEFT LoRA of this rank; ``None``: a full fine-tune.
+        dtype: the model's dtype (default: the config's).
         optimizer: one of :data:`~course_lib.hf.states.OPTIMIZERS` (``"adamw"``: moments in
             the parameters' dtype, as ``torch.optim.AdamW``).
-        foreach: AdamW's multi-tensor step (CUDA's default): one copy of the second moment.
-        devices, sharding: ``"none"`` (data parallel), ``"zero1"``, ``"zero2"``, ``"zero3"``,
+        foreach: AdamW's multi-tensor step (``torch.optim.AdamW``'s default on CUDA): one copy
+            of the second moment.
+        devices: data-parallel ranks.
+        sharding: ``"none"`` (data parallel), ``"zero1"``, ``"zero2"``, ``"zero3"``,
             ``"fsdp"`` (= ZeRO-3: states, gradients and weights divided; one layer gathered).
         offload: the optimiser states live on the CPU.
         double_quant: NF4 weights' second-level quantisation constants.
-        card: a shipped card name, for its CUDA context.
+        card: a shipped card name (:data:`~course_lib.hf.cards.CARDS`), for its cuBLAS
+            workspaces and CUDA context.
+        fused: AdamW's fused kernel (the Trainer's default ``adamw_torch_fused``): no step
+            temporaries.
         **step_kwargs: passed to :func:`predict_hf_step` (``attn_impl``, ``lora_targets``,
             ``weights``, ``loss``, ``loop``, ``device`` (default ``"cuda"``), ...).
+
+    Returns:
+        :class:`HFMemory`.
 
     Raises:
         ValueError: a bad value (naming it), as :func:`predict_hf_step`.
@@ -96,51 +133,83 @@ def predict_hf_memory(
     upcast = weights != "16bit" if upcast is None else upcast
     stored = _stored_weights(arch, weights, 4 if upcast else b, b, double_quant, shard)
     trainable, grad_b = _trainable(arch, lora_rank, b, step_kwargs)
-    adapters = 0 if lora_rank is None else sum(shard.local(trainable)) * grad_b
-    grads = sum(r * c for r, c in trainable) * grad_b  # what the step makes, all of it
     mine = shard.state_shapes(trainable)
-    paged = optimizer == "paged-adamw-8bit"
     states = 0 if offload else optimizer_state_bytes(mine, optimizer, grad_b)
-    temps = optimizer_step_bytes(mine, optimizer, grad_b, foreach)
-    gathered = _gathered(arch, shard, b, grad_b if lora_rank is None else 0)
-    # On CUDA: cuBLAS's two workspaces (cards.cublas_workspaces) and the batch itself
-    # (input_ids and labels, int64), both live through the step.
-    cuda = step.settings["device"] == "cuda"
-    c = {"weights": stored, "adapters": adapters, "optimizer_states": 0 if paged else states,
+    paged = 0 if offload else paged_state_bytes(mine, optimizer)
+    c = {"weights": stored,
+         "adapters": 0 if lora_rank is None else sum(shard.local(trainable)) * grad_b,
+         "optimizer_state": states - paged,
          "gradients": shard.gradients(trainable, grad_b), "activations": step.activations,
          "logits_and_loss": step.logits_and_loss, "transient": step.transient,
-         "gathered": gathered, "optimizer_step": temps,
-         "cublas_workspaces": cublas_workspaces(card) if cuda else 0,
+         "gathered": _gathered(arch, shard, b, grad_b if lora_rank is None else 0,
+                               _in_a_layers_backward(step.peak_at)),
+         "optimizer_step": optimizer_step_bytes(mine, optimizer, grad_b, foreach, fused),
+         "cublas_workspaces": cublas_workspaces(card) if step.settings["device"] == "cuda" else 0,
          "batch": 2 * batch_size * seq_len * 8,  # input_ids and labels, int64
-         "ddp_buckets": shard.ddp_buckets(grads)}  # fmt: skip
-    fixed = sum(c[k] for k in FIXED)
-    backward = fixed + step.total - grads + c["gradients"] + gathered
+         "ddp_buckets": shard.ddp_buckets(sum(r * k for r, k in trainable) * grad_b)}  # fmt: skip
+    held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
+    return _at_the_peak(c, step, trainable, grad_b, held, offload, paged, card)
+
+
+def _at_the_peak(
+    c: dict[str, int], step: HFStepBreakdown, trainable: list[tuple[int, int]], grad_b: int,
+    held: int, offload: bool, paged: int, card: str | None,
+) -> HFMemory:  # fmt: skip
+    """The larger of the two moments (module docstring), as :class:`HFMemory`, with the parts
+    of the moment that decides (``at_peak``, adding up to ``peak_bytes``)."""
+    fixed = {k: c[k] for k in FIXED}
+    grads = sum(r * k for r, k in trainable) * grad_b  # what the step makes, all of it
+    # the gradients made by the backward's peak, as this rank keeps them (its share, sharded)
+    made = step.gradients * c["gradients"] // grads if grads else 0
+    moment = {
+        "activations": step.activations,
+        "logits_and_loss": step.logits_and_loss,
+        "transient": step.transient,
+        "gradients": made,
+        "gathered": c["gathered"],
+    }
     # The plain loop's ``outputs`` outlive the backward and are still referenced while the
     # optimiser steps: the logits (in the head's dtype), and, through ``outputs.loss.grad_fn``,
     # the graph's nodes (their saved tensors are freed, the nodes are not). With LoRA and
     # checkpointing, ``enable_input_require_grads`` made the embeddings' output a leaf: its
     # ``AccumulateGrad`` node keeps it, and its ``.grad``, alive.
-    held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
-    opt_step = fixed + c["gradients"] + (0 if offload else temps) + held
+    stepping = {
+        "gradients": c["gradients"],
+        "held_outputs": held,
+        "optimizer_step": 0 if offload else c["optimizer_step"],
+    }
+    backward, opt_step = (
+        sum(fixed.values()) + sum(moment.values()),
+        sum(fixed.values()) + sum(stepping.values()),
+    )
     notes = list(step.notes)
     if paged:
-        notes.append(f"paged 8-bit states ({states:,} bytes) live in CUDA unified memory, "
-                     "outside the allocator's count")  # fmt: skip
-    peak, at = (backward, step.peak_at) if backward >= opt_step else (opt_step, "optimizer.step")
+        notes.append(
+            f"paged 8-bit states ({paged:,} bytes) live in CUDA unified memory, "
+            "outside the allocator's count, paged out to the CPU when the card is full"
+        )
+    peak, at, parts = (backward, step.peak_at, moment) if backward >= opt_step else (
+        opt_step, "optimizer.step", stepping)  # fmt: skip
     return HFMemory(
-        peak, device_bytes(peak, step.attn_impl, card) + (states if paged else 0),
-        reserved_bytes(peak, step.attn_impl), c, at, step, notes,
-        {"backward": backward, "optimizer.step": opt_step},
+        peak, device_bytes(peak, step.attn_impl, card), reserved_bytes(peak, step.attn_impl),
+        c, at, step, notes, {"backward": backward, "optimizer.step": opt_step}, paged,
+        {k: v for k, v in {**fixed, **parts}.items() if v},
     )  # fmt: skip
 
 
-def _gathered(arch: Arch, shard: Sharding, b: int, grad_b: int) -> int:
+def _in_a_layers_backward(peak_at: str) -> bool:
+    """Is the step's peak inside a decoder layer's backward (where FSDP holds the layer's
+    unsharded gradients), rather than in the forward or the loss?"""
+    return "layers." in peak_at and "(forward)" not in peak_at
+
+
+def _gathered(arch: Arch, shard: Sharding, b: int, grad_b: int, in_backward: bool) -> int:
     """What a sharded step gathers at once (:meth:`Sharding.gathered`): the root parameters
-    and a layer's weights, and for a full fine-tune the layer's unsharded gradients
-    (``grad_b`` 0: adapters only)."""
+    and a layer's weights, and, when the peak is in a layer's backward of a full fine-tune,
+    the layer's unsharded gradients (``grad_b`` 0: adapters only)."""
     layer_w = sum(r * c for r, c in layer_dims(arch)) * b
     root_w = sum(r * c for r, c in root_dims(arch)) * b
-    return shard.gathered(root_w, layer_w, layer_w * grad_b // b)
+    return shard.gathered(root_w, layer_w, layer_w * grad_b // b if in_backward else 0)
 
 
 def _stored_weights(
@@ -173,6 +242,26 @@ def _trainable(
     ]
     grad_b = DTYPE_BYTES[dtype_name(step_kwargs.get("adapter_dtype") or "float32")]
     return [d for pair in pairs for d in pair] * arch.num_hidden_layers, grad_b
+
+
+def trainable_parameters(
+    config: Any, lora_rank: int | None = None, lora_targets: str | list | tuple | None = None
+) -> int:
+    """The parameters a fine-tune trains.
+
+    Args:
+        config: a ``PretrainedConfig`` or its dict.
+        lora_rank: LoRA's rank; ``None``: a full fine-tune (every parameter).
+        lora_targets: as :func:`predict_hf_step` (``None``: PEFT's default for the family).
+
+    Returns:
+        The count (a tied embedding once; LoRA: ``rank x (in + out)`` per adapted projection).
+
+    Raises:
+        ValueError: an unsupported config or LoRA target.
+    """
+    dims, _ = _trainable(architecture(config), lora_rank, 4, {"lora_targets": lora_targets})
+    return sum(r * c for r, c in dims)
 
 
 def _held_by_plain_loop(step: HFStepBreakdown, arch: Arch, tokens: int, e: int) -> int:

@@ -11,7 +11,19 @@ from .spec import Arch
 def mlp(ops: Ops, arch: Arch, name: str, h2: int, full: bool, ad: Adapters | None) -> int:
     """``down_proj(act(gate_proj(x)) * up_proj(x))`` (Phi-3: ``gate_up_proj``, chunked): the
     activation keeps its input, the product both of its factors (four ``N x intermediate``
-    tensors in all)."""
+    tensors in all).
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        name: the layer's name (``layers.3``).
+        h2: the normalised input's id.
+        full: the base weights train (a full fine-tune).
+        ad: the LoRA adapters (``None``: none).
+
+    Returns:
+        The output tensor's id.
+    """
     t, C, M, bias = ops.tape, arch.hidden_size, arch.intermediate_size, arch.mlp_bias
     nm = ops.N * M * ops.b
 

@@ -27,7 +27,15 @@ from .tape import Tape
 
 
 def record_step(arch: Arch, spec: StepSpec) -> Tape:
-    """Record one training step of ``arch`` (module docstring); ``replay`` it for the peak."""
+    """Record one training step of ``arch`` (module docstring); ``replay`` it for the peak.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+
+    Returns:
+        The :class:`~course_lib.hf.tape.Tape` of one step.
+    """
     ops, ad = _recorder(spec)
     tape, full = ops.tape, spec.lora_rank is None
     C, V, N, b = arch.hidden_size, arch.vocab_size, ops.N, spec.b

@@ -33,6 +33,15 @@ def routing(n_tokens: int, n_experts: int, top_k: int, case: str = "worst") -> t
     token routed to the same ``top_k`` experts) or ``"uniform"`` (the ``n_tokens x top_k``
     pairs spread as evenly as they go, the expected load of a balanced router).
 
+    Args:
+        n_tokens: tokens routed.
+        n_experts: experts per layer.
+        top_k: experts per token.
+        case: ``"worst"`` or ``"uniform"``.
+
+    Returns:
+        Tokens per expert.
+
     Raises:
         ValueError: another ``case``.
     """
@@ -47,7 +56,18 @@ def routing(n_tokens: int, n_experts: int, top_k: int, case: str = "worst") -> t
 def router(ops: Ops, arch: Arch, name: str, h: int, full: bool) -> tuple[int, tuple[int, int], int]:
     """``MixtralTopKRouter``: logits, fp32 softmax, ``topk``, ``weights /= weights.sum()``.
     Returns ``(logits, (weights, their base), indices)``: the block keeps the logits
-    (``_``) until it returns."""
+    (``_``) until it returns.
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        name: the layer's name (``layers.3``).
+        h: the normalised input's id.
+        full: the base weights train (a full fine-tune).
+
+    Returns:
+        ``(router logits id, (weights id, indices id), scores id)``.
+    """
     t, N, b = ops.tape, ops.N, ops.b
     C, E, k = arch.hidden_size, arch.n_experts, arch.top_k
     logits = ops.matmul(f"{name}.gate", "mlp", h, C, E, f"{name}.gate", full)
@@ -87,6 +107,19 @@ def moe_block(
     layer: int,
 ) -> int:
     """``MixtralSparseMoeBlock`` on ``h`` (module docstring); returns its output.
+
+    Args:
+        ops: the :class:`~course_lib.hf.ops.Ops` recording on the tape.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+        name: the layer's name (``layers.3``).
+        h: the normalised input's id.
+        full: the base weights train (a full fine-tune).
+        ad: the LoRA adapters (``None``: none).
+        layer: the layer's index (its routed tokens).
+
+    Returns:
+        The output tensor's id.
 
     Raises:
         ValueError: ``experts="eager"``, which is not modelled.

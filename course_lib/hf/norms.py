@@ -41,7 +41,22 @@ class NormOps:
         weight, three ways: ``"llama"`` ``weight * h.to(dtype)``; ``"olmo2"`` ``(weight *
         h).to(dtype)``; ``"gemma"`` ``(h * (1 + weight.float())).type_as(x)``. Saves the fp32
         input (twice over: ``pow`` and the product), the fp32 ``rsqrt`` per row, and what the
-        weight's product needs."""
+        weight's product needs.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            C: the normalised width.
+            pid: the weight's parameter name.
+            trainable: the weight trains.
+            groups: rows the norm runs over (QK-norm: per head).
+            kind: how the weight applies (``"llama"``, ``"olmo2"``, ``"gemma"``).
+            wsize: the weight's element size.
+
+        Returns:
+            The output tensor's id.
+        """
         t, N, b = self.tape, self.N, self.b
         R = N * groups  # rows normalised
         n32 = N * C * FP32
@@ -112,7 +127,21 @@ class NormOps:
     ) -> int:
         """``weight * h`` (a norm's scale) on ``e``-byte elements (default: the model's): the
         weight's gradient is ``(g * h).sum()``, made through a full-size temporary; ``h`` is
-        saved only if the weight trains."""
+        saved only if the weight trains.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            h: the normalised tensor's id.
+            C: the width.
+            pid: the weight's parameter name.
+            trainable: the weight trains.
+            e: element size of ``h``.
+            wsize: the weight's element size.
+
+        Returns:
+            The output tensor's id.
+        """
         t, N, b = self.tape, self.N, self.b if e is None else e
         program = self._dx(N * C * b) if t.grad(h) else []
         if trainable:
@@ -125,7 +154,19 @@ class NormOps:
     def layernorm(self, where: str, comp: str, x: int, C: int, pid: str, trainable: bool) -> int:
         """``nn.LayerNorm`` (``native_layer_norm``): saves the input and a mean and a reciprocal
         standard deviation per token (the input's dtype on the CPU); the backward makes the
-        input's, the weight's and the bias's gradients."""
+        input's, the weight's and the bias's gradients.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            C: the normalised width.
+            pid: the weight's parameter name.
+            trainable: weight and bias train.
+
+        Returns:
+            The output tensor's id.
+        """
         t, N, b = self.tape, self.N, self.b
         program = self._dx(N * C * b) if t.grad(x) else []
         if trainable:

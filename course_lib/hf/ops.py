@@ -33,18 +33,38 @@ class Lora:
 
 
 class Adapters:
-    """Which projections get a LoRA adapter (by PEFT module name), and the adapter itself."""
+    """Which projections get a LoRA adapter (by PEFT module name), and the adapter itself.
+
+    Args:
+        lora: the adapter recipe.
+        targets: PEFT module names (empty: every projection).
+    """
 
     def __init__(self, lora: Lora, targets: tuple[str, ...]) -> None:
         self.lora, self.targets = lora, set(targets)
 
     def __call__(self, name: str) -> Lora | None:
-        """The adapter of projection ``name``, or ``None`` when PEFT leaves it frozen."""
+        """The adapter of projection ``name``, or ``None`` when PEFT leaves it frozen.
+
+        Args:
+            name: a projection's PEFT name.
+
+        Returns:
+            The adapter, or ``None``.
+        """
         return self.lora if not self.targets or name in self.targets else None
 
 
 class Ops(AttentionOps, NormOps):
-    """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``."""
+    """Record ops for ``N`` tokens of ``b``-byte elements on ``tape``.
+
+    Args:
+        tape: the tape to record on.
+        batch_size: rows.
+        seq_len: tokens per row.
+        b: bytes per element of the hidden states.
+        quant: ``"nf4"``, ``"int8"`` or ``""`` (16-bit projections).
+    """
 
     def __init__(self, tape: Tape, batch_size: int, seq_len: int, b: int, quant: str = "") -> None:
         self.tape, self.b = tape, b
@@ -71,7 +91,22 @@ class Ops(AttentionOps, NormOps):
     ) -> int:
         """``x @ W.T`` on ``(N, n_in)``: ``MmBackward0`` saves ``x`` only when ``W`` trains and
         makes the weight's gradient before the input's. With a bias, ``AddmmBackward0`` makes
-        the input's, the weight's, then the bias's (and is done with ``x`` before the last)."""
+        the input's, the weight's, then the bias's (and is done with ``x`` before the last).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n_in: input features.
+            n_out: output features.
+            pid: the weight's parameter name.
+            trainable: the weight trains.
+            bias: with a bias.
+            b: element size (default: the hidden states').
+
+        Returns:
+            The output tensor's id.
+        """
         b = self.b if b is None else b
         t, N = self.tape, self.N
         dx: list[tuple] = [("new", "dx", N * n_in * b), ("grad", 0, "dx")] if t.grad(x) else []
@@ -93,7 +128,22 @@ class Ops(AttentionOps, NormOps):
         dtype and casts the sum back (fp32 adapters on a bf16 model: the base output's gradient
         is cast back, and ``.to(dtype)`` costs an fp32 gradient); its bitsandbytes layers clone
         the base output and cast the adapter's output to it before the sum. A frozen projection
-        stored in 4 or 8 bits (``self.quant``) is :meth:`quant_linear`."""
+        stored in 4 or 8 bits (``self.quant``) is :meth:`quant_linear`.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n_in: input features.
+            n_out: output features.
+            pid: the weight's parameter name.
+            trainable: the weight trains.
+            bias: with a bias.
+            lora: the adapter on it, or ``None``.
+
+        Returns:
+            The output tensor's id.
+        """
         if (not trainable or lora) and self.quant:
             out = self.quant_linear(where, comp, x, n_in, n_out)
             if lora:  # peft's bnb layers: result = result.clone()
@@ -141,7 +191,21 @@ class Ops(AttentionOps, NormOps):
         ad: Adapters | None,
     ) -> int:  # fmt: skip
         """:meth:`linear` of the projection at ``where`` (also its parameter's name), with the
-        adapter ``ad`` gives the PEFT module name ``where`` ends in (``None``: frozen, none)."""
+        adapter ``ad`` gives the PEFT module name ``where`` ends in (``None``: frozen, none).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n_in: input features.
+            n_out: output features.
+            full: the base weights train (a full fine-tune).
+            bias: with a bias.
+            ad: the LoRA adapters (``None``: none).
+
+        Returns:
+            The output tensor's id.
+        """
         lora = ad(where.rsplit(".", 1)[-1]) if ad else None
         return self.linear(where, comp, x, n_in, n_out, where, full, bias, lora)
 
@@ -149,7 +213,19 @@ class Ops(AttentionOps, NormOps):
         """``nn.Dropout(p > 0)`` in training on ``n`` elements of ``elem`` bytes: on the CPU
         ``x * noise`` keeps the noise (``elem`` bytes each, ``mask == elem``); on CUDA
         ``native_dropout`` keeps a one-byte mask (``mask == 1``). The backward makes one
-        gradient."""
+        gradient.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            n: elements.
+            elem: bytes per element.
+            mask: bytes per mask element.
+
+        Returns:
+            The output tensor's id.
+        """
         t = self.tape
         noise = t.tensor(n * mask, False, comp, where + " (dropout mask)")
         (out,) = t.op(where, comp, [x], [n * elem], (noise,), self._dx(n * elem))
@@ -157,24 +233,49 @@ class Ops(AttentionOps, NormOps):
         return out
 
     def quant_linear(self, where: str, comp: str, x: int, n_in: int, n_out: int) -> int:
-        """A frozen bitsandbytes projection as training runs it. ``Linear4bit`` casts its input
-        to the compute dtype, dequantises the weight (an ``n_out x n_in`` transient, in the
-        forward and again in the backward), keeps no input (``MatMul4Bit`` saves only the packed
-        weight) and casts the output back. ``Linear8bitLt`` (``MatMul8bitLt``) makes an int8
-        copy of its fp16 input with a scale per row and keeps the fp16 input; its backward
-        dequantises the weight the same way (outlier columns are data: counted as none)."""
-        t, N, b, cb = self.tape, self.N, self.b, self.compute_b
+        """A frozen bitsandbytes projection as training runs it (bitsandbytes 0.50).
+
+        ``Linear4bit`` casts its input to the compute dtype, dequantises the weight (an
+        ``n_out x n_in`` transient, in the forward and again in the backward), keeps no input
+        (``MatMul4Bit`` saves only the packed weight) and casts the output back.
+        ``Linear8bitLt`` does not cast its input. On CUDA (``MatMul8bitLt``) it quantises an
+        fp16 copy of it to int8 with an fp32 scale per row (``int8_vectorwise_quant``; outlier
+        columns are data: counted as none) and keeps the input itself; on the CPU training goes
+        through ``MatMul8bitFp``, which dequantises the weight in the input's dtype and keeps
+        the input. Both keep it on ``ctx`` (``ctx.A``, ``ctx.tensors``), not through
+        ``save_for_backward``, so checkpointing cannot drop it (``Node.held``). Both backwards
+        dequantise the weight again, in the input's dtype.
+
+        Args:
+            where: the projection's name (also its parameter's).
+            comp: the component its tensors count under.
+            x: the input tensor.
+            n_in: input features.
+            n_out: output features.
+
+        Returns:
+            The output tensor, in the hidden states' dtype.
+        """
+        t, N, b = self.tape, self.N, self.b
+        cb = b if self.quant == "int8" else self.compute_b  # int8 computes in the input's dtype
         w = n_in * n_out * cb
         xc = self.to(where, comp, x, n_in, cb)
-        saves: tuple = ()
-        extra = []
-        if self.quant == "int8":
+        held: tuple = (xc,) if self.quant == "int8" else ()  # ctx.A = A (ctx.tensors on CUDA)
+        if self.quant == "int8" and self.cuda:
+            half = t.tensor(N * n_in * 2, False, comp, where + " (fp16 input)") if cb != 2 else None
             extra = [t.tensor(N * n_in + N * FP32, False, comp, where + " (int8 input)")]
-            saves = (xc,)
+            if half is not None:
+                t.drop(half)
         else:
             extra = [t.tensor(w, False, comp, where + " (dequantised weight)")]
-        prog = [("new", "w", w), ("new", "dx", N * n_in * cb), ("del", "w"), ("grad", 0, "dx")]
-        (out,) = t.op(where, comp, [xc], [N * n_out * cb], saves, prog)
+        # int8 dequantises as CB.to(dtype).mul_(SCB.unsqueeze(1).mul(1 / 127)): an fp32 scale
+        # per row beside the weight, gone before the matmul
+        scale = [("new", "s", n_out * FP32), ("del", "s")] if self.quant == "int8" else []
+        if scale and not self.cuda:
+            t.drop(t.tensor(n_out * FP32, False, comp, where + " (dequantisation scale)"))
+        prog = [("new", "w", w), *scale, ("new", "dx", N * n_in * cb), ("del", "w"),
+                ("grad", 0, "dx")]  # fmt: skip
+        (out,) = t.op(where, comp, [xc], [N * n_out * cb], (), prog, held=held)
         t.drop(*extra)
         if xc != x:
             t.drop(xc)
@@ -187,7 +288,19 @@ class Ops(AttentionOps, NormOps):
         self, where: str, comp: str, x: int, width: int, dst: int, src: int | None = None
     ) -> int:
         """``x.to(dtype)`` of ``N x width`` elements: free when the dtype is unchanged, else a
-        copy, and its backward copies the gradient back."""
+        copy, and its backward copies the gradient back.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            width: elements per token.
+            dst: target element size.
+            src: source element size (default: the hidden states').
+
+        Returns:
+            The output tensor's id (``x`` itself when the dtype is unchanged).
+        """
         src = self.b if src is None else src
         if src == dst:
             return x
@@ -202,19 +315,51 @@ class Ops(AttentionOps, NormOps):
     # -- elementwise ------------------------------------------------------------------------------
 
     def add(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
-        """``x + y``: saves nothing; both inputs get the incoming gradient itself."""
+        """``x + y``: saves nothing; both inputs get the incoming gradient itself.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: one input's id.
+            y: the other's.
+            nbytes: the output's size.
+
+        Returns:
+            The output tensor's id.
+        """
         (out,) = self.tape.op(
             where, comp, [x, y], [nbytes], (), [("grad", 0, "g"), ("grad", 1, "g")]
         )
         return out
 
     def scale(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """``x * python_number``: saves nothing; the gradient is a new tensor."""
+        """``x * python_number``: saves nothing; the gradient is a new tensor.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the output's size.
+
+        Returns:
+            The output tensor's id.
+        """
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), self._dx(nbytes))
         return out
 
     def mul(self, where: str, comp: str, x: int, y: int, nbytes: int) -> int:
-        """``x * y``, same shapes: each input's gradient is a new tensor; saves the other one."""
+        """``x * y``, same shapes: each input's gradient is a new tensor; saves the other one.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: one input's id.
+            y: the other's.
+            nbytes: the output's size.
+
+        Returns:
+            The output tensor's id.
+        """
         t = self.tape
         saves = tuple(v for v, other in ((y, x), (x, y)) if t.grad(other))
         program = [ins for i, v in enumerate((x, y)) if t.grad(v) for ins in self._dx(nbytes, i)]
@@ -228,23 +373,63 @@ class Ops(AttentionOps, NormOps):
         return out
 
     def view_copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """A view whose backward must copy (the gradient arrives in another memory layout)."""
+        """A view whose backward must copy (the gradient arrives in another memory layout).
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the gradient's size.
+
+        Returns:
+            The view's id.
+        """
         (out,) = self.tape.op(where, comp, [x], [0], (), self._dx(nbytes))
         return self.tape.view(out, x)
 
     def copy(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """``.contiguous()`` / a ``reshape`` that copies: the gradient passes straight through."""
+        """``.contiguous()`` / a ``reshape`` that copies: the gradient passes straight through.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the copy's size.
+
+        Returns:
+            The output tensor's id.
+        """
         (out,) = self.tape.op(where, comp, [x], [nbytes], (), [("grad", 0, "g")])
         return out
 
     def expand_sum(self, where: str, comp: str, x: int, nbytes: int) -> int:
-        """``expand`` (a view) whose backward sums the gradient back to ``nbytes``."""
+        """``expand`` (a view) whose backward sums the gradient back to ``nbytes``.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            nbytes: the gradient's size.
+
+        Returns:
+            The view's id.
+        """
         return self.view_copy(where, comp, x, nbytes)
 
     def gelu_tanh(self, where: str, comp: str, x: int, width: int) -> int:
         """GPT-2's ``gelu_new`` written out: ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
         x**3)))``, eight ops that keep four ``N x width`` tensors (``x``, the tanh, ``1 + tanh``,
-        ``0.5 * x``) where a fused GELU keeps one."""
+        ``0.5 * x``) where a fused GELU keeps one.
+
+        Args:
+            where: the op's place in the model (``layers.3.mlp.down_proj``).
+            comp: the breakdown component its tensors count under.
+            x: the input tensor's id.
+            width: elements per token.
+
+        Returns:
+            The output tensor's id.
+        """
         t, n = self.tape, self.N * width * self.b
         half = self.scale(where, comp, x, n)
         cube_bwd = [("new", "a", n), ("new", "b", n)] + self._dx(n)

@@ -57,6 +57,15 @@ def document_lengths(
     ``"squad_1_1_384"``), a ``length,count`` CSV path (``n`` draws from either, seeded) or the
     lengths themselves.
 
+    Args:
+        lengths: a histogram name, a CSV path, or the lengths.
+        n: draws from a histogram or CSV.
+        seed: the draw's seed.
+        scale: multiply every drawn length by this.
+
+    Returns:
+        The lengths, an int64 array.
+
     Raises:
         ValueError: lengths that are not a non-empty list of positive ints, or a histogram or
             CSV that :mod:`course_lib.data` cannot read.
@@ -77,6 +86,84 @@ def document_lengths(
     return arr
 
 
+@dataclass
+class Packed:
+    """A sample of a length distribution, batched without padding (:func:`pack_sample`).
+
+    ``capacity``: tokens per packed row (``None``: padding-free, one document after another);
+    ``fills``: tokens in each packed row, or each document's length (padding-free);
+    ``counts``: documents in each packed row (padding-free: ones); ``sample``: documents drawn.
+    """
+
+    capacity: int | None
+    fills: Any
+    counts: Any
+    sample: int
+
+    def shapes(self, micro_batch: int, flat: bool) -> tuple[Shape, Shape, float]:
+        """The worst and the expected micro-batch of ``micro_batch`` rows (padding-free:
+        documents) as ``(rows, seq_len, documents per row)``, and the expected tokens in it.
+
+        Args:
+            micro_batch: packed rows (padding-free: documents) in the micro-batch.
+            flat: the attention path flattens the rows into one varlen row (FlashAttention-2).
+
+        Returns:
+            ``(worst, expected, expected tokens)``.
+        """
+        m, fills, counts = micro_batch, self.fills, self.counts
+        if self.capacity is None:  # padding-free: m documents end to end in one row
+            longest = int(fills[:m].sum())  # the longest documents (fills: longest first)
+            mean_tokens = m * float(fills.mean())
+            return (1, longest, m), (1, max(1, round(mean_tokens)), m), mean_tokens
+        tokens = m * float(fills.mean())
+        if flat:  # the rows are flattened into one varlen row
+            worst = (1, m * int(fills.max()), m * int(counts.max()))
+            mean = (1, max(1, round(tokens)), max(1, round(m * float(counts.mean()))))
+            return worst, mean, tokens
+        # full rows of capacity tokens with a block-diagonal mask, whatever they hold
+        cap = self.capacity
+        return (m, cap, int(counts.max())), (m, cap, max(1, round(float(counts.mean())))), tokens
+
+
+Shape = tuple[int, int, int]
+
+
+def pack_sample(
+    lengths: str | Sequence[int] | Any, capacity: int | None, sample: int = 20_000, seed: int = 0,
+    scale: int = 1,
+) -> Packed:  # fmt: skip
+    """Draw ``sample`` documents from ``lengths`` and pack them into rows of ``capacity`` tokens
+    (best-fit decreasing, long documents split into full rows), or keep them as they come
+    (``capacity=None``: padding-free, every document whole, longest first).
+
+    Args:
+        lengths: a shipped histogram's name, a ``length,count`` CSV path, or the lengths
+            (:func:`document_lengths`).
+        capacity: tokens per packed row, or ``None`` (padding-free).
+        sample: documents drawn from a histogram or CSV.
+        seed: the draw's seed.
+        scale: multiply every drawn length by this.
+
+    Returns:
+        :class:`Packed`.
+
+    Raises:
+        ValueError: bad ``lengths`` (:func:`document_lengths`) or ``capacity``.
+    """
+    import numpy as np
+
+    docs = document_lengths(lengths, sample, seed, scale)
+    if capacity is None:
+        return Packed(None, np.sort(docs)[::-1], np.ones(len(docs), dtype=np.int64), len(docs))
+    from ..packing import pack_lengths
+
+    rows = pack_lengths(docs, capacity, split="chunk")
+    fills = np.array([sum(min(int(docs[i]), capacity) for i in row) for row in rows])
+    counts = np.array([len(row) for row in rows])
+    return Packed(capacity, fills, counts, len(docs))
+
+
 def plan_packing(
     config: Any,
     lengths: str | Sequence[int] | Any,
@@ -90,44 +177,42 @@ def plan_packing(
     **memory_kwargs: Any,
 ) -> PackingPlan:
     """Plan packed (``capacity``) or padding-free (``capacity=None``) micro-batches of
-    ``micro_batch`` rows (documents, padding-free) drawn from ``lengths`` (module docstring);
-    ``memory_kwargs`` go to :func:`~course_lib.hf.memory.predict_hf_memory`.
+    ``micro_batch`` rows (documents, padding-free) drawn from ``lengths`` (module docstring).
+
+    Args:
+        config: a ``PretrainedConfig`` or its dict.
+        lengths: a shipped histogram's name, a ``length,count`` CSV path, or the lengths.
+        micro_batch: packed rows (padding-free: documents) per micro-batch.
+        capacity: tokens per packed row; ``None``: padding-free.
+        attn_impl: ``"flash"`` (varlen: only the tokens count), ``"sdpa"`` or ``"eager"``
+            (a block-diagonal mask over each full row).
+        sample: documents drawn from a histogram or CSV.
+        seed: the draw's seed.
+        scale: multiply every drawn length by this.
+        **memory_kwargs: passed to :func:`~course_lib.hf.memory.predict_hf_memory`.
+
+    Returns:
+        :class:`PackingPlan`.
 
     Raises:
         ValueError: a bad ``micro_batch`` or ``lengths``, or a setting the memory model refuses.
     """
-    import numpy as np
-
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
         raise ValueError(f"micro_batch must be a positive int, got {micro_batch!r}")
-    docs = document_lengths(lengths, sample, seed, scale)
+    packed = pack_sample(lengths, capacity, sample, seed, scale)
     flat = attn_impl in ("flash", "flash_attention_2")
 
-    def memory(rows: int, seq_len: int, documents: int) -> MicroBatch:
+    def memory(shape: Shape) -> MicroBatch:
+        rows, seq_len, documents = shape
         documents = max(1, min(documents, seq_len))
         m = predict_hf_memory(config, rows, seq_len, attn_impl=attn_impl, documents=documents,
                               **memory_kwargs)  # fmt: skip
         return MicroBatch(rows, seq_len, documents, m)
 
-    if capacity is None:  # padding-free: micro_batch documents in one row
-        longest = np.sort(docs)[::-1][:micro_batch]
-        worst_tokens = int(longest.sum())
-        mean_tokens = micro_batch * float(docs.mean())
-        worst = memory(1, worst_tokens, micro_batch)
-        expected = memory(1, max(1, round(mean_tokens)), micro_batch)
-        return PackingPlan(worst, expected, mean_tokens, worst_tokens, float(micro_batch),
-                           len(docs))  # fmt: skip
-    from ..packing import pack_lengths
-
-    rows = pack_lengths(docs, capacity, split="chunk")
-    fills = np.array([sum(min(int(docs[i]), capacity) for i in row) for row in rows])
-    counts = np.array([len(row) for row in rows])
-    if flat:  # the rows are flattened into one varlen row
-        worst = memory(1, micro_batch * int(fills.max()), micro_batch * int(counts.max()))
-        expected = memory(1, max(1, round(micro_batch * float(fills.mean()))),
-                          max(1, round(micro_batch * float(counts.mean()))))  # fmt: skip
-    else:  # full rows of capacity tokens with a block-diagonal mask, whatever they hold
-        worst = memory(micro_batch, capacity, int(counts.max()))
-        expected = memory(micro_batch, capacity, max(1, round(float(counts.mean()))))
-    return PackingPlan(worst, expected, float(fills.mean()), int(fills.max()),
-                       float(counts.mean()), len(docs))  # fmt: skip
+    worst, expected, tokens = packed.shapes(micro_batch, flat)
+    if capacity is None:
+        fill_max, docs_mean = worst[1], float(micro_batch)
+    else:
+        fill_max, docs_mean = int(packed.fills.max()), float(packed.counts.mean())
+    return PackingPlan(memory(worst), memory(expected), tokens if capacity is None else
+                       float(packed.fills.mean()), fill_max, docs_mean, packed.sample)  # fmt: skip

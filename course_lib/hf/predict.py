@@ -91,7 +91,11 @@ class HFStepBreakdown:
     settings: dict = field(default_factory=dict)  # every keyword as the prediction read it
 
     def components(self) -> dict[str, int]:
-        """The four parts of ``total``, in bytes."""
+        """The four parts of ``total``, in bytes.
+
+        Returns:
+            ``activations``, ``logits_and_loss``, ``gradients``, ``transient`` (name -> bytes).
+        """
         names = ("activations", "logits_and_loss", "gradients", "transient")
         return {name: getattr(self, name) for name in names}
 
@@ -108,6 +112,19 @@ def step_spec(
 
     Without keywords (the planner's call) LoRA goes on every projection; :func:`predict_hf_step`
     passes ``lora_targets`` and the other settings through ``kw``.
+
+    Args:
+        config: a ``PretrainedConfig`` or its dict.
+        batch_size: rows.
+        seq_len: tokens per row.
+        attn_impl: ``"sdpa"``, ``"eager"`` or ``"flash"``.
+        dtype: the model's dtype (``None``: the config's).
+        lora_rank: LoRA's rank, or ``None``.
+        checkpointing: the checkpointing mode.
+        **kw: the other settings of :func:`predict_hf_step`.
+
+    Returns:
+        ``(Arch, StepSpec, dtype name, mode)``.
 
     Raises:
         ValueError: see :func:`predict_hf_step`.
@@ -178,7 +195,8 @@ def predict_hf_step(
     Args:
         config: a ``PretrainedConfig`` or its dict, ``model_type`` in
             :data:`SUPPORTED_MODEL_TYPES`.
-        batch_size, seq_len: the micro-batch, full rows of ``seq_len`` tokens, every one a label.
+        batch_size: the micro-batch: rows in one step, each full and every token a label.
+        seq_len: the tokens in each row.
         attn_impl: ``"sdpa"`` (fused: no ``seq_len**2`` tensor kept), ``"eager"`` (keeps the
             ``batch x heads x seq_len**2`` probabilities per layer; in bf16 also their fp32 copy)
             or ``"flash"`` (FlashAttention-2 on CUDA: the log-sum-exp kept, its backward's
@@ -186,7 +204,8 @@ def predict_hf_step(
         dtype: the model's dtype (``torch.bfloat16`` or ``"bf16"``...); default: the config's.
             With 4/8-bit weights: the compute dtype.
         lora_rank: PEFT LoRA of this rank (base frozen); ``None``: a full fine-tune.
-        checkpointing: ``"off"``/``False`` or ``"blocks"``/``"on"``/``True``.
+        checkpointing: ``"off"``/``False`` or ``"blocks"``/``True`` (every decoder layer, or
+            every ``checkpoint_every``-th).
         lora_targets: ``None`` (PEFT's default for the family, e.g. ``q_proj, v_proj``),
             ``"all-linear"``, or module names.
         lora_dropout: PEFT's ``lora_dropout`` (> 0 adds a dropout on each adapter's input).

@@ -102,7 +102,15 @@ class _Ledger:
 
 
 def replay(tape: Tape, log: bool = False) -> Replayed:
-    """Replay the step recorded on ``tape`` (module docstring); ``log`` keeps every allocation."""
+    """Replay the step recorded on ``tape`` (module docstring); ``log`` keeps every allocation.
+
+    Args:
+        tape: the recorded step.
+        log: keep every allocation (for :mod:`~course_lib.hf.scaling`).
+
+    Returns:
+        The :class:`Replayed` peak and its split.
+    """
     r = _Ledger(tape, log)
     nodes, saved = _forward(r, tape)
     forward_peak = r.peak[0]
@@ -122,6 +130,7 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
         if node.saves and node.region is not None:
             events = regions.pop(node.region, None)
         if events is not None:
+            _pin(r, events)
             _recompute(r, events)
         _run_node(r, node)
         if node.region is not None and first_of_region[node.region] is node:
@@ -159,10 +168,23 @@ def _forward(r: _Ledger, tape: Tape) -> tuple[list[Node], dict[str, int]]:
                 for t in item.saves:
                     count(tape.component[t], t)  # by what the tensor is, not who keeps it
                     r.hold(t)
+            for t in item.held:  # on the node's ctx: they live as long as the graph (the step)
+                count(tape.component[t], t)
+                r.hold(t)
     for t in range(len(tape.nbytes)):  # the forward returns: Python lets go of the rest
         if t not in dropped:
             r.release(t)
     return nodes, saved
+
+
+def _pin(r: _Ledger, events: list[tuple]) -> None:
+    """Before a block is recomputed: what its nodes hold on their ``ctx`` (``Node.held``) is
+    the first forward's storage, which lives on with the graph; the recomputation makes its
+    own copy, so the tensor's id is let go (its bytes stay counted) for that copy."""
+    for kind, item in events:
+        if kind == "node":
+            for t in item.held:
+                r.holds[t] -= 1
 
 
 def _recompute(r: _Ledger, events: list[tuple]) -> None:

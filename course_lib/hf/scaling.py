@@ -33,7 +33,15 @@ class PeakLine:
 
     def peak(self, rows: int, grads: int | None) -> tuple[int, str, int]:
         """``(peak bytes, where, bytes per extra row there)`` at ``rows`` rows, with ``grads``
-        bytes of gradients there from the start (``None``: none, as after ``zero_grad``)."""
+        bytes of gradients there from the start (``None``: none, as after ``zero_grad``).
+
+        Args:
+            rows: the micro-batch.
+            grads: gradient bytes there from the start, or ``None``.
+
+        Returns:
+            ``(peak bytes, where, bytes per extra row there)``.
+        """
         g = [0] * len(self.a) if grads is None else self.g
         best = max(range(len(self.a)), key=lambda i: self.a[i] + self.b[i] * rows - g[i])
         total = self.a[best] + self.b[best] * rows - g[best] + (grads or 0)
@@ -74,6 +82,13 @@ def peak_line(arch: Arch, spec: StepSpec) -> PeakLine:
     layer. So the line is read off models of ``2 ENDS`` and ``2 ENDS + 1`` layers, at 2 and 3
     rows, and carried to the real depth; a middle layer's moments are never above both the
     ends' (its base is between theirs), so only the three layers at each end are followed.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
+
+    Returns:
+        The :class:`PeakLine`.
 
     Raises:
         AssertionError: the recorded ops changed with the rows or the depth (the line would not

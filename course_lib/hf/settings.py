@@ -26,6 +26,14 @@ def notes_for(config: Any, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
     that sdpa turns into a float copy per layer (``seq_len == window`` included: only a window
     longer than the rows lets it use ``is_causal`` and skip the mask).
 
+    Args:
+        config: a ``PretrainedConfig`` or its dict.
+        seq_len: tokens per row.
+        attn_impl: the attention path.
+
+    Returns:
+        The notes, in words.
+
     Raises:
         ValueError: where the difference is too large to pass over (a sliding window with sdpa).
     """
@@ -50,12 +58,19 @@ def notes_for(config: Any, seq_len: int, attn_impl: str = "sdpa") -> list[str]:
 
 
 def checkpoint_mode(checkpointing: object) -> Checkpointing:
-    """``"off"`` or ``"blocks"`` (:func:`course_lib._checks.checkpointing_mode`; ``"on"`` too).
+    """The checkpointing of a Hugging Face step (:func:`course_lib._checks.checkpointing_mode`).
+
+    Args:
+        checkpointing: ``"off"``, ``"blocks"``, ``True`` (``"blocks"``), ``False`` or ``None``
+            (``"off"``).
+
+    Returns:
+        ``"off"`` or ``"blocks"`` (whole decoder layers).
 
     Raises:
         ValueError: TinyGPT's ``"attention"`` or a value that is no checkpointing mode.
     """
-    mode = checkpointing_mode(True if checkpointing == "on" else checkpointing)
+    mode = checkpointing_mode(checkpointing)
     if mode == "attention":
         raise ValueError(
             "checkpointing='attention' is TinyGPT's; Hugging Face models checkpoint whole decoder "
@@ -68,6 +83,13 @@ def refuse_unmodelled(
     arch: Arch, seq_len: int, attn_impl: str, weights: str, lora_rank: int | None
 ) -> None:
     """Refuse a step the recipes do not model, saying what to do instead.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        seq_len: tokens per row.
+        attn_impl: the attention path.
+        weights: ``"16bit"``, ``"int8"`` or ``"nf4"``.
+        lora_rank: LoRA's rank, or ``None``.
 
     Raises:
         ValueError: GPT-2 rows longer than its position table, a full fine-tune of 4/8-bit
@@ -92,6 +114,14 @@ def refuse_unmodelled(
 def packed_documents(documents: int | None, seq_len: int, arch: Arch) -> int:
     """``None``: one sequence a row; else the documents packed in each row (1 to seq_len).
 
+    Args:
+        documents: documents per row, or ``None``.
+        seq_len: tokens per row.
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        Documents per row (0: no packing).
+
     Raises:
         ValueError: not a positive int up to ``seq_len``, or GPT-2 (learned positions).
     """
@@ -115,6 +145,14 @@ def expert_counts(
     """Tokens per expert for every layer: ``"worst"`` (default) or ``"uniform"``
     (:func:`~course_lib.hf.moe.routing`), one list of ``n_experts`` counts for every layer, or
     one list per layer; each list must add up to ``tokens x top_k``.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        tokens: tokens in the micro-batch.
+        expert_tokens: ``"worst"``, ``"uniform"``, counts, or ``None``.
+
+    Returns:
+        Tokens per expert, per layer (``()`` without experts).
 
     Raises:
         ValueError: counts for a model without experts, or counts of the wrong length or sum.
@@ -142,5 +180,12 @@ def expert_counts(
 
 
 def config_dtype(c: dict) -> str:
-    """The dtype a config dict names (``dtype``, or the older ``torch_dtype``; else fp32)."""
+    """The dtype a config dict names (``dtype``, or the older ``torch_dtype``; else fp32).
+
+    Args:
+        c: the config dict.
+
+    Returns:
+        The dtype's name.
+    """
     return str(c.get("dtype") or c.get("torch_dtype") or "float32")

@@ -78,5 +78,12 @@ class StepSpec:
         return "eager" if self.eager else "flash" if self.flash else "sdpa"
 
     def checkpointed(self, layer: int) -> bool:
-        """Is decoder layer ``layer`` checkpointed (every ``checkpoint_every``-th)?"""
+        """Is decoder layer ``layer`` checkpointed (every ``checkpoint_every``-th)?
+
+        Args:
+            layer: the layer's index.
+
+        Returns:
+            Whether it is checkpointed.
+        """
         return self.checkpointing == "blocks" and layer % self.checkpoint_every == 0

@@ -33,6 +33,11 @@ class Node:
     saves: tuple[int, ...]
     program: tuple[tuple, ...]
     region: int | None = None  # the checkpointed block it belongs to, if any
+    # Tensors the node keeps as attributes of its ctx (``ctx.A = A``), not through
+    # ``save_for_backward``: the backward never releases them (they live as long as the graph,
+    # which the loss holds through the step) and checkpointing's saved-tensor hooks never see
+    # them, so a checkpointed block keeps them from its first forward on.
+    held: tuple[int, ...] = ()
 
 
 @dataclass
@@ -56,7 +61,17 @@ class Tape:
     loss: int = -1  # the loss scalar: where the backward pass starts
 
     def tensor(self, nbytes: int, grad: bool = True, component: str = "", name: str = "") -> int:
-        """A new tensor of ``nbytes`` made by op ``name`` (an event); returns its id."""
+        """A new tensor of ``nbytes`` made by op ``name`` (an event); returns its id.
+
+        Args:
+            nbytes: its size.
+            grad: it needs a gradient.
+            component: its breakdown bucket.
+            name: the op that made it.
+
+        Returns:
+            Its id.
+        """
         self.nbytes.append(int(nbytes))
         self.needs_grad.append(grad)
         self.component.append(component)
@@ -65,23 +80,53 @@ class Tape:
         return len(self.nbytes) - 1
 
     def grad(self, t: int) -> bool:
-        """Does tensor ``t`` need a gradient (``-1``, no tensor: no)?"""
+        """Does tensor ``t`` need a gradient (``-1``, no tensor: no)?
+
+        Args:
+            t: a tensor id (-1: none).
+
+        Returns:
+            Whether it needs a gradient.
+        """
         return t >= 0 and self.needs_grad[t]
 
     def view(self, t: int, of: int) -> int:
-        """Mark ``t`` (made with 0 bytes) a view of ``of``: saving it keeps ``of`` alive."""
+        """Mark ``t`` (made with 0 bytes) a view of ``of``: saving it keeps ``of`` alive.
+
+        Args:
+            t: the view's id.
+            of: the tensor it looks into.
+
+        Returns:
+            ``t``.
+        """
         self.base[t] = self.base.get(of, of)
         return t
 
     def op(
         self, name: str, component: str, inputs: list[int], out_bytes: list[int],
         saves: tuple[int | str, ...] = (), program: Iterable[tuple] = (), trainable: bool = False,
+        held: tuple[int, ...] = (),
     ) -> list[int]:  # fmt: skip
         """Allocate one op's outputs and record its autograd node, if it gets one.
 
         PyTorch makes a node only when an input needs a gradient or a trainable parameter is
-        used, and then the outputs need gradients too. ``saves`` may name ``"out"`` (output 0)
-        and ``"out1"`` (the last output). Returns the output ids.
+        used, and then the outputs need gradients too.
+
+        Args:
+            name: where the op is (``"layers.3.mlp.down_proj"``).
+            component: the breakdown bucket of its outputs and saved tensors.
+            inputs: the tensors it reads (those that need a gradient get one).
+            out_bytes: the size of each output.
+            saves: what ``save_for_backward`` keeps; may name ``"out"`` (output 0) and
+                ``"out1"`` (the last output).
+            program: the backward program (module docstring).
+            trainable: a trainable parameter is used (the node exists even without inputs
+                that need a gradient).
+            held: tensors kept on the node's ``ctx`` directly (:class:`Node`).
+
+        Returns:
+            The output ids.
         """
         needs = trainable or any(self.grad(t) for t in inputs)
         outs = [self.tensor(n, needs, component, name) for n in out_bytes]
@@ -90,21 +135,36 @@ class Tape:
             ids = [named[t] if isinstance(t, str) else t for t in saves]
             kept = tuple(self.base.get(t, t) for t in ids)
             ins = tuple(t if self.grad(t) else -1 for t in inputs)
-            node = Node(name, component, ins, tuple(outs), kept, tuple(program), self.region)
+            pinned = tuple(self.base.get(t, t) for t in held)
+            node = Node(name, component, ins, tuple(outs), kept, tuple(program), self.region,
+                        pinned)  # fmt: skip
             self.events.append(("node", node, self.region))
         return outs
 
     def keep(self, t: int) -> None:
-        """``t`` outlives the step (the loss the caller holds, a leaf's AccumulateGrad node)."""
+        """``t`` outlives the step (the loss the caller holds, a leaf's AccumulateGrad node).
+
+        Args:
+            t: the tensor's id.
+        """
         self.events.append(("keep", t, None))
 
     def drop(self, *tensors: int) -> None:
-        """The Python references to ``tensors`` are gone (what a node saved lives on)."""
+        """The Python references to ``tensors`` are gone (what a node saved lives on).
+
+        Args:
+            *tensors: their ids.
+        """
         self.events.extend(("drop", t, self.region) for t in tensors)
 
     def begin_checkpoint(self, args: tuple[int, ...], captured: tuple[int, ...] = ()) -> None:
         """Start a checkpointed block. Its positional ``args`` (saved for the recomputation)
-        and the tensors its function ``captured`` live until its backward ends."""
+        and the tensors its function ``captured`` live until its backward ends.
+
+        Args:
+            args: the block's positional tensor arguments.
+            captured: tensors its function captured.
+        """
         self.region = self.n_regions
         self.n_regions += 1
         self.events.extend(("keep", t, self.region) for t in args)

@@ -24,6 +24,7 @@ from ..hf.arch import architecture
 from ..hf.families import lora_targets_for
 from ..hf.predict import predict_hf_step
 from ..hf.tiny import CLASSES, TINY
+from ..units import dtype_name
 from .meter import Device, LiveBytesTracker, measure, pick_device, training_step
 
 LORA_TARGETS = {
@@ -62,6 +63,7 @@ def build_model(
     lora_targets: str | list[str] | tuple[str, ...] | None = None,
     lora_dropout: float = 0.0,
     weights: str = "16bit",
+    adapter_dtype: object = "float32",
 ) -> Any:
     """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
     PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
@@ -77,6 +79,7 @@ def build_model(
         lora_targets: module names LoRA wraps, or a preset name.
         lora_dropout: LoRA's dropout probability.
         weights: ``"16bit"``, ``"int8"`` or ``"nf4"`` (frozen quantised base weights).
+        adapter_dtype: ``"float32"`` (PEFT's autocast) or the model's dtype.
 
     Returns:
         The model (a ``peft`` model with LoRA) in training mode, on the CPU.
@@ -119,7 +122,9 @@ def build_model(
             target_modules=targets,
             fan_in_fan_out=config.model_type == "gpt2",  # Conv1D
         )
-        model = peft.get_peft_model(model, lora)
+        # PEFT casts 16-bit adapters to fp32 unless told not to (autocast_adapter_dtype)
+        keep = dtype_name(adapter_dtype or "float32") != "float32"
+        model = peft.get_peft_model(model, lora, autocast_adapter_dtype=not keep)
     return model.train()
 
 
@@ -197,7 +202,7 @@ class HFComparison:
         return f"{self.dtype} {self.attn_impl} {lora} checkpointing={self.checkpointing}"
 
 
-BUILD_KEYS = ("lora_targets", "lora_dropout", "weights")
+BUILD_KEYS = ("lora_targets", "lora_dropout", "weights", "adapter_dtype")
 
 
 def _step(model: Any, batch: dict, loop: str) -> float:

@@ -101,10 +101,15 @@ def test_finetune_contract():
 
     assert also_here is plan_finetune
     params = list(inspect.signature(plan_finetune).parameters)
-    assert params[:3] == ["model", "gpu_memory", "seq_len"]
-    assert {"dtype", "finetune", "lora_rank", "attn_impl", "target_tokens"} <= set(params)
+    # issue 21: the budget is memory_budget (gpu_memory stays, deprecated, keyword only)
+    assert params[:3] == ["model", "memory_budget", "seq_len"]
+    assert {"dtype", "finetune", "lora_rank", "attn_impl", "target_tokens", "gpu",
+            "gpu_memory"} <= set(params)  # fmt: skip
     p = plan_finetune("Llama-3.1-8B", "24GiB", 4096, dtype="bf16", target_tokens=32000)
-    assert (p.micro_batch, p.grad_accum_steps, p.checkpointing) == (1, 8, "blocks")
+    assert p.micro_batch == 0  # the old README plan (1 x 8) does not fit on the device
+    p = plan_finetune("Llama-3.1-8B", seq_len=4096, gpu="RTX 4090", dtype="bf16",
+                      loss="chunked", target_tokens=32000)  # fmt: skip
+    assert (p.micro_batch, p.grad_accum_steps, p.checkpointing) == (2, 4, "blocks")
 
 
 @pytest.mark.parametrize("args", [["plan", "--help"], ["plan", "--model", "gpt2",

@@ -31,7 +31,7 @@ def plan(sharding: str):
                           devices=2, sharding=sharding, foreach=True)  # fmt: skip
     c = p.components
     # what exists before the measured step: weights, batch, DDP's buckets, the states
-    before = c["weights"] + c["batch"] + c["ddp_buckets"] + c["optimizer_states"]
+    before = c["weights"] + c["batch"] + c["ddp_buckets"] + c["optimizer_state"]
     return p, p.peak_bytes - before
 
 
@@ -40,7 +40,7 @@ def test_ddp_keeps_a_second_gradient_copy_and_steps_like_one_device(ranks):
     for r in ranks:
         assert r["ddp"]["wrap"] == p.components["ddp_buckets"] == p.components["gradients"]
         assert r["ddp"]["peak"] == step
-        assert r["ddp"]["states"] == p.components["optimizer_states"]
+        assert r["ddp"]["states"] == p.components["optimizer_state"]
 
 
 def test_zero1_states_follow_the_greedy_partition(ranks):
@@ -49,7 +49,7 @@ def test_zero1_states_follow_the_greedy_partition(ranks):
     measured = sorted(r["zero1"]["states"] for r in ranks)
     assert measured == sorted(optimizer_state_bytes(part, "adamw", 4) for part in parts)
     loaded = max(ranks, key=lambda r: r["zero1"]["states"])["zero1"]
-    assert loaded["states"] == p.components["optimizer_states"]
+    assert loaded["states"] == p.components["optimizer_state"]
     assert loaded["peak"] == step  # the most loaded rank is the one planned for
     # the case an even split gets wrong: half the states is not what any rank holds
     half = optimizer_state_bytes(parameter_shapes(architecture(CONFIG)), "adamw", 4) // 2
@@ -60,9 +60,10 @@ def test_fsdp2_shards_and_its_gathered_layers(ranks):
     p, step = plan("fsdp")
     for r in ranks:
         f = r["fsdp"]
-        assert f["states"] == p.components["optimizer_states"]  # dim-0 shards, padded
+        assert f["states"] == p.components["optimizer_state"]  # dim-0 shards, padded
         assert f["retained"] == p.components["gradients"]  # the sharded gradients
         assert f["wrap"] - p.components["weights"] == 8  # (8 bytes fully_shard makes besides)
-        # the gathered parameters and gradients are planned by FSDP2's design, all at once:
-        # conservative, measured 10.9 % above the counted peak on this model
-        assert f["peak"] <= step <= 1.15 * f["peak"]
+        # the gathered parameters are planned by FSDP2's design, all at once (the root and two
+        # layers; a layer's unsharded gradients only when the peak is in a layer's backward):
+        # conservative, 6.6 % above the counted peak on this model
+        assert f["peak"] <= step <= 1.08 * f["peak"]

@@ -1,15 +1,31 @@
 """The fixed bytes of a fine-tune (course_lib.hf.states, course_lib.hf.memory, course_lib.hf.cards)
 against what the libraries allocate on the CPU, and the settings' step predictions against
-the counted bytes."""
+the counted bytes: LoRA targets, dropout, adapter dtype, the loop, 4/8-bit weights, the
+optimisers (torch's AdamW three ways, SGD, bitsandbytes' 8-bit AdamW) and their steps.
+
+Not run here, and why: the chunked loss (Liger-Kernel's fused linear cross-entropy is a Triton
+kernel: CUDA only); adamw-mixed (16-bit weights beside fp32 master weights: DeepSpeed's and
+Apex's optimisers, neither installed, and plain torch has none); optimiser offload and ZeRO-2/3
+(DeepSpeed's CPU optimiser and its partitioned buckets: not installed; FSDP2, ZeRO-3's
+PyTorch form, is counted in test_hf_sharding.py); the paged optimiser's unified memory (on
+the CPU bitsandbytes falls back to ordinary tensors). Those are arithmetic, from the code."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib.hf.cards import card_memory, device_bytes
+from course_lib.hf.cards import CARD_SOURCES, CARDS, card_memory, device_bytes
 from course_lib.hf.memory import predict_hf_memory
-from course_lib.hf.states import Sharding, greedy_partition, nf4_bytes, optimizer_state_bytes
+from course_lib.hf.states import (
+    Sharding,
+    greedy_partition,
+    nf4_bytes,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
+    paged_state_bytes,
+)
+from course_lib.memory.meter import LiveBytesTracker
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
@@ -67,8 +83,72 @@ def test_sharding_divides_what_each_stage_shards():
     assert fsdp.gathered(10, 4, 4) == 10 + 2 * 4 + 2 * 4 and zero2.gathered(10, 4, 4) == 0
 
 
+def state_bytes(opt) -> int:
+    """Every state tensor's storage, each once (bitsandbytes shares its quantisation maps)."""
+    seen = {
+        v.untyped_storage()._cdata: v.untyped_storage().nbytes()
+        for s in opt.state.values()
+        for v in s.values()
+        if torch.is_tensor(v) and v.dim() > 0
+    }
+    return sum(seen.values())  # fmt: skip
+
+
+SHAPES = [(64, 128), (300,), (5000,), (4096,), (4095,), (128, 128)]
+
+
+def stepped(make, dtype=torch.float32):
+    """An optimiser over SHAPES after two steps, and the peak of its second step."""
+    params = [torch.nn.Parameter(torch.randn(s, dtype=dtype)) for s in SHAPES]
+    opt = make(params)
+    for _ in range(2):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        with LiveBytesTracker() as tracker:
+            opt.step()
+    return opt, tracker.peak_bytes, [p.numel() for p in params]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kw", [dict(foreach=True), dict(foreach=False), dict(fused=True)],
+                         ids=["foreach", "single-tensor", "fused"])  # fmt: skip
+def test_adamw_step_temporaries_match_the_meter(dtype, kw):
+    opt, peak, sizes = stepped(lambda ps: torch.optim.AdamW(ps, **kw), dtype)
+    b = 4 if dtype == torch.float32 else 2
+    assert optimizer_step_bytes(sizes, "adamw", b, kw.get("foreach", False),
+                                kw.get("fused", False)) == peak  # fmt: skip
+    assert optimizer_state_bytes(sizes, "adamw", b) == state_bytes(opt)
+    if not kw.get("fused"):  # the case that fails: a step without temporaries
+        assert optimizer_step_bytes(sizes, "adamw", b, False, True) != peak
+
+
+@pytest.mark.parametrize("momentum, name", [(0.0, "sgd"), (0.9, "sgd-momentum")])
+def test_sgd_state_and_step(momentum, name):
+    opt, peak, sizes = stepped(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=momentum))
+    assert optimizer_state_bytes(sizes, name, 4) == state_bytes(opt)
+    assert optimizer_step_bytes(sizes, name, 4, True) == peak == 0
+
+
+@pytest.mark.filterwarnings("ignore:Paged optimizers are not supported on CPU")
+@pytest.mark.parametrize("cls, name", [("AdamW8bit", "adamw-8bit"),
+                                       ("PagedAdamW8bit", "paged-adamw-8bit")])  # fmt: skip
+def test_bitsandbytes_8bit_adamw_state_matches(cls, name):
+    bnb = pytest.importorskip("bitsandbytes")
+    opt, peak, sizes = stepped(lambda ps: getattr(bnb.optim, cls)(ps))
+    measured = state_bytes(opt)
+    assert optimizer_state_bytes(sizes, name, 4) == measured
+    # the case that fails: without the two shared quantisation maps (2 x 256 fp32)
+    assert measured - 2048 == sum(2 * n * 4 if n < 4096 else 2 * (n + -(-n // 256) * 4)
+                                  for n in sizes)  # fmt: skip
+    assert optimizer_step_bytes(sizes, name, 4, True) == 0 == peak
+    # on CUDA the paged optimiser pages the states of tensors of 100,000 values or more
+    assert paged_state_bytes([10**5, 99_999], name) == (2 * 10**5 if "paged" in name else 0)
+
+
 def test_cards_and_device_bytes():
-    assert card_memory("rtx 4090") == 24 * 2**30
+    # what torch reports, below the marketing size; every figure has its source
+    assert card_memory("rtx 4090") == 24_563 * 2**20 < 24 * 2**30
+    assert card_memory("T4") == 15_835_398_144 and set(CARD_SOURCES) == set(CARDS)
     assert device_bytes(2**30, "eager") > device_bytes(2**30, "sdpa") > 2**30
     with pytest.raises(ValueError, match="unknown card 'V100'"):
         card_memory("V100")
@@ -80,7 +160,9 @@ def test_memory_adds_states_and_refuses_bad_sharding():
     full = predict_hf_memory(config, 2, 32, dtype="bf16")
     sharded = predict_hf_memory(config, 2, 32, dtype="bf16", devices=2, sharding="zero2")
     assert lora.peak_bytes < full.peak_bytes and sharded.peak_bytes < full.peak_bytes
-    assert full.components["optimizer_states"] == 2 * full.components["weights"]
+    for m in (lora, full, sharded):  # the parts at the peak add up to it
+        assert sum(m.at_peak.values()) == m.peak_bytes and m.decides in m.at_peak
+    assert full.components["optimizer_state"] == 2 * full.components["weights"]
     with pytest.raises(ValueError, match="sharding='zero9' is not one of"):
         predict_hf_memory(config, 2, 32, sharding="zero9")
 
@@ -103,10 +185,50 @@ def test_settings_match_the_counted_bytes(settings):
         assert r.error == 0, (settings, r.measured, r.predicted)
 
 
-def test_nf4_step_matches_the_counted_bytes():
+@pytest.mark.parametrize("weights", ["nf4", "int8"])
+@pytest.mark.parametrize("ckpt", ["off", "blocks"])
+def test_quantised_steps_match_the_counted_bytes(weights, ckpt):
     pytest.importorskip("bitsandbytes")
     pytest.importorskip("peft")
     config = tiny_hf_config("llama")
-    rows = compare_hf(config, [(2, 24)], dtype=torch.bfloat16, attn_impl="sdpa", lora_rank=4,
-                      weights="nf4", lora_targets="all-linear")  # fmt: skip
-    assert all(abs(r.error) <= 0.03 for r in rows), [(r.measured, r.predicted) for r in rows]
+    shapes = [(2, 24), (1, 40), (4, 32)]
+    rows = compare_hf(config, shapes, dtype=torch.bfloat16, attn_impl="sdpa", lora_rank=4,
+                      weights=weights, lora_targets="all-linear", checkpointing=ckpt)  # fmt: skip
+    if (weights, ckpt) == ("nf4", "blocks"):
+        # Within 1.1 % here, not to the byte: in a recomputed layer the forward's dequantised
+        # weight lives inside bitsandbytes' gemm_4bit op, whose own allocations the meter's
+        # dispatch mode cannot see (the backward dequantises in Python, where it can).
+        assert all(abs(r.error) <= 0.03 for r in rows), [(r.measured, r.predicted) for r in rows]
+    else:
+        assert [r.measured for r in rows] == [r.predicted for r in rows]
+    if weights == "int8" and ckpt == "blocks":
+        # the case that fails: int8 projections keep their input on ctx (ctx.A), which
+        # checkpointing cannot drop; NF4's recipe (nothing kept) under-counts them
+        nf4 = [predict_hf_memory(config.to_dict(), b, t, lora_rank=4, dtype="bf16",
+                                 weights="nf4", lora_targets="all-linear", checkpointing=ckpt,
+                                 device="cpu").step.total for b, t in shapes]  # fmt: skip
+        assert all(n < r.measured for n, r in zip(nf4, rows))
+
+
+@pytest.mark.parametrize("ckpt", ["off", "blocks"])
+def test_bf16_adapters_match_the_counted_bytes(ckpt):
+    pytest.importorskip("peft")
+    config = tiny_hf_config("llama")
+    rows = compare_hf(config, [(2, 24), (1, 40)], dtype=torch.bfloat16, attn_impl="sdpa",
+                      lora_rank=4, lora_targets="all-linear", adapter_dtype="bfloat16",
+                      checkpointing=ckpt)  # fmt: skip
+    assert [r.measured for r in rows] == [r.predicted for r in rows]
+    fp32 = [
+        predict_hf_memory(
+            config.to_dict(),
+            b,
+            t,
+            lora_rank=4,
+            dtype="bf16",
+            lora_targets="all-linear",
+            checkpointing=ckpt,
+            device="cpu",
+        ).step.total
+        for b, t in [(2, 24), (1, 40)]
+    ]
+    assert all(f > r.measured for f, r in zip(fp32, rows))  # PEFT's fp32 default keeps more

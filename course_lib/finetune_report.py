@@ -1,0 +1,359 @@
+"""What :func:`course_lib.finetune.plan_finetune` chose and why: :class:`FinetunePlan`, its text
+and its JSON, and the :class:`Predictor` each probe of its search calls.
+
+The plan's bytes are :func:`course_lib.hf.memory.predict_hf_memory`'s at the chosen micro-batch:
+``peak_bytes`` (the tensors, what ``max_memory_allocated`` reports), ``device_bytes`` (with the
+allocator's reserve and the CUDA context), ``components`` (``peak_bytes`` by part at the moment
+that decides it) and ``decides`` (the largest part). No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import finetune_text
+from ._checks import Checkpointing, one_of
+from .hf.arch import arch_parameter_count, architecture
+from .hf.cards import CAPABILITY, CONTEXT, DEFAULT_CONTEXT, RESERVE
+from .hf.memory import HFMemory, predict_hf_memory, trainable_parameters
+from .units import table
+
+PACKING = ("rows", "padding-free")
+
+
+class Predictor:
+    """``predict_hf_memory`` for one plan's settings, by checkpointing mode and micro-batch
+    (remembered: the search and the report share the predictions). With packing, a
+    micro-batch is the worst one drawn from the length distribution.
+
+    Args:
+        config: the config dict.
+        seq_len: tokens per row (the packed rows' capacity).
+        settings: :func:`~course_lib.hf.memory.predict_hf_memory`'s keywords.
+        packing: ``False``, ``True``/``"rows"`` or ``"padding-free"``.
+        lengths: the documents' lengths for packing.
+
+    Raises:
+        ValueError: packing without lengths, lengths without packing, or a bad packing mode.
+    """
+
+    def __init__(
+        self, config: dict, seq_len: int, settings: dict, packing: bool | str, lengths: Any
+    ) -> None:
+        self.config, self.seq_len, self.settings = config, seq_len, settings
+        self.memo: dict[tuple[str, int, bool], HFMemory] = {}
+        self.packed: Any = None
+        mode = "rows" if packing is True else packing or None
+        if mode is not None:
+            one_of("packing", mode, PACKING)
+            if lengths is None:
+                raise ValueError("packing needs the documents' lengths (lengths=, --lengths)")
+            from .hf.packing_plan import pack_sample
+
+            self.packed = pack_sample(lengths, seq_len if mode == "rows" else None)
+        elif lengths is not None:
+            raise ValueError("lengths are for packing: pass packing=True (--packing) too")
+        self.packing = mode
+
+    def __call__(self, mode: Checkpointing, rows: int, expected: bool = False) -> HFMemory:
+        """The prediction at ``rows`` rows (the worst packed micro-batch, or the expected one).
+
+        Args:
+            mode: ``"off"`` or ``"blocks"``.
+            rows: rows (padding-free: documents) in the micro-batch.
+            expected: the expected packed micro-batch instead of the worst.
+
+        Returns:
+            The :class:`~course_lib.hf.memory.HFMemory`.
+
+        Raises:
+            ValueError: a setting the memory model refuses.
+        """
+        key = (mode, rows, expected)
+        if key not in self.memo:
+            batch, seq_len, documents = self.shape(rows, expected)
+            kw = dict(self.settings, checkpointing=mode)
+            if self.packed is not None:
+                kw["documents"] = max(1, min(documents, seq_len))
+            self.memo[key] = predict_hf_memory(self.config, batch, seq_len, **kw)
+        return self.memo[key]
+
+    def shape(self, rows: int, expected: bool = False) -> tuple[int, int, int]:
+        """``(rows, seq_len, documents per row)`` of a micro-batch of ``rows`` rows.
+
+        Args:
+            rows: rows (padding-free: documents).
+            expected: the expected packed micro-batch instead of the worst.
+
+        Returns:
+            ``(rows, seq_len, documents per row)``.
+        """
+        if self.packed is None:
+            return rows, self.seq_len, 1
+        worst, mean, _ = self.packed.shapes(rows, self.settings.get("attn_impl") == "flash")
+        return mean if expected else worst
+
+    def tokens_per_row(self, seq_len: int) -> float:
+        """Tokens a row holds (packed: on average; padding-free: a document, on average).
+
+        Args:
+            seq_len: tokens per full row.
+
+        Returns:
+            Tokens per row.
+        """
+        if self.packed is None:
+            return float(seq_len)
+        return float(self.packed.fills.mean())
+
+
+@dataclass
+class FinetunePlan:
+    """What :func:`~course_lib.finetune.plan_finetune` chose, the bytes behind it, and warnings
+    in plain words (``print()`` it; :meth:`to_dict` for JSON).
+
+    The fields it shares with :class:`course_lib.plan.Plan` have the same names and meaning:
+    ``seq_len``, ``memory_budget`` (bytes per device), ``micro_batch``, ``grad_accum_steps``,
+    ``checkpointing``, ``max_micro_batch``, ``tokens_per_step``, ``effective_batch_size``,
+    ``weights``, ``gradients``, ``optimizer_state``, ``notes``, ``warnings``. Sizes are bytes.
+    ``memory`` is the prediction at the plan; ``assumed`` the defaults it took, in words.
+    """
+
+    model: str
+    config: dict
+    seq_len: int
+    memory_budget: int
+    card: str | None
+    target_tokens: int | None
+    settings: dict
+    assumed: list[str]
+    predictor: Predictor = field(repr=False)
+    finetune: str = "lora"
+    max_micro_batch_by_mode: dict[Checkpointing, int] = field(default_factory=dict)
+    checkpointing: Checkpointing = "off"
+    micro_batch: int = 0
+    grad_accum_steps: int = 0
+    memory: HFMemory | None = None
+    searched: bool = True
+    fits: bool = False
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.finetune = "full" if s["lora_rank"] is None else (
+            "qlora" if s.get("weights") == "nf4" else "lora")  # fmt: skip
+
+    # -- the settings, as the plan read them ----------------------------------------------------
+
+    @property
+    def dtype(self) -> str:
+        """The model's dtype name (``"bfloat16"``...)."""
+        return self._any.step.dtype
+
+    @property
+    def lora_rank(self) -> int | None:
+        """LoRA's rank (``None``: a full fine-tune)."""
+        return self.settings["lora_rank"]
+
+    @property
+    def lora_targets(self) -> tuple:
+        """The projections that got an adapter (empty for a full fine-tune)."""
+        return self._any.step.lora_targets
+
+    @property
+    def attn_impl(self) -> str:
+        """The attention path."""
+        return self._any.step.attn_impl
+
+    @property
+    def devices(self) -> int:
+        """Data-parallel devices."""
+        return self.settings["devices"]
+
+    @property
+    def _any(self) -> HFMemory:
+        """The plan's prediction, or the one-row one when nothing fits."""
+        return self.memory or self.predictor(self.checkpointing, 1)
+
+    # -- the bytes ------------------------------------------------------------------------------
+
+    @property
+    def n_params(self) -> int:
+        """Parameters of the model."""
+        return arch_parameter_count(architecture(self.config))
+
+    @property
+    def n_trainable(self) -> int:
+        """Trainable parameters (the adapters' for LoRA)."""
+        targets = self.settings.get("lora_targets")
+        return trainable_parameters(self.config, self.lora_rank, targets)
+
+    def _part(self, name: str) -> int:
+        return self._any.components.get(name, 0)
+
+    @property
+    def weights(self) -> int:
+        """Bytes of the stored weights per device."""
+        return self._part("weights")
+
+    @property
+    def adapters(self) -> int:
+        """Bytes of the LoRA adapters per device."""
+        return self._part("adapters")
+
+    @property
+    def gradients(self) -> int:
+        """Bytes of the trained parameters' gradients per device, all of them."""
+        return self._part("gradients")
+
+    @property
+    def optimizer_state(self) -> int:
+        """Bytes of the optimiser's state per device (in device memory)."""
+        return self._part("optimizer_state")
+
+    @property
+    def fixed(self) -> int:
+        """Bytes that do not depend on the batch: weights, adapters and optimiser state."""
+        return self.weights + self.adapters + self.optimizer_state
+
+    @property
+    def peak_bytes(self) -> int:
+        """The allocated peak at the plan (0 when nothing fits)."""
+        return self.memory.peak_bytes if self.memory and self.micro_batch else 0
+
+    @property
+    def device_bytes(self) -> int:
+        """What the device holds at the plan: reserve and context added (0: nothing fits)."""
+        return self.memory.device_bytes if self.memory and self.micro_batch else 0
+
+    total = device_bytes  # what the plan compares with the budget
+
+    @property
+    def components(self) -> dict[str, int]:
+        """``peak_bytes`` by part at the moment that decides it (name -> bytes)."""
+        return dict(self.memory.at_peak) if self.memory and self.micro_batch else {}
+
+    @property
+    def decides(self) -> str:
+        """The largest part of the peak (``""`` when nothing fits)."""
+        return self.memory.decides if self.memory and self.micro_batch else ""
+
+    @property
+    def peak_at(self) -> str:
+        """The op (or ``"optimizer.step"``) at the peak."""
+        return self.memory.peak_at if self.memory else ""
+
+    @property
+    def step_peak(self) -> int:
+        """The peak above the fixed bytes (gradients, activations, buffers)."""
+        return self.peak_bytes - self.fixed if self.peak_bytes else 0
+
+    @property
+    def activations_per_row(self) -> dict[Checkpointing, int]:
+        """Bytes one more row adds to the allocated peak, by checkpointing mode (between one
+        and two rows: the peak is a line in the rows)."""
+        return {m: self.predictor(m, 2).peak_bytes - self.predictor(m, 1).peak_bytes
+                for m in ("off", "blocks")}  # fmt: skip
+
+    @property
+    def logits_per_row(self) -> int:
+        """The fp32 log-probabilities of one row (``seq_len x vocab``)."""
+        return self.seq_len * architecture(self.config).vocab_size * 4
+
+    # -- the numbers ----------------------------------------------------------------------------
+
+    @property
+    def max_micro_batch(self) -> int | None:
+        """The largest micro-batch that fits with the plan's checkpointing (``None``: the
+        plan predicted a given micro-batch instead of searching)."""
+        return self.max_micro_batch_by_mode.get(self.checkpointing) if self.searched else None
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Rows per optimiser step, over every device."""
+        return self.micro_batch * self.grad_accum_steps * self.devices
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimiser step, over every device (packed rows: the expected fill)."""
+        per_row = self.predictor.tokens_per_row(self.seq_len)
+        return round(self.effective_batch_size * per_row)
+
+    def choose(self, mode: Checkpointing, rows: int, searched: bool) -> None:
+        """Fix the plan at ``rows`` rows with checkpointing ``mode``.
+
+        Args:
+            mode: ``"off"`` or ``"blocks"``.
+            rows: the micro-batch.
+            searched: the search found ``rows`` (``False``: the caller asked for it).
+        """
+        self.checkpointing, self.searched = mode, searched
+        self.memory = self.predictor(mode, rows)
+        self.fits = self.memory.device_bytes <= self.memory_budget
+        fitting = self.fits if not searched else bool(self.max_micro_batch_by_mode[mode])
+        self.micro_batch = rows if fitting or not searched else 0
+        if not searched and self.target_tokens:
+            per_step = rows * self.devices * self.predictor.tokens_per_row(self.seq_len)
+            self.grad_accum_steps = max(1, -(-self.target_tokens // max(1, int(per_step))))
+        elif not searched:
+            self.grad_accum_steps = 1
+        if not self.micro_batch:
+            self.grad_accum_steps = 0
+
+    def finish(self) -> None:
+        """Notes and warnings, once the numbers are chosen."""
+        finetune_text.warn(self)
+
+    # -- as text and JSON -----------------------------------------------------------------------
+
+    def to_table(self) -> str:
+        """The plan as text (what ``print(plan)`` shows).
+
+        Returns:
+            The rows, notes and warnings, as text.
+        """
+        return table(finetune_text.rows(self), self.notes, self.warnings)
+
+    __str__ = to_table
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as one JSON-ready dict (what ``--json`` prints): the bytes, the numbers,
+        the settings and the defaults assumed.
+
+        Returns:
+            A dict of plain values (ints, strings, lists, dicts).
+        """
+        m = self._any
+        context = CONTEXT.get(self.card or "", DEFAULT_CONTEXT)
+        return {
+            "model": self.model, "model_type": self.config.get("model_type"),
+            "n_params": self.n_params, "n_trainable": self.n_trainable, "dtype": self.dtype,
+            "finetune": self.finetune, "lora_rank": self.lora_rank,
+            "lora_targets": list(self.lora_targets), "attn_impl": self.attn_impl,
+            **{k: self.settings.get(k) for k in ("optimizer", "loss", "loop", "devices",
+                                                  "sharding", "checkpoint_every")},
+            "packing": self.predictor.packing, "seq_len": self.seq_len, "gpu": self.card,
+            "memory_budget": self.memory_budget, "peak_bytes": self.peak_bytes,
+            "device_bytes": self.device_bytes, "reserved_bytes": m.reserved_bytes if
+            self.micro_batch else 0, "context_bytes": context,
+            "reserve_ratio": RESERVE.get(self.attn_impl, RESERVE["eager"]),
+            "components": self.components, "peak_at": self.peak_at, "decides": self.decides,
+            "fits": self.fits, "max_micro_batch": self.max_micro_batch,
+            "max_micro_batch_by_mode": dict(self.max_micro_batch_by_mode),
+            "micro_batch": self.micro_batch, "grad_accum_steps": self.grad_accum_steps,
+            "effective_batch_size": self.effective_batch_size,
+            "tokens_per_step": self.tokens_per_step, "target_tokens": self.target_tokens,
+            "checkpointing": self.checkpointing, "paged_bytes": m.paged_bytes,
+            "assumed": list(self.assumed), "notes": list(self.notes),
+            "warnings": list(self.warnings),
+        }  # fmt: skip
+
+    def capability(self) -> tuple[int, int] | None:
+        """The card's compute capability, when a shipped card was named.
+
+        Returns:
+            ``(major, minor)``, or ``None`` without a shipped card.
+        """
+        return CAPABILITY.get(self.card or "")

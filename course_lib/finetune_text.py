@@ -1,0 +1,163 @@
+"""A :class:`~course_lib.finetune_report.FinetunePlan` in words: the rows ``print(plan)`` shows
+and the warnings and notes it adds (what was assumed, what decides, what to change when
+nothing fits). No torch here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hf.arch import architecture
+from .hf.cards import CONTEXT, DEFAULT_CONTEXT, RESERVE, device_bytes
+from .units import format_bytes as fb
+
+FinetunePlan = Any  # a course_lib.finetune_report.FinetunePlan (it imports this module)
+
+OPTIMISER_WORDS = {
+    "adamw": "torch.optim.AdamW: two moments in the trained parameters' dtype",
+    "adamw-mixed": "AdamW with fp32 master weights and two fp32 moments",
+    "adamw-8bit": "bitsandbytes AdamW8bit: two uint8 states and a block-wise scale",
+    "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit: its large states in CUDA unified memory",
+    "sgd": "SGD without momentum: no state",
+    "sgd-momentum": "SGD with momentum: one buffer per parameter",
+}
+
+
+def rows(p: FinetunePlan) -> list[tuple[str, str]]:
+    """The plan as ``(label, text)`` rows: the model, the settings, the bytes, the choice.
+
+    Args:
+        p: the plan.
+
+    Returns:
+        The rows, in print order.
+    """
+    arch, m = architecture(p.config), p._any
+    out = [
+        ("model", f"{p.model} ({arch.model_type}, {arch.num_hidden_layers} layers): "
+                  f"{p.n_params:,} parameters in {p.dtype}"),
+        ("fine-tune", _tuning(p)),
+        ("optimiser", f"{p.settings['optimizer']} ({OPTIMISER_WORDS[p.settings['optimizer']]})"),
+        ("rows", _rows_text(p)),
+        ("GPU memory", f"{p.card}: {fb(p.memory_budget)} ({p.memory_budget:,} bytes, what "
+                       "torch reports)" if p.card else fb(p.memory_budget)),
+        ("weights", fb(p.weights)),
+        ("adapters", f"{fb(p.adapters)}" if p.adapters else "none"),
+        ("gradients", fb(p.gradients)),
+        ("optimiser state", fb(p.optimizer_state) + (f" (+ {fb(m.paged_bytes)} paged)"
+                                                      if m.paged_bytes else "")),
+    ]  # fmt: skip
+    per_row = p.activations_per_row
+    out.append(("one more row", f"+{fb(per_row['off'])} without checkpointing, "
+                f"+{fb(per_row['blocks'])} with (the allocated peak)"))  # fmt: skip
+    if p.searched:
+        fits = p.max_micro_batch_by_mode
+        out.append(
+            (
+                "largest micro-batch",
+                ", ".join(
+                    f"{fits[k]} {'with' if k == 'blocks' else 'without'} checkpointing"
+                    for k in fits
+                ),
+            )
+        )
+    if not p.micro_batch:
+        return out + [("plan", "nothing fits (see the warning)")]
+    return out + _choice(p)
+
+
+def _tuning(p: FinetunePlan) -> str:
+    if p.lora_rank is None:
+        return f"full: all {p.n_trainable:,} parameters train"
+    kind = "QLoRA (NF4 weights)" if p.finetune == "qlora" else "LoRA"
+    share = 100 * p.n_trainable / p.n_params
+    return (f"{kind} rank {p.lora_rank} on {', '.join(p.lora_targets)}: "
+            f"{p.n_trainable:,} trainable ({share:.2f}%)")  # fmt: skip
+
+
+def _rows_text(p: FinetunePlan) -> str:
+    s = p.settings
+    text = f"{p.seq_len:,} tokens each, {p.attn_impl} attention, {s['loss']} loss, {s['loop']} loop"
+    if p.predictor.packing:
+        text += f", {p.predictor.packing} packed from the lengths (the worst micro-batch)"
+    if s["devices"] > 1 or s["sharding"] != "none":
+        text += f"; {s['devices']} devices, sharding {s['sharding']}"
+    return text
+
+
+def _choice(p: FinetunePlan) -> list[tuple[str, str]]:
+    m, budget = p.memory, p.memory_budget
+    assert m is not None
+    steps = f"{p.grad_accum_steps} accumulation step{'s' * (p.grad_accum_steps > 1)}"
+    every = p.settings["checkpoint_every"]
+    ckpt = p.checkpointing + (f" (every {every}th layer)" if every > 1 and
+                              p.checkpointing == "blocks" else "")  # fmt: skip
+    target = f" (target {p.target_tokens:,})" if p.target_tokens else ""
+    parts = sorted(p.components.items(), key=lambda kv: -kv[1])
+    context = CONTEXT.get(p.card or "", DEFAULT_CONTEXT)
+    measured = "measured on a T4" if p.card == "T4" else "the T4's, assumed for this card"
+    ratio = RESERVE.get(p.attn_impl, RESERVE["eager"])
+    source = "sdpa's, assumed for flash" if p.attn_impl == "flash" else p.attn_impl
+    share = 100 * p.components[p.decides] / p.peak_bytes
+    return [
+        ("plan", f"micro-batch {p.micro_batch} x {steps}, checkpointing {ckpt}"),
+        ("tokens per step", f"{p.tokens_per_step:,}{target}"),
+        ("allocated peak", f"{fb(p.peak_bytes)} at {p.peak_at}: "
+                           + ", ".join(f"{k} {fb(v)}" for k, v in parts[:5])),
+        ("on the device", f"{fb(p.device_bytes)} of {fb(budget)} "
+                          f"({100 * p.device_bytes / budget:.0f}%): allocator reserve "
+                          f"x{ratio:.2f} ({source}: the T4 rows' median), CUDA context "
+                          f"{fb(context)} ({measured})"),
+        ("decides", f"{p.decides} ({fb(p.components[p.decides])}, {share:.0f}% of the "
+                    "allocated peak)"),
+    ]  # fmt: skip
+
+
+def warn(p: FinetunePlan) -> None:
+    """Fill ``p.notes`` (what was assumed, the prediction's own notes) and ``p.warnings``.
+
+    Args:
+        p: the plan, its numbers chosen.
+    """
+    own = [n for n in p._any.notes if not n.startswith("LoRA on ")]  # said in ``assumed``
+    p.notes[:] = [f"assumed {a}" for a in p.assumed] + own
+    if p.attn_impl == "eager":
+        p.notes.append("eager attention keeps batch x heads x seq_len^2 scores per layer; "
+                       "sdpa and flash do not")  # fmt: skip
+    cap = p.capability()
+    if p.attn_impl == "flash" and cap and cap < (8, 0):
+        p.warnings.append(f"FlashAttention-2 needs compute capability 8.0 or newer; the "
+                          f"{p.card} is {cap[0]}.{cap[1]}: use sdpa")  # fmt: skip
+    one = {k: p.predictor(k, 1) for k in ("off", "blocks")}
+    if not p.searched and not p.fits:
+        p.warnings.append(f"micro-batch {p.micro_batch} does not fit: it needs "
+                          f"{fb(p.memory.device_bytes if p.memory else 0)} on the device "
+                          f"({fb(p.memory.peak_bytes if p.memory else 0)} allocated), more "
+                          f"than the {fb(p.memory_budget)} of the card")  # fmt: skip
+    elif not p.micro_batch:
+        p.warnings.append(_nothing_fits(p, one))
+    elif p.checkpointing == "blocks" and p.max_micro_batch_by_mode.get("off") == 0:
+        p.warnings.append(
+            f"one row of {p.seq_len:,} tokens does not fit without activation checkpointing "
+            f"(it needs {fb(one['off'].device_bytes)} on the device), so the plan turns it on: "
+            "every layer's forward runs twice, about 1.3x the time per step"
+        )
+
+
+def _nothing_fits(p: FinetunePlan, one: dict) -> str:
+    fixed = device_bytes(p.fixed, p.attn_impl, p.card)
+    if fixed >= p.memory_budget:
+        return (
+            f"nothing fits: the weights, adapters and optimiser state alone need {fb(fixed)} on "
+            f"the device ({fb(p.fixed)} of tensors), more than the {fb(p.memory_budget)} of the "
+            "card; " + ("fine-tune with LoRA or QLoRA instead, or " if p.finetune == "full"
+                        else "") + "use a smaller model, or a card with more memory"
+        )  # fmt: skip
+    return (
+        f"nothing fits: one row of {p.seq_len:,} tokens needs {fb(one['off'].device_bytes)} "
+        f"on the device without activation checkpointing and {fb(one['blocks'].device_bytes)} "
+        f"with it, more than the {fb(p.memory_budget)} of the card; shorten the rows"
+        + (", use sdpa attention" if p.attn_impl == "eager" else "")
+        + (", use the chunked loss" if p.settings["loss"] == "standard" else "")
+        + (", fine-tune with LoRA" if p.finetune == "full" else "")
+        + " or get more memory"
+    )

@@ -13,9 +13,10 @@ student's autograded copy gets back the live outputs their own run saved, and fe
 generated again by hand (``nbgrader generate_feedback``, formgrader's button): so every page
 below is made safe when it is rendered. Logged in as the instructor (a token-less Jupyter
 server on 127.0.0.1 with formgrader, as the course folder configures it), headless Chromium
-opens formgrader's manual-grading view of every submission and every feedback page; nothing
-may reach the canary, no file may be written, no grade may change, and formgrader must still
-work (its script runs and *Full credit* records a grade).
+opens formgrader's manual-grading view of every submission, an HTML file a student left beside
+their notebook (formgrader serves a submission's files from its own origin) and every feedback
+page; nothing may reach the canary, no file may be written, no grade may change, and
+formgrader must still work (its script runs and *Full credit* records a grade).
 
 The checks can fail: the same pages with the sanitiser turned off but the Content-Security-
 Policy kept run no payload either (the policy alone holds, and reports what it blocked), and
@@ -49,6 +50,7 @@ from nbconvert.exporters import HTMLExporter
 from nbgrader.api import Gradebook
 
 from course_grading import course as wc
+from course_grading.safe_pages import FEEDBACK_CSP, with_policy
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -61,6 +63,8 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 HOSTILE = ("html_script", "js_output", "md_img")
+#: A file a student left beside their notebook, which formgrader serves from their folder.
+STUDENT_FILE = "student_file"
 NO_SANDBOX = ["--no-sandbox"] if sandbox_problem() else []
 
 pytestmark = [
@@ -217,6 +221,8 @@ def graded(tmp_path_factory, canary):
             if sent.get("outputs"):
                 cell.outputs = sent.outputs
         nbformat.write(nb, path)
+    page = f"<html><body><p>my plot</p><script>{payload(STUDENT_FILE, canary.url)}</script>"
+    (_autograded(course, "md_img").parent / f"{STUDENT_FILE}.html").write_text(page)
     regenerated = wc.run_nbgrader(["generate_feedback", FIXTURE, "--force"], cwd=course)
     assert regenerated.returncode == 0, regenerated.stdout[-3000:]
     return {"out": out, "course": course, "class": class_, "stored": stored, "tmp": tmp}
@@ -291,7 +297,15 @@ def visit(browser, urls: list[str], settle: float = 1.0) -> tuple[list[dict], li
 
 
 def _formgrader_pages(url: str, course: Path) -> list[str]:
-    return [f"{url}/formgrader/submissions/{sid}/" for sid in submission_ids(course).values()]
+    """Each submission's manual-grading view, and the file a student left (formgrader's
+    route for a submission's files)."""
+    ids = submission_ids(course)
+    views = [f"{url}/formgrader/submissions/{sid}/" for sid in ids.values()]
+    return [*views, f"{url}/formgrader/submissions/{ids['md_img']}/{STUDENT_FILE}.html"]
+
+
+def _views(seen: list[dict]) -> list[dict]:
+    return [s for s in seen if s["url"].startswith("http") and s["url"].endswith("/")]
 
 
 def _feedback_pages(graded) -> list[Path]:
@@ -340,8 +354,10 @@ def test_no_student_script_runs_in_formgrader_or_feedback(graded, browser, canar
     assert after.pop(("honest", "written_reflect")) == (2.0, None)  # the click, recorded
     before.pop(("honest", "written_reflect"))
     assert after == before
-    formgrader_pages = [s for s in seen if s["url"].startswith("http")]
+    formgrader_pages = _views(seen)
     assert len(formgrader_pages) == 4 and all(s["ran"] for s in formgrader_pages), seen
+    files = next(s for s in seen if s["url"].endswith(f"{STUDENT_FILE}.html"))
+    assert "sandbox" in directives(files["csp"]) and "script-src" not in directives(files["csp"])
     for s in formgrader_pages:
         scripts = directives(s["csp"])["script-src"]
         assert scripts[:2] == ["'self'", scripts[1]] and scripts[1].startswith("'nonce-"), s
@@ -361,27 +377,29 @@ def unsanitised(graded):
     config += "\nc.HTMLExporter.preprocessors = []\nc.HTMLExporter.filters = {}\n"
     (control / wc.CONFIG_FILE).write_text(config)
     exporter = HTMLExporter()  # nbconvert as it comes: what an unconfigured feedback would be
-    pages = []
+    plain, guarded = [], []
     for who in HOSTILE:
-        nb = nbformat.read(_autograded(control, who), 4)
-        pages.append(control / f"feedback-{who}.html")
-        pages[-1].write_text(exporter.from_notebook_node(nb)[0], encoding="utf-8")
-    return control, [p.as_uri() for p in pages]
+        page = exporter.from_notebook_node(nbformat.read(_autograded(control, who), 4))[0]
+        plain.append(control / f"feedback-{who}.html")
+        plain[-1].write_text(page, encoding="utf-8")
+        guarded.append(control / f"feedback-{who}-policy.html")  # the feedback's policy alone
+        guarded[-1].write_text(with_policy(page, FEEDBACK_CSP), encoding="utf-8")
+    return control, [p.as_uri() for p in plain], [p.as_uri() for p in guarded]
 
 
 def test_the_policy_alone_blocks_every_payload(unsanitised, browser, canary):
-    control, _ = unsanitised
+    control, _, guarded_feedback = unsanitised
     canary.hits.clear()
     with instructor_server(control) as url:
-        seen, console = visit(browser, _formgrader_pages(url, control))
+        seen, console = visit(browser, _formgrader_pages(url, control) + guarded_feedback)
     assert canary.hits == [] and _written(control) == []
     blocked = [m for m in console if "Content Security Policy" in m and "inline" in m]
-    assert len(blocked) >= len(HOSTILE), console  # each payload tried, and was refused
-    assert all(s["ran"] for s in seen), seen  # formgrader's own script still ran
+    assert len(blocked) >= 2 * len(HOSTILE), console  # each payload tried, and was refused
+    assert all(s["ran"] for s in _views(seen)), seen  # formgrader's own script still ran
 
 
 def test_without_sanitiser_and_policy_every_payload_runs(unsanitised, browser, canary):
-    control, feedback = unsanitised
+    control, feedback, _ = unsanitised
     canary.hits.clear()
     before = grades(control)
     off = "--ServerApp.jpserver_extensions=course_grading.formgrader_csp=False"
@@ -391,5 +409,6 @@ def test_without_sanitiser_and_policy_every_payload_runs(unsanitised, browser, c
     for who in HOSTILE:
         assert any(f"/hit/{who}/formgrader" in h for h in canary.hits), (who, canary.hits)
         assert any(f"/hit/{who}/feedback" in h for h in canary.hits), (who, canary.hits)
-    assert _written(control) == [f"pwned_{who}.txt" for who in sorted(HOSTILE)]
+    assert any(f"/hit/{STUDENT_FILE}/formgrader" in h for h in canary.hits), canary.hits
+    assert _written(control) == [f"pwned_{who}.txt" for who in sorted((*HOSTILE, STUDENT_FILE))]
     assert grades(control) != before

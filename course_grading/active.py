@@ -187,12 +187,21 @@ def clean_html(markup: str) -> str:
 
 
 def svg_active_parts(svg: str) -> list[str]:
-    """What in an SVG image would run or load something (handlers, scripts, outside links)."""
-    found = [part for part in active_parts(svg) if not part.startswith(("href=", "xlink:href="))]
+    """What in an SVG image would run or load something (handlers, scripts, outside links).
+
+    Links inside the image (``#id``, ``url(#id)``) and embedded raster images (matplotlib's
+    ``imshow``) are not: the pages show an SVG as an ``<img>``, which loads nothing anyway.
+    """
+    found = [
+        part
+        for part in active_parts(svg)
+        if not part.startswith(("href=", "xlink:href=", "style=url("))
+    ]
     for tag in _TAG.finditer(svg):
         for attr in _ATTR.finditer(tag.group(3)):
             key, value = attr.group(1).lower(), (attr.group(2) or "").strip("\"' ")
-            if key in ("href", "xlink:href") and not value.startswith("#"):
+            inside = value.startswith("#") or _RASTER_URL.match(value)
+            if key in ("href", "xlink:href") and not inside:
                 found.append(f"{key}= (not a link inside the image)")
     return sorted(set(found))
 
@@ -213,11 +222,11 @@ def _shown_as_text(mime: str, why: str, text: str) -> str:
 
 def _why_not_rendered(mime: str, text: str) -> str:
     """Why an output of type ``mime`` is shown as text (``""``: it is rendered, cleaned)."""
-    if mime in TEXT_MIME or mime == MARKDOWN_MIME:
+    if mime in TEXT_MIME:
         return ""
     if mime in RASTER_MIME:
         return "" if _BASE64.fullmatch(text) else "the image is not base64"
-    if mime == "text/html":
+    if mime in ("text/html", MARKDOWN_MIME):  # markdown may hold raw HTML
         parts = active_parts(text) if not too_costly(text) else []
         return too_costly(text) or (f"it holds {', '.join(parts)}" if parts else "")
     if mime == "image/svg+xml":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import time
 
 import nbformat
@@ -128,6 +129,30 @@ def test_svg_images_with_scripts_are_text_and_clean_ones_kept():
     linked = '<svg><image href="https://canary.example/x.png"/></svg>'
     out = nbformat.v4.new_output("display_data", data={"image/svg+xml": linked})
     assert "image/svg+xml" not in neutralise_output(out).data
+
+
+def test_a_matplotlib_svg_is_kept():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3])
+    ax.imshow([[0.0, 1.0], [1.0, 0.0]])  # an embedded PNG, clip paths, glyphs by reference
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg")
+    plt.close(fig)
+    out = nbformat.v4.new_output("display_data", data={"image/svg+xml": buffer.getvalue()})
+    assert neutralise_output(out).data["image/svg+xml"] == buffer.getvalue()
+
+
+def test_markdown_outputs_with_raw_html_are_text():
+    md = 'See <img src="x" onerror="fetch(1)">'
+    out = nbformat.v4.new_output("display_data", data={"text/markdown": md})
+    assert list(neutralise_output(out).data) == ["text/plain"]
+    honest = nbformat.v4.new_output("display_data", data={"text/markdown": "**bold** [a](b)"})
+    assert neutralise_output(honest).data == {"text/markdown": "**bold** [a](b)"}
 
 
 def test_honest_content_is_kept():

@@ -33,6 +33,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	@# An editable install skips pyproject's data-files: enable formgrader's CSP extension here.
+	install -D -m 644 jupyter-config/jupyter_server_config.d/course_grading.json \
+	  $(VENV)/etc/jupyter/jupyter_server_config.d/course_grading.json
 	@# rfc3987-syntax builds parsers at import and costs every Jupyter tool ~3 s (TOOLCHAIN.md).
 	-$(PY) -m pip uninstall --quiet --yes rfc3987-syntax
 	@touch $@

@@ -57,6 +57,7 @@ c.Autograde.autograde_preprocessors = [
     "course_grading.verdicts.SaveTrustedGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
+    "course_grading.safe_pages.NeutraliseActiveContent",  # the stored copy's outputs: inert
 ]
 
 # --- feedback without hidden tests ---------------------------------------------------------
@@ -76,4 +77,20 @@ c.GenerateFeedback.preprocessors = [
     "course_grading.feedback.HideHiddenTests",
     "course_grading.feedback.WithholdInstructorMaterial",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "course_grading.safe_pages.NeutraliseActiveContent",
 ]
+
+# --- no active content in any page built from a submission ----------------------------------
+# A student's notebook can hold a <script> in a text/html output, an application/javascript
+# output or <img onerror=...> in markdown; opened by the instructor, it would run with their
+# Jupyter session. Every HTML page nbgrader builds with this configuration (feedback, and
+# formgrader's manual-grading view, whose HTMLExporter is made from it) goes through the
+# allow-list of course_grading/active.py: outputs holding anything active are shown as text,
+# HTML and markdown keep only inert markup, and feedback pages carry a Content-Security-Policy
+# that lets them run nothing (course_grading/safe_pages.py). Formgrader's own pages get theirs
+# from the server extension course_grading.formgrader_csp. HTMLExporter.sanitize_html is left
+# off: it would add bleach's pure-Python parse of every output, and formgrader's and the
+# feedback's templates ignore it for markdown cells anyway.
+c.HTMLExporter.preprocessors = ["course_grading.safe_pages.NeutraliseActiveContent"]
+c.HTMLExporter.filters = {"markdown2html": "course_grading.safe_pages.SafeMarkdown"}
+c.GenerateFeedback.exporter_class = "course_grading.safe_pages.FeedbackExporter"

@@ -9,7 +9,9 @@ gradebook; a lesson released without that step could not be autograded.
 Each role gets a folder on ``JUPYTER_CONFIG_PATH`` (set per user by ``jupyterhub_config.py``):
 
 - ``etc/instructor``: ``nbgrader_config.py`` pointing nbgrader (CLI and formgrader) at the
-  course folder, the exchange and the PostgreSQL gradebook;
+  course folder, the exchange and the PostgreSQL gradebook, and the server extension that
+  puts formgrader's pages under a strict Content-Security-Policy
+  (``course_grading.formgrader_csp``);
 - ``etc/student``: the exchange and the course id only, and the instructor-only extensions
   (formgrader, create-assignment, course list) switched off, as nbgrader's guide advises.
 
@@ -57,7 +59,11 @@ INSTRUCTOR_ONLY_LAB = [
 INSTRUCTOR_ONLY_SERVER = [
     "nbgrader.server_extensions.formgrader",
     "nbgrader.server_extensions.course_list",
+    # Formgrader's Content-Security-Policy; it lives in the grader, which students cannot see.
+    "course_grading.formgrader_csp",
 ]
+#: Switched on for the instructor whatever the environment's own configuration says.
+INSTRUCTOR_SERVER = {"course_grading.formgrader_csp": True}
 QUIET_LAB = {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}
 # Lab settings defaults for everyone in the classroom (a user's own settings still win): no
 # "get notified about Jupyter news?" toast, no update check.
@@ -80,6 +86,8 @@ def write_role_configs(etc: Path) -> dict[str, Path]:
                 "jpserver_extensions": dict.fromkeys(INSTRUCTOR_ONLY_SERVER, False)
             }
             page["disabledExtensions"] = dict.fromkeys(INSTRUCTOR_ONLY_LAB, True)
+        else:
+            server["ServerApp"] = {"jpserver_extensions": dict(INSTRUCTOR_SERVER)}
         text = INSTRUCTOR_NBGRADER if role == "instructor" else STUDENT_NBGRADER
         (folder / "nbgrader_config.py").write_text(text)
         (folder / "jupyter_server_config.json").write_text(json.dumps(server, indent=2))

@@ -9,6 +9,8 @@ One job per module; import names from the module that owns them:
   checking each one before and after grading;
 - ``autograde``: running the notebooks and reading the scores;
 - ``feedback``: feedback without hidden tests;
+- ``active``, ``safe_pages``, ``formgrader_csp``: no student script in any page (the allow-list,
+  the nbconvert steps that apply it, formgrader's Content-Security-Policy);
 - ``workspace``, ``report``, ``run``, ``cli``: the grading command (``python -m
   course_grading``).
 """

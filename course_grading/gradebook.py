@@ -38,6 +38,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from course_grading.course import CONFIG_FILE, WorkCourse, ignored
 from course_grading.functions import FunctionSandbox
 from course_grading.lesson import LessonSpec
+from course_grading.safe_pages import NeutraliseActiveContent
 from course_grading.submissions import Submission
 from course_grading.verdicts import Graded, SaveTrustedGrades
 
@@ -49,6 +50,7 @@ RECORD = (
     SaveTrustedGrades,
     AssignLatePenalties,
     CheckCellMetadata,
+    NeutraliseActiveContent,  # as nbgrader_config.py's autograde steps: inert stored outputs
 )
 
 

@@ -32,11 +32,9 @@ SECTIONS_PENDING = (
     "course_lib/lessons/padding.py",
     "course_lib/lessons/accumulation.py",
     "course_lib/lessons/checkpointing.py",
-    "course_lib/lessons/choosing.py",
     "course_lib/figures/padding.py",
     "course_lib/figures/accumulation.py",
     "course_lib/figures/checkpointing.py",
-    "course_lib/figures/choosing.py",
 )
 
 

@@ -109,6 +109,11 @@ def _rows_that_fit(budget: int, fixed: int, row: int) -> int:
 
 
 DRAWN = 10  # cards drawn for each student, beyond the fixed ones
+# A card whose exact quotient is just below a whole number of rows that a float rounds up to
+# (int((b - f) / r) and round() say one row more), while the answer itself is a float's exact
+# integer: 2**40 + 12345 rows of 2**20 + 1 bytes, one byte short of one more.
+_ROW, _ROWS = 2**20 + 1, 2**40 + 12345
+_BEYOND_FLOATS = (777 + (_ROWS + 1) * _ROW - 1, 777, _ROW)
 
 
 @ITEMS.item(
@@ -124,11 +129,11 @@ DRAWN = 10  # cards drawn for each student, beyond the fixed ones
 )
 def predict_micro_batch(ev: Evidence) -> str:
     """The memory model's largest micro-batch by plain integer arithmetic, right on cards drawn
-    for each student (byte counts up to 2**50, beyond a float's exact integers), on the edges
-    (nothing fits, an exact fit) and on the lesson's card as the library's model finds it."""
+    for each student (byte counts up to 2**50), on the edges (nothing fits, an exact fit, a
+    quotient a float rounds up) and on the lesson's card as the library's model finds it."""
     model = memory_model()
     cases = [(MEMORY_BUDGET, model["fixed"], model["row"])]  # the lesson's card
-    cases += [(100, 101, 1), (100, 100, 7), (106, 99, 7), (105, 99, 7), (2**62 + 1, 2, 3)]
+    cases += [(100, 101, 1), (100, 100, 7), (106, 99, 7), (105, 99, 7), _BEYOND_FLOATS]
     for _ in range(DRAWN):
         budget, fixed = ev.rng.randint(1, 2**50), ev.rng.randint(0, 2**46)
         cases.append((budget, fixed, ev.rng.randint(1, 2**34)))

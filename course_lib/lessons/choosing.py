@@ -427,19 +427,17 @@ def card_plan(
 
 def _parts(memory: Any) -> dict[str, int]:
     """The allocated peak of a :class:`~course_lib.hf.memory.HFMemory` split into :data:`PARTS`:
-    at the backward, the step's tensors (the transient counted with the logits when the peak is
-    the loss's, whose gradients are logit-sized); at the optimiser step, its temporaries with the
-    state and what a loop still holds as logits."""
-    c = memory.components
+    at the backward, the step's tensors (the gradients made so far; the transient counted with
+    the logits when the peak is the loss's, whose gradients are logit-sized); at the optimiser
+    step, every gradient, the step's temporaries with the state, and what a plain loop still
+    holds as logits (the rest of the peak)."""
+    c, at_step = memory.components, memory.peak_at == "optimizer.step"
     parts = dict.fromkeys(PARTS, 0)
-    parts["weights"] = c["weights"] + c["adapters"] + c["gathered"]
-    parts["gradients"] = c["gradients"]
-    parts["optimizer state"] = c["optimizer_states"]
+    parts["weights"] = c["weights"] + c["adapters"] + (0 if at_step else c["gathered"])
+    parts["gradients"] = c["gradients"] if at_step else memory.step.gradients
+    parts["optimizer state"] = c["optimizer_states"] + (c["optimizer_step"] if at_step else 0)
     parts["other"] = c["cublas_workspaces"] + c["batch"] + c["ddp_buckets"]
-    if memory.peak_at == "optimizer.step":
-        parts["weights"] -= c["gathered"]
-        parts["optimizer state"] += c["optimizer_step"]
-    else:
+    if not at_step:
         parts["activations"] = c["activations"]
         parts["logits"] = c["logits_and_loss"]
         parts["logits" if memory.step.peak_at == "loss" else "in flight"] += c["transient"]

@@ -152,6 +152,13 @@ ITEMS: dict[str, Item] = {
                 "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3500, 11, 13"
             ),
         },
+        shown={
+            "accumulation for >= 4,000 loss tokens: 17": (
+                "section 4's accumulation at the plan's micro-batch: one of many shapes that meet "
+                "both targets; the item's point is the smallest dataset where they can"
+            ),
+            "19, 17, 15": "the sizes accelerate's shrink-by-10 % search tries from 128",
+        },
         library=(
             "tp_dataset_size = next(n for n in range(250, 10_001, 250) "
             "if (_t := small_dataset_trap("

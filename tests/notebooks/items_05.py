@@ -49,15 +49,27 @@ def largest_fitting(fits, guess):  # the visible test's six cards by their guess
 """
 
 _OFF_BY_ONE = """
-def largest_fitting(fits, guess):  # returns the smallest failure, not the largest fit
-    g = max(1, guess)
-    lo, hi, step = (g, None, 1) if fits(g) else (None, g, 1)
-    while hi is None:
-        hi = g + step if not fits(g + step) else None
-        lo, step = (g + step, 2 * step) if hi is None else (lo, step)
-    while lo is None:
-        n = max(1, g - step)
-        lo, hi, step = (n, hi, step) if fits(n) else (None, n, 2 * step)
+def largest_fitting(fits, guess):  # the right search, but it returns the smallest failure
+    g = max(1, int(guess))
+    if fits(g):
+        lo, hi, step = g, None, 1
+        while hi is None:
+            if fits(g + step):
+                lo, step = g + step, 2 * step
+            else:
+                hi = g + step
+    else:
+        if g == 1:
+            raise ValueError("even a batch of 1 does not fit")
+        lo, hi, step = None, g, 1
+        while lo is None:
+            n = max(1, g - step)
+            if fits(n):
+                lo = n
+            elif n == 1:
+                raise ValueError("even a batch of 1 does not fit")
+            else:
+                hi, step = n, 2 * step
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)

@@ -396,10 +396,11 @@ def card_plan(
     """
     one_of("finetune", finetune, FINETUNES)
     config, card = load_config(model), card_name(card)
-    settings = dict(dtype=dtype, optimizer=optimizer, checkpointing=checkpointing,
-                    attn_impl=attn_impl, loss=loss, card=card,
-                    lora_rank=None if finetune == "full" else lora_rank,
-                    weights="nf4" if finetune == "qlora" else "16bit")  # fmt: skip
+    settings: dict[str, Any] = dict(
+        dtype=dtype, optimizer=optimizer, checkpointing=checkpointing, attn_impl=attn_impl,
+        loss=loss, card=card, lora_rank=None if finetune == "full" else lora_rank,
+        weights="nf4" if finetune == "qlora" else "16bit",
+    )  # fmt: skip
     memo: dict[int, Any] = {}
 
     def predicted(n: int) -> Any:

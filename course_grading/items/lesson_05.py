@@ -1,8 +1,18 @@
 """Trusted checks of lesson 5: choosing the numbers.
 
-Ported from the lesson's hidden tests with the same strictness. What they read from the kernel
-(the memory model's figures, the measured card's limit, the logged loss tokens, the 7B plan's
-breakdown) is computed here by trusted code from the lesson's parameters, as the lesson does.
+A point is earned by producing something that is right *and* that a lookup cannot produce, so
+the two graded functions carry 8 of the 13 autograded points: ``predict_micro_batch`` and
+``largest_fitting`` run where ``course_lib`` is absent, on cards drawn for each student (no table
+of the visible cases answers them), beside the lesson's own card and the library's memory model.
+The values (a target-practice shape, three check-yourself questions, a plan read off a real card)
+carry one point each, are the student's own work (``own_work``) and are compared by their
+declared forms (``course_lib.forms``), which the visible tests read them with too. Every visible
+test is a property check: the answers are short whole numbers, choices and a 3-significant-figure
+spare, whose digests would be found by trying candidates.
+
+What the checks compare with (the memory model's figures, the loss tokens of the logged run, the
+plans on real cards) is computed here by trusted code from the lesson's parameters, as the lesson
+computes it.
 """
 
 from __future__ import annotations
@@ -11,7 +21,19 @@ import math
 import warnings
 from functools import cache
 
-from course_grading.items import Evidence, Lesson, call, describe, predicate
+from course_grading.items import (
+    Evidence,
+    Integer,
+    Lesson,
+    Property,
+    Sig,
+    Truth,
+    Unordered,
+    Word,
+    call,
+    describe,
+    predicate,
+)
 
 ITEMS = Lesson("05_choosing_the_numbers")
 
@@ -19,6 +41,7 @@ ITEMS = Lesson("05_choosing_the_numbers")
 MEMORY_BUDGET_MIB, SEQ_LEN, DATASET_SIZE, MIN_TOKENS_PER_STEP = 24, 128, 800, 4000
 D_MODEL, N_HEADS, N_LAYERS, TRAIN_STEPS, SEED = 64, 4, 2, 4, 0
 MEMORY_BUDGET = MEMORY_BUDGET_MIB * 2**20
+GIB = 2**30
 
 
 def _config():
@@ -81,44 +104,47 @@ def loss_tokens_per_example() -> float:
     return summary.mean_loss_tokens / summary.mean_effective_batch
 
 
-@cache
-def real_plan() -> dict[str, int]:
-    """The 7B LoRA plan's breakdown of section 7, in bytes."""
-    from course_lib.finetune import plan_finetune
+def _rows_that_fit(budget: int, fixed: int, row: int) -> int:
+    return 0 if budget < fixed else (budget - fixed) // row
 
-    plan = plan_finetune(
-        "Mistral-7B-v0.3",
-        "24GiB",
-        2048,
-        dtype="bfloat16",
-        finetune="lora",
-        lora_rank=16,
-        attn_impl="sdpa",
-        target_tokens=32_000,
-    )
-    return {
-        "room": 80 * 2**30 - plan.fixed - plan.gradients,
-        "plain": plan.activations_per_row["off"],
-        "ckpt": plan.activations_per_row["blocks"],
-    }
+
+DRAWN = 10  # cards drawn for each student, beyond the fixed ones
+# A card whose exact quotient is just below a whole number of rows that a float rounds up to
+# (int((b - f) / r) and round() say one row more), while the answer itself is a float's exact
+# integer: 2**40 + 12345 rows of 2**20 + 1 bytes, one byte short of one more.
+_ROW, _ROWS = 2**20 + 1, 2**40 + 12345
+_BEYOND_FLOATS = (777 + (_ROWS + 1) * _ROW - 1, 777, _ROW)
 
 
 @ITEMS.item(
     "test-predict-micro-batch",
     answer="predict-micro-batch",
     points=2,
-    values=("predicted_micro_batch",),
-    own_work=True,
+    function="predict_micro_batch",
+    returns=Integer(),
+    visible=Property(
+        "predict_micro_batch",
+        "the largest n on three small cards of the test cell's own (not the lesson's)",
+    ),
 )
 def predict_micro_batch(ev: Evidence) -> str:
-    got = ev.integer("predicted_micro_batch")
+    """The memory model's largest micro-batch by plain integer arithmetic, right on cards drawn
+    for each student (byte counts up to 2**50), on the edges (nothing fits, an exact fit, a
+    quotient a float rounds up) and on the lesson's card as the library's model finds it."""
     model = memory_model()
+    cases = [(MEMORY_BUDGET, model["fixed"], model["row"])]  # the lesson's card
+    cases += [(100, 101, 1), (100, 100, 7), (106, 99, 7), (105, 99, 7), _BEYOND_FLOATS]
+    for _ in range(DRAWN):
+        budget, fixed = ev.rng.randint(1, 2**50), ev.rng.randint(0, 2**46)
+        cases.append((budget, fixed, ev.rng.randint(1, 2**34)))
+    results = ev.call([call(*c) for c in cases])
+    for case, result in zip(cases, results):
+        ev.returned(result, _rows_that_fit(*case), "not the largest micro-batch that fits")
     ev.require(
-        got == (MEMORY_BUDGET - model["fixed"]) // model["row"],
-        f"predicted_micro_batch: {got} is not the largest n with fixed_bytes + n * row_bytes "
-        "<= memory_budget",
+        results[0].value() == model["guess"],
+        f"{results[0].shown} does not match the library's memory model of this lesson's card",
     )
-    return "predicted_micro_batch: right"
+    return f"predict_micro_batch: right on {len(cases)} cards, {DRAWN} of them drawn for you"
 
 
 #: (limit, guess) of the search's cards: the visible cases, then the hidden ones.
@@ -131,30 +157,40 @@ def _probes_allowed(limit: int, guess: int) -> int:
     return 2 + 2 * math.ceil(math.log2(abs(limit - guess) + 1))
 
 
+def _drawn_cards(ev: Evidence) -> list[tuple[int, int]]:
+    """Cards drawn for each student: anywhere, and with a guess close to the limit (where the
+    gallop's budget is tightest)."""
+    cards = [(ev.rng.randint(1, 100_000), ev.rng.randint(0, 120_000)) for _ in range(DRAWN)]
+    for _ in range(DRAWN // 2):
+        limit = ev.rng.randint(4, 50_000)
+        cards.append((limit, limit + ev.rng.randint(-3, 3)))
+    return cards
+
+
 @ITEMS.item(
     "test-largest-fitting",
     answer="largest-fitting",
-    points=3,
+    points=6,
     function="largest_fitting",
+    returns=Integer(),
+    visible=Property(
+        "largest_fitting",
+        "exact on six fixed cards, each size probed once, within the probe budget",
+    ),
 )
 def largest_fitting(ev: Evidence) -> str:
-    """The exact limit of every card, each size probed once, within the gallop's budget; a card
-    where nothing fits raises ValueError; the measured card from the model's guess in <= 4."""
-    cards = list(CARDS)
-    cards += [(ev.rng.randint(1, 5000), ev.rng.randint(0, 6000)) for _ in range(6)]
-    cards.append((measured_limit(), memory_model()["guess"]))
+    """The exact limit of every card (15 drawn for each student), each size probed once, the
+    answer and the next size probed, within the gallop's budget; a card where nothing fits
+    raises ValueError; the measured card from the model's guess in <= 4 probes."""
+    cards = [*CARDS, *_drawn_cards(ev), (measured_limit(), memory_model()["guess"])]
     calls = [call(predicate(limit), guess, after=({"probes": 0},)) for limit, guess in cards]
     calls += [call(predicate(0), guess) for guess in (1, 5)]
     for c, (limit, guess) in zip(calls, cards):
         c["shown"] = f"a card whose limit is {limit}, {guess}"
     results = ev.call(calls)
     for (limit, guess), result in zip(cards, results):
-        got, probes = result.value(), result.after[0]
-        ev.require(
-            type(got) in (int, float) and got == limit,
-            f"largest_fitting on a card whose limit is {limit}, from guess {guess}, returned "
-            f"{describe(got)}",
-        )
+        ev.returned(result, limit, "not the card's limit")
+        probes = result.after[0]
         ev.require(
             isinstance(probes, list) and len(probes) == len(set(probes)),
             f"limit {limit}, guess {guess}: a size was probed twice: {describe(probes)}",
@@ -174,19 +210,24 @@ def largest_fitting(ev: Evidence) -> str:
             result.raised is not None and result.raised["type"] == "ValueError",
             "when fits(1) is False, largest_fitting should raise a ValueError",
         )
-    return f"largest_fitting: right on {len(cards)} cards"
+    return f"largest_fitting: right on {len(cards)} cards, {len(cards) - len(CARDS) - 1} drawn"
 
 
 @ITEMS.item(
     "test-target-practice",
     answer="target-practice",
-    points=2,
-    values=("tp_dataset_size", "tp_micro_batch", "tp_grad_accum"),
+    points=1,
+    values={"tp_dataset_size": Integer(), "tp_micro_batch": Integer(), "tp_grad_accum": Integer()},
+    visible=Property(
+        "target-practice", "any dataset size on the slider where the shape meets both targets"
+    ),
     own_work=True,
 )
 def target_practice(ev: Evidence) -> str:
-    size = ev.integer("tp_dataset_size")
-    micro, accum = ev.integer("tp_micro_batch"), ev.integer("tp_grad_accum")
+    """The smallest dataset (a multiple of 250) where both rules can hold, and a shape on this
+    card whose effective batch meets both there."""
+    size = ev.read("tp_dataset_size")
+    micro, accum = ev.read("tp_micro_batch"), ev.read("tp_grad_accum")
     effective = micro * accum
     per_example = loss_tokens_per_example()
     ev.require(
@@ -211,54 +252,78 @@ def target_practice(ev: Evidence) -> str:
     return "tp_dataset_size, tp_micro_batch, tp_grad_accum: right"
 
 
-@ITEMS.item("test-q1", answer="q1", points=2, values=("q1_effective", "q1_tokens"), own_work=True)
+@ITEMS.item(
+    "test-q1",
+    answer="q1",
+    points=1,
+    values={"q1_effective": Integer(), "q1_tokens": Integer()},
+    expected={"q1_effective": 4 * 6 * 2, "q1_tokens": 4 * 6 * 2 * 1024},
+    visible=Property("q1", "whole windows of 4 x 6 rows, and 1,024 tokens per example"),
+    own_work=True,
+)
 def q1(ev: Evidence) -> str:
-    effective, tokens = ev.integer("q1_effective"), ev.integer("q1_tokens")
-    ev.require(effective == 48, f"q1_effective: {effective} is not right")
-    ev.require(tokens == 49_152, f"q1_tokens: {tokens} is not right")
-    return "q1_effective, q1_tokens: right"
+    """The effective batch of 4 rows × 6 micro-batches on two GPUs, and its tokens per step."""
+    return ev.expect_all()
 
 
 @ITEMS.item(
-    "test-q2", answer="q2", points=2, values=("q2_max_effective", "q2_steps_at_64"), own_work=True
+    "test-q2",
+    answer="q2",
+    points=1,
+    values={"q2_max_effective": Integer(), "q2_steps_at_64": Integer()},
+    expected={"q2_max_effective": 1500 // 25, "q2_steps_at_64": 1500 // 64},
+    visible=Property("q2", "an effective batch and a step count that fit in 1,500 examples"),
+    own_work=True,
 )
 def q2(ev: Evidence) -> str:
-    largest, steps = ev.integer("q2_max_effective"), ev.integer("q2_steps_at_64")
-    ev.require(
-        largest == 60 and 1500 // largest >= 25 and 1500 // (largest + 1) < 25,
-        f"q2_max_effective: {largest} is not the largest effective batch with 25 full steps",
-    )
-    ev.require(steps == 23, f"q2_steps_at_64: {steps} is not right")
-    return "q2_max_effective, q2_steps_at_64: right"
+    """The largest effective batch with 25 full steps of 1,500 examples, and the full steps
+    at 64."""
+    return ev.expect_all()
 
 
-@ITEMS.item("test-q3", answer="q3", points=2, values=("q3_accum", "q3_changes"), own_work=True)
-def q3(ev: Evidence) -> str:
-    accum, changes = ev.integer("q3_accum"), ev.value("q3_changes")
-    ev.require(accum == 18, f"q3_accum: {accum} is not right")
-    ev.require(
-        isinstance(changes, (set, frozenset)) and all(type(c) is str for c in changes),
-        f"q3_changes: {describe(changes)} is not a set of letters",
-    )
-    ev.require(
-        {c.lower() for c in changes} == {"b", "c", "d", "f"},
-        f"q3_changes: {describe(changes)} is not the set of changes",
-    )
-    return "q3_accum, q3_changes: right"
+LETTERS = Unordered(Word(*"abcdef"))
 
 
 @ITEMS.item(
-    "test-q5", answer="q5", points=2, values=("q5_rows_plain", "q5_rows_ckpt"), own_work=True
+    "test-q3",
+    answer="q3",
+    points=1,
+    values={"q3_accum": Integer(), "q3_changes": LETTERS},
+    expected={"q3_accum": math.ceil(4000 / (900 / 4)), "q3_changes": {"b", "c", "d", "f"}},
+    visible=Property("q3", "an accumulation reaching 4,000 loss tokens, and letters a to f"),
+    own_work=True,
+)
+def q3(ev: Evidence) -> str:
+    """The smallest accumulation for 4,000 loss tokens, and exactly the statements that hold."""
+    return ev.expect_all()
+
+
+@cache
+def card_plans() -> dict[str, object]:
+    """Section 9's two plans as the lesson makes them, and what question 5 reads off them."""
+    from course_lib.lessons.choosing import card_plan
+
+    qlora = card_plan("Llama-3.1-8B", "RTX 4090", "qlora", seq_len=2048)
+    full = card_plan("Llama-3.1-8B", "A100 80GB", "full", seq_len=2048)
+    rows = qlora.max_micro_batch
+    return {
+        "q5_rows_qlora": rows,
+        "q5_spare_gib_qlora": (qlora.card_bytes - qlora.device[rows]) / GIB,
+        "q5_full_fits": full.max_micro_batch >= 1,
+    }
+
+
+@ITEMS.item(
+    "test-q5",
+    answer="q5",
+    points=1,
+    values={"q5_rows_qlora": Integer(), "q5_spare_gib_qlora": Sig(3), "q5_full_fits": Truth()},
+    expected=card_plans,
+    visible=Property("q5", "at least one row, and a spare between 0 and the card's 24 GiB"),
+    own_work=True,
 )
 def q5(ev: Evidence) -> str:
-    plain_rows, ckpt_rows = ev.integer("q5_rows_plain"), ev.integer("q5_rows_ckpt")
-    breakdown = real_plan()
-    ev.require(
-        plain_rows == breakdown["room"] // breakdown["plain"],
-        f"q5_rows_plain: {plain_rows} is not the largest micro-batch without checkpointing",
-    )
-    ev.require(
-        ckpt_rows == breakdown["room"] // breakdown["ckpt"],
-        f"q5_rows_ckpt: {ckpt_rows} is not the largest micro-batch with checkpointing",
-    )
-    return "q5_rows_plain, q5_rows_ckpt: right"
+    """The QLoRA plan's largest micro-batch on the RTX 4090 by what the card shows (the
+    allocator's reserve and the CUDA context on top of the tensors), the GiB left there, and
+    whether one row of the full fine-tune fits the A100."""
+    return ev.expect_all()

@@ -97,12 +97,19 @@ def plot_search_probes(
 ) -> Figure:
     """The largest-micro-batch search drawn probe by probe.
 
-    ``history``: ``[(n, fitted), ...]`` in probe order (``SearchResult.history``); ``needed``:
-    ``{n: bytes}`` measured at each probe (``MemoryProbe.needed``); ``predicted``: optional
-    ``{n: bytes}`` from the memory model, drawn as a line. Left: bytes needed against the
-    micro-batch size, fits as green circles, failures as red crosses, each numbered in probe order,
-    the budget dashed. Right: the size tried at each probe and the bracket ``[largest fit, smallest
-    failure]`` closing in.
+    Left: bytes needed against the micro-batch size, fits as green circles, failures as red
+    crosses, each numbered in probe order, the budget dashed. Right: the size tried at each probe
+    and the bracket ``[largest fit, smallest failure]`` closing in.
+
+    Args:
+        history: ``[(n, fitted), ...]`` in probe order (``SearchResult.history``).
+        needed: ``{n: bytes}`` measured at each probe (``MemoryProbe.needed``).
+        memory_budget: the card's budget in bytes (the dashed line).
+        predicted: optional ``{n: bytes}`` from the memory model, drawn as a line.
+        title: the left panel's title (default: the number of probes).
+
+    Returns:
+        The figure (two panels).
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -128,6 +135,15 @@ def plot_step_tokens(
     them: for every step, the row slots (``all_tokens``), the real tokens (``non_pad_tokens``) and
     the tokens the loss trains on (``loss_tokens``), beside the ``threshold`` and the ``planned``
     full-row count.
+
+    Args:
+        history: the logger's steps (``TokensPerStepLogger.history``).
+        threshold: the tokens-per-step rule of thumb (a dashed line).
+        planned: the plan's full-row tokens per step (a dotted line), or ``None``.
+        title: the title (default: "What the optimiser actually saw (logged)").
+
+    Returns:
+        The figure.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -188,6 +204,12 @@ def plot_small_dataset_trap(trap: SmallDatasetTrap) -> Figure:
     optimiser steps per epoch and loss tokens per step over the effective batch ``E``. The
     shaded bands mark where each rule of thumb holds.
 
+    Args:
+        trap: the steps per epoch and loss tokens per step over the effective batches.
+
+    Returns:
+        The figure (steps on the left axis, tokens on the right).
+
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
     """
@@ -247,6 +269,12 @@ def plot_training_plan(curve: PlanCurve) -> Figure:
     Left: the memory model's bytes for one training step over the micro-batch size (weights,
     gradients and AdamW state at the bottom), the budget, the search's probes and the chosen
     micro-batch. Right: the plan as a table, with its notes and warnings.
+
+    Args:
+        curve: one frame of the planner (the plan, or the reason nothing fits, and its curve).
+
+    Returns:
+        The figure (two panels).
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.

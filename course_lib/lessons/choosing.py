@@ -21,12 +21,13 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import _checks
-from .._checks import Checkpointing, positive_int, positive_number
+from .._checks import Checkpointing, one_of, positive_int, positive_number
 from ..accumulation import accumulate_gradients
 from ..budget import steps_per_epoch
 from ..collate import PaddingCollator, random_batches
 from ..data import PAD_ID
 from ..fit import NoBatchFitsError, SearchResult, find_largest
+from ..hf.cards import CONTEXT, DEFAULT_CONTEXT, RESERVE, card_name
 from ..memory import MemoryProbe
 from ..memory.meter import Device, pick_device
 from ..model import TinyGPT, TinyGPTConfig
@@ -45,7 +46,11 @@ class MeasuredSearch:
     predicted: dict[int, int]
 
     def table(self) -> str:
-        """Every probe: the size, whether it fitted, measured and predicted bytes."""
+        """Every probe: the size, whether it fitted, measured and predicted bytes.
+
+        Returns:
+            One line per probe, in probe order, under a header.
+        """
         lines = [f"{'probe':>5} {'n':>4} {'fits':>5} {'measured':>10} {'model':>10} "
                  f"{'model/measured':>15}"]  # fmt: skip
         for i, (n, fitted) in enumerate(self.search.history, start=1):
@@ -64,6 +69,17 @@ def measured_search(
     """The largest micro-batch of full ``seq_len`` rows whose real training step (weights,
     gradients and AdamW state included) fits ``memory_budget``: doubling then bisection from 1
     (:func:`course_lib.fit.find_largest`) over a :class:`~course_lib.memory.MemoryProbe`.
+
+    Args:
+        config: the model.
+        seq_len: tokens per row (full rows, every token a label: the worst case).
+        memory_budget: the card's memory per device, bytes or a string with a unit (``"24MiB"``).
+        device: where the steps run (default: CUDA when there is one, else the CPU).
+        seed: the probe's seed (weights and tokens).
+        progress: show a progress bar of the probes.
+
+    Returns:
+        :class:`MeasuredSearch`: the search, its probe and the model's bytes at each probe.
 
     Raises:
         ValueError: see :class:`~course_lib.memory.MemoryProbe`.
@@ -114,6 +130,16 @@ def plan_curve(
     ``seq_len`` when needed), and the memory model over micro-batches ``1 .. 2 x`` the largest
     that fits (at least 2), in the plan's config.
 
+    Args:
+        config: the model.
+        memory_budget: the card's memory per device, bytes or a string with a unit.
+        seq_len: tokens per row.
+        dataset_size: examples in the dataset (for the steps per epoch).
+        **plan_kwargs: passed to :func:`~course_lib.plan.plan` (``min_tokens_per_step``...).
+
+    Returns:
+        :class:`PlanCurve`.
+
     Raises:
         ValueError: see :func:`~course_lib.plan.plan` (nothing fitting is a curve with ``error``).
     """
@@ -152,6 +178,18 @@ def logged_run(
     """``steps`` optimiser steps of a TinyGPT (AdamW at ``lr``, gradient norm clipped to 1) on
     random micro-batches of ``examples`` (``drop_last``, completion-only labels), each window of
     ``grad_accum_steps`` accumulated token-weighted, every micro-batch's tokens logged.
+
+    Args:
+        config: the model.
+        examples: instruction examples (``make_instruction_dataset``).
+        micro_batch: examples per micro-batch.
+        grad_accum_steps: micro-batches per optimiser step.
+        steps: optimiser steps to run.
+        threshold: the logger's tokens-per-step warning threshold.
+        lr: AdamW's learning rate.
+        seed: the seed of the batch order and the model's weights.
+        device: where it runs (default: CUDA when there is one, else the CPU).
+        progress: show a progress bar of the steps.
 
     Returns:
         The :class:`~course_lib.token_log.TokensPerStepLogger` (``history``, ``summary()``).
@@ -210,6 +248,16 @@ def small_dataset_trap(
     """Full steps per epoch (``dataset_size // E``) and loss tokens per step
     (``E * loss_tokens_per_example``) for every effective batch ``E`` (sorted).
 
+    Args:
+        dataset_size: examples in the dataset.
+        loss_tokens_per_example: mean loss tokens per example (measured).
+        effective_batches: the effective batches ``E`` to tabulate.
+        min_tokens: the tokens-per-step rule of thumb.
+        min_steps: the steps-per-epoch rule of thumb.
+
+    Returns:
+        :class:`SmallDatasetTrap`.
+
     Raises:
         ValueError: a count that is not a positive int, or no effective batch.
     """
@@ -229,3 +277,166 @@ def small_dataset_trap(
         steps=[steps_per_epoch(dataset_size, e, drop_last=True) for e in es],
         tokens=[e * loss_tokens_per_example for e in es],
     )
+
+
+# --- section 9: a real model on a real card ---------------------------------------------------
+
+GiB = 2**30
+#: How the planner's components are grouped for the lesson's table, in the table's order.
+PARTS = ("weights", "gradients", "optimizer state", "activations", "logits", "in flight", "other")
+FINETUNES = ("qlora", "lora", "full")
+
+
+@dataclass
+class CardPlan:
+    """A fine-tune of a real model's config planned on a shipped card (:func:`card_plan`).
+
+    ``allocated[n]`` is the tensors' peak at micro-batch ``n`` (``max_memory_allocated``),
+    ``device[n]`` what the card shows then (the allocator's reserve and the CUDA context added),
+    ``parts[n]`` the allocated peak split into :data:`PARTS` (they add up to ``allocated[n]``)
+    and ``moment[n]`` when the peak falls (``"backward"`` or ``"optimizer.step"``), for every
+    ``n`` the search probed and for 1 and 2 rows. ``max_micro_batch`` is 0 when not even one
+    row fits the card. What the card shows is ``int(reserve * allocated) + context_bytes``
+    (:mod:`course_lib.hf.cards`: the allocator's reserve measured for the attention backend,
+    and the CUDA context).
+    """
+
+    model: str
+    card: str
+    card_bytes: int
+    finetune: str
+    seq_len: int
+    settings: dict[str, Any]
+    max_micro_batch: int
+    allocated: dict[int, int]
+    device: dict[int, int]
+    parts: dict[int, dict[str, int]]
+    moment: dict[int, str]
+    reserve: float
+    context_bytes: int
+
+    @property
+    def decides(self) -> str:
+        """The largest part at the peak of the largest micro-batch that fits (of one row when
+        none fits)."""
+        parts = self.parts[max(1, self.max_micro_batch)]
+        return max(parts, key=lambda k: parts[k])
+
+    def table(self, rows: Sequence[int] = (1, 2)) -> str:
+        """The allocated peak by part at each micro-batch of ``rows``, in GiB.
+
+        Args:
+            rows: micro-batch sizes to show (each must have been predicted: 1 and 2 always are).
+
+        Returns:
+            One line per part and the total, one column per micro-batch (bytes / 2**30).
+        """
+        head = "".join(f"{f'{n} row' + ('s' if n > 1 else ''):>16}" for n in rows)
+        lines = [f"{self.finetune} of {self.model} on {self.card}, rows of {self.seq_len} tokens",
+                 f"{'part (GiB, allocated)':<24}{head}"]  # fmt: skip
+        for part in PARTS:
+            lines.append(
+                f"{part:<24}" + "".join(f"{self.parts[n][part] / GiB:>16.4f}" for n in rows)
+            )
+        total = "".join(f"{self.allocated[n] / GiB:>16.4f}" for n in rows)
+        lines.append(f"{'= allocated peak':<24}{total}")
+        lines.append(f"{'peak falls in':<24}" + "".join(f"{self.moment[n]:>16}" for n in rows))
+        return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """What the plan decides, in words: the largest micro-batch, what the card shows, what
+        is left and which part decides.
+
+        Returns:
+            Two lines of text.
+        """
+        n, head = self.max_micro_batch, f"{self.model} ({self.finetune}) on {self.card}"
+        shown = self.device[max(n, 1)] / GiB
+        first = (f"{head}: not even one row fits; one row shows {shown:.2f} GiB of "
+                 f"{self.card_bytes / GiB:.0f} GiB" if n == 0 else
+                 f"{head}: largest micro-batch {n}, the card shows {shown:.2f} GiB, "
+                 f"{self.card_bytes / GiB - shown:.2f} GiB spare")  # fmt: skip
+        return first + f"\nthe largest part at that peak: {self.decides}"  # fmt: skip
+
+
+def card_plan(
+    model: str, card: str, finetune: str, *, seq_len: int = 2048, lora_rank: int = 16,
+    dtype: str = "bfloat16", optimizer: str = "adamw", checkpointing: Checkpointing = "blocks",
+    attn_impl: str = "sdpa", loss: str = "standard", fused: bool = False, limit: int = 512,
+) -> CardPlan:  # fmt: skip
+    """Plan ``finetune`` of a shipped model on a shipped card, from the config alone.
+
+    The plan is :func:`course_lib.finetune.plan_finetune`'s (the ``Trainer``'s loop, PEFT's
+    default LoRA targets, the card's reserve and CUDA context), with ``checkpointing`` fixed:
+    its largest micro-batch is the largest ``n`` whose step the card shows within its memory
+    (:func:`course_lib.hf.cards.device_bytes`). This adds, for 1, 2, ... that micro-batch and
+    one more row, each prediction split into the parts the lesson names.
+
+    Args:
+        model: a shipped config name (:func:`course_lib.hf_configs.available`).
+        card: a shipped card name (:data:`course_lib.hf.cards.CARDS`: ``"RTX 4090"``...).
+        finetune: ``"qlora"`` (NF4 base weights, double quantisation, LoRA), ``"lora"``
+            (16-bit base weights) or ``"full"`` (every parameter trained).
+        seq_len: tokens per row (full rows: the worst case).
+        lora_rank: the adapters' rank (``"qlora"`` and ``"lora"``).
+        dtype: the model's (compute) dtype.
+        optimizer: :data:`course_lib.hf.states.OPTIMIZERS` (``"adamw"``: moments in the
+            parameters' dtype, ``"adamw-8bit"``...).
+        checkpointing: ``"blocks"`` (every decoder layer) or ``"off"``.
+        attn_impl: ``"sdpa"``, ``"eager"`` or ``"flash"``.
+        loss: ``"standard"`` (full fp32 log-probabilities) or ``"chunked"`` (fused).
+        fused: AdamW's step: ``False`` is ``torch.optim.AdamW``'s multi-tensor step, its
+            default on CUDA when you build the optimiser yourself (one more copy of the second
+            moment while it runs); ``True`` the fused kernel, the ``Trainer``'s default
+            (``adamw_torch_fused``: no copy).
+        limit: the largest micro-batch shown beside the plan's (rows past it are not listed).
+
+    Returns:
+        :class:`CardPlan`.
+
+    Raises:
+        ValueError: an unknown model, card, fine-tune or setting (naming it).
+    """
+    from ..finetune import plan_finetune  # the fine-tune planner (torch-free, imported late)
+
+    one_of("finetune", finetune, FINETUNES)
+    card = card_name(card)
+    mode = _checks.checkpointing_mode(checkpointing)
+    plan = plan_finetune(
+        model, seq_len=seq_len, gpu=card, finetune=finetune, lora_rank=lora_rank, dtype=dtype,
+        optimizer=optimizer, checkpointing=mode, attn_impl=attn_impl, loss=loss,
+        fused=fused, foreach=not fused,
+    )  # fmt: skip
+    largest = plan.max_micro_batch_by_mode[mode]
+    rows = sorted({1, 2, *range(1, min(largest, limit) + 2)})
+    memo = {n: plan.predictor(mode, n) for n in rows}
+    return CardPlan(
+        model, card, plan.memory_budget, finetune, seq_len, plan.settings, largest,
+        allocated={n: m.peak_bytes for n, m in memo.items()},
+        device={n: m.device_bytes for n, m in memo.items()},
+        parts={n: _parts(m) for n, m in memo.items()},
+        moment={n: "optimizer.step" if m.peak_at == "optimizer.step" else "backward"
+                for n, m in memo.items()},
+        reserve=RESERVE.get(attn_impl, RESERVE["eager"]),
+        context_bytes=CONTEXT.get(card, DEFAULT_CONTEXT),
+    )  # fmt: skip
+
+
+def _parts(memory: Any) -> dict[str, int]:
+    """The allocated peak of a :class:`~course_lib.hf.memory.HFMemory` split into :data:`PARTS`:
+    at the backward, the step's tensors (the gradients made so far; the transient counted with
+    the logits when the peak is the loss's, whose gradients are logit-sized); at the optimiser
+    step, every gradient, the step's temporaries with the state, and what a plain loop still
+    holds as logits (the rest of the peak)."""
+    c, at_step = memory.components, memory.peak_at == "optimizer.step"
+    parts = dict.fromkeys(PARTS, 0)
+    parts["weights"] = c["weights"] + c["adapters"] + (0 if at_step else c["gathered"])
+    parts["gradients"] = c["gradients"] if at_step else memory.step.gradients
+    parts["optimizer state"] = c["optimizer_state"] + (c["optimizer_step"] if at_step else 0)
+    parts["other"] = c["cublas_workspaces"] + c["batch"] + c["ddp_buckets"]
+    if not at_step:
+        parts["activations"] = c["activations"]
+        parts["logits"] = c["logits_and_loss"]
+        parts["logits" if memory.step.peak_at == "loss" else "in flight"] += c["transient"]
+    parts["logits"] += memory.peak_bytes - sum(parts.values())  # a plain loop's held logits
+    return parts

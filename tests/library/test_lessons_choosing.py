@@ -7,7 +7,18 @@ import pytest
 from helpers import tiny_config
 
 from course_lib.data import make_instruction_dataset
-from course_lib.lessons.choosing import logged_run, measured_search, plan_curve, small_dataset_trap
+from course_lib.finetune import plan_finetune
+from course_lib.hf.cards import CARDS, DEFAULT_CONTEXT, RESERVE
+from course_lib.hf.memory import predict_hf_memory
+from course_lib.hf_configs import load_config
+from course_lib.lessons.choosing import (
+    PARTS,
+    card_plan,
+    logged_run,
+    measured_search,
+    plan_curve,
+    small_dataset_trap,
+)
 from course_lib.memory import MemoryProbe
 from course_lib.model import TinyGPTConfig
 from course_lib.plan import plan, training_memory
@@ -89,3 +100,99 @@ def test_a_logged_run_logs_every_micro_batch():
     assert [s.micro_batches for s in logger.history] == [3, 3]
     assert all(s.examples == 6 and s.low for s in logger.history)
     assert logger.table().count("\n") == 2
+
+
+# --- section 9: card_plan ---------------------------------------------------------------------
+
+GiB = 2**30
+
+
+def _predicted(model: str, n: int, **settings):
+    return predict_hf_memory(load_config(model), n, 2048, **settings)
+
+
+QLORA = dict(lora_rank=16, weights="nf4", dtype="bfloat16", checkpointing="blocks",
+             attn_impl="sdpa", card="RTX 4090")  # fmt: skip
+
+
+def test_card_plan_is_the_largest_micro_batch_the_card_shows_within_its_memory():
+    p = card_plan("Llama-3.1-8B", "rtx4090", "qlora")  # the card's name, case and spaces aside
+    assert p.card == "RTX 4090" and p.card_bytes == CARDS["RTX 4090"]
+    n = p.max_micro_batch
+    assert n >= 1
+    fits, over = _predicted("Llama-3.1-8B", n, **QLORA), _predicted("Llama-3.1-8B", n + 1, **QLORA)
+    assert fits.device_bytes <= p.card_bytes < over.device_bytes
+    assert p.device[n] == fits.device_bytes and p.allocated[n] == fits.peak_bytes
+    for m in p.device:  # what the card shows: the reserve over the tensors, then the context
+        assert p.device[m] == int(p.reserve * p.allocated[m]) + p.context_bytes
+    assert p.reserve == RESERVE["sdpa"] and p.context_bytes == DEFAULT_CONTEXT
+    # the tensors of one more row would still fit: the device's reserve decides the last row
+    assert p.allocated[n + 1] <= p.card_bytes < p.device[n + 1]
+
+
+def test_card_plan_is_the_fine_tune_planners_plan():
+    # One search: the lesson's plan is plan_finetune's, with the same step and checkpointing.
+    for finetune, card, fused in [("qlora", "RTX 4090", False), ("full", "A100 80GB", True)]:
+        p = card_plan("Llama-3.1-8B", card, finetune, fused=fused)
+        q = plan_finetune("Llama-3.1-8B", seq_len=2048, gpu=card, finetune=finetune,
+                          checkpointing="blocks", fused=fused, foreach=not fused)  # fmt: skip
+        assert p.max_micro_batch == q.max_micro_batch_by_mode["blocks"] >= 1
+    # The lever the lesson offers: the fused AdamW step drops the multi-tensor step's copy of
+    # the second moment, and the full fine-tune that fitted no row now fits some.
+    plain = card_plan("Llama-3.1-8B", "A100 80GB", "full")
+    fused = card_plan("Llama-3.1-8B", "A100 80GB", "full", fused=True)
+    assert plain.max_micro_batch == 0 < fused.max_micro_batch
+    assert plain.allocated[1] > fused.allocated[1]
+
+
+def test_card_plan_splits_the_peak_into_parts_that_add_up():
+    for args in [("Llama-3.1-8B", "RTX 4090", "qlora"), ("Llama-3.1-8B", "A100 80GB", "full"),
+                 ("Qwen2.5-0.5B", "T4", "lora"), ("Llama-3.2-1B", "RTX 4090", "full")]:  # fmt: skip
+        p = card_plan(*args)
+        for n, parts in p.parts.items():
+            assert set(parts) == set(PARTS) and min(parts.values()) >= 0, (args, n, parts)
+            assert sum(parts.values()) == p.allocated[n], (args, n)
+        assert {1, 2} <= set(p.parts)
+    qlora = card_plan("Llama-3.1-8B", "RTX 4090", "qlora")
+    assert qlora.decides == "logits" and qlora.moment[1] == "backward"
+    one = _predicted("Llama-3.1-8B", 1, **QLORA)  # the Trainer's loop holds no logits after
+    c = one.components
+    assert qlora.parts[1]["logits"] == c["logits_and_loss"] + c["transient"]
+    assert qlora.parts[1]["gradients"] == one.step.gradients == 0  # none made yet at the loss
+    grown = {k: qlora.parts[2][k] - qlora.parts[1][k] for k in PARTS}
+    assert grown["logits"] > 2 * grown["activations"] > 0 and grown["weights"] == 0
+    full = card_plan("Llama-3.1-8B", "A100 80GB", "full")
+    assert full.max_micro_batch == 0 and full.decides == "optimizer state"
+    assert full.moment[1] == "optimizer.step"
+    assert full.allocated[1] <= full.card_bytes < full.device[1]  # tensors fit, the card does not
+    eight_bit = card_plan("Llama-3.1-8B", "A100 80GB", "full", optimizer="adamw-8bit")
+    assert eight_bit.max_micro_batch >= 1
+    assert eight_bit.parts[1]["optimizer state"] < full.parts[1]["optimizer state"] / 2
+
+
+def test_card_plan_says_what_it_decided():
+    qlora = card_plan("Llama-3.1-8B", "RTX 4090", "qlora")
+    n = qlora.max_micro_batch
+    spare = (qlora.card_bytes - qlora.device[n]) / GiB
+    assert (
+        f"largest micro-batch {n}," in qlora.verdict()
+        and f"{spare:.2f} GiB spare" in qlora.verdict()
+    )
+    assert "the largest part at that peak: logits" in qlora.verdict()
+    assert "not even one row fits" in card_plan("Llama-3.1-8B", "A100 80GB", "full").verdict()
+    table = qlora.table(rows=(1, 2, n))
+    assert all(part in table for part in PARTS) and f"{n} rows" in table
+    assert f"{qlora.allocated[2] / GiB:.4f}" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("Llama-3.1-8B", "RTX 4090", "dora"), "finetune"),
+        (("Llama-3.1-8B", "RTX 9090", "qlora"), "unknown card"),
+        (("Llama-9", "RTX 4090", "qlora"), "unknown model"),
+    ],
+)
+def test_card_plan_rejects_what_it_cannot_plan(args, match):
+    with pytest.raises(ValueError, match=match):
+        card_plan(*args)

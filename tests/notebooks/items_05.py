@@ -1,6 +1,19 @@
-"""What tests/notebooks/test_assessment.py tries against lesson 05's autograded items."""
+"""What tests/notebooks/test_assessment.py tries against lesson 05's autograded items.
+
+Wrong answers and wrong methods are listed by name; the right answer's other forms and the
+shortcuts are built by the pass from the registration, the solution and the library call.
+Question 5's wrong methods each leave out (or mis-state) one thing between the tensors and what
+the card shows; the question is posed so that every one of them gives another answer.
+"""
 
 from assessment import Item
+
+MIGRATED = True  # every item registers its forms and visible checks (course_grading.items)
+
+
+def _predict(body: str) -> str:
+    return f"def predict_micro_batch(memory_budget, fixed_bytes, row_bytes):\n    {body}\n"
+
 
 # Hand-written searches that are wrong in the ways students get them wrong.
 _DOUBLING_FROM_GUESS = """
@@ -30,44 +43,134 @@ def largest_fitting(fits, guess):  # exact, but one size at a time
     raise ValueError("nothing fits")
 """
 
+_VISIBLE_TABLE = """
+def largest_fitting(fits, guess):  # the visible test's six cards by their guess, no search
+    return {37: 37, 36: 37, 38: 37, 5: 37, 200: 37, 3: 1000}.get(guess, guess)
+"""
+
 _OFF_BY_ONE = """
-def largest_fitting(fits, guess):  # returns the smallest failure, not the largest fit
-    g = max(1, guess)
-    lo, hi, step = (g, None, 1) if fits(g) else (None, g, 1)
-    while hi is None:
-        hi = g + step if not fits(g + step) else None
-        lo, step = (g + step, 2 * step) if hi is None else (lo, step)
-    while lo is None:
-        n = max(1, g - step)
-        lo, hi, step = (n, hi, step) if fits(n) else (None, n, 2 * step)
+def largest_fitting(fits, guess):  # the right search, but it returns the smallest failure
+    g = max(1, int(guess))
+    if fits(g):
+        lo, hi, step = g, None, 1
+        while hi is None:
+            if fits(g + step):
+                lo, step = g + step, 2 * step
+            else:
+                hi = g + step
+    else:
+        if g == 1:
+            raise ValueError("even a batch of 1 does not fit")
+        lo, hi, step = None, g, 1
+        while lo is None:
+            n = max(1, g - step)
+            if fits(n):
+                lo = n
+            elif n == 1:
+                raise ValueError("even a batch of 1 does not fit")
+            else:
+                hi, step = n, 2 * step
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return hi
 """
 
+
+_Q5 = """
+_per_row = two_rows_qlora - one_row_qlora
+def _shows(allocated):
+    return {shows}
+q5_rows_qlora = 0
+while _shows(one_row_qlora + q5_rows_qlora * _per_row) <= {card}:
+    q5_rows_qlora += 1
+q5_spare_gib_qlora = ({card} - _shows(one_row_qlora + (q5_rows_qlora - 1) * _per_row)) / {unit}
+q5_full_fits = _shows(one_row_full) <= {card_full}
+"""
+
+
+def _q5(shows="int(reserve * allocated) + context_bytes", card="card_qlora",
+        card_full="card_full", unit="2**30") -> str:  # fmt: skip
+    return _Q5.format(shows=shows, card=card, card_full=card_full, unit=unit)
+
+
+_Q5_ONE_ROW_PEAKS = """
+def _shows(allocated):
+    return int(reserve * allocated) + context_bytes
+q5_rows_qlora = 0
+while _shows((q5_rows_qlora + 1) * one_row_qlora) <= card_qlora:  # n rows as n one-row peaks
+    q5_rows_qlora += 1
+q5_spare_gib_qlora = (card_qlora - _shows(q5_rows_qlora * one_row_qlora)) / 2**30
+q5_full_fits = _shows(one_row_full) <= card_full
+"""
+
+_Q5_ROUNDED_UP = """
+import math
+_per_row = two_rows_qlora - one_row_qlora
+_room = (card_qlora - context_bytes) / reserve
+q5_rows_qlora = math.ceil((_room - one_row_qlora) / _per_row) + 1
+_peak = one_row_qlora + (q5_rows_qlora - 1) * _per_row
+q5_spare_gib_qlora = (card_qlora - int(reserve * _peak) - context_bytes) / 2**30
+q5_full_fits = int(reserve * one_row_full) + context_bytes <= card_full
+"""
+
 ITEMS: dict[str, Item] = {
     "predict-micro-batch": Item(
-        wrong=["predicted_micro_batch = 12", "predicted_micro_batch = 10"],
+        wrong={
+            "ignores the fixed part": _predict("return memory_budget // row_bytes"),
+            "float division (exact only below 2**53)": _predict(
+                "return max(0, int((memory_budget - fixed_bytes) / row_bytes))"
+            ),
+            "rounds to the nearest row": _predict(
+                "return max(0, round((memory_budget - fixed_bytes) / row_bytes))"
+            ),
+            "a negative count when the fixed part alone is over": _predict(
+                "return (memory_budget - fixed_bytes) // row_bytes"
+            ),
+            "one row more than fits (rounds up)": _predict(
+                "return max(0, -(-(memory_budget - fixed_bytes) // row_bytes))"
+            ),
+            "a table of the visible cards": _predict(
+                "return {1_000_003: 998, 7_777_777: 7796, 5_000: 0}.get(memory_budget, 11)"
+            ),
+        },
         library=(
-            "predicted_micro_batch = find_max_batch_size("
-            "lambda n: training_memory(config, n, seq_len).total <= memory_budget).batch_size"
+            "def predict_micro_batch(memory_budget, fixed_bytes, row_bytes):\n"
+            "    return find_max_batch_size(\n"
+            "        lambda n: fixed_bytes + n * row_bytes <= memory_budget).batch_size\n"
         ),
-        constants=["predicted_micro_batch"],
     ),
     "largest-fitting": Item(
-        wrong=[_DOUBLING_FROM_GUESS, _LINEAR_FROM_GUESS, _OFF_BY_ONE],
+        wrong={
+            "doubles away from the guess (the library's strategy)": _DOUBLING_FROM_GUESS,
+            "one size at a time from the guess": _LINEAR_FROM_GUESS,
+            "returns the smallest failure": _OFF_BY_ONE,
+            "a table of the visible cards": _VISIBLE_TABLE,
+        },
         library=(
             "def largest_fitting(fits, guess):\n"
             "    return find_max_batch_size(fits, start=max(1, guess)).batch_size\n"
         ),
     ),
     "target-practice": Item(
-        wrong=[
-            "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3750, 8, 17",
-            "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3250, 8, 17",
-            "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3500, 11, 13",
-        ],
+        wrong={
+            "a dataset where both hold, not the smallest": (
+                "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3750, 8, 17"
+            ),
+            "too small a dataset for 25 steps": (
+                "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3250, 8, 17"
+            ),
+            "an effective batch that leaves 24 steps": (
+                "tp_dataset_size, tp_micro_batch, tp_grad_accum = 3500, 11, 13"
+            ),
+        },
+        shown={
+            "accumulation for >= 4,000 loss tokens: 17": (
+                "section 4's accumulation at the plan's micro-batch: one of many shapes that meet "
+                "both targets; the item's point is the smallest dataset where they can"
+            ),
+            "19, 17, 15": "the sizes accelerate's shrink-by-10 % search tries from 128",
+        },
         library=(
             "tp_dataset_size = next(n for n in range(250, 10_001, 250) "
             "if (_t := small_dataset_trap("
@@ -77,54 +180,63 @@ ITEMS: dict[str, Item] = {
             "target_effective=(136, 136))\n"
             "tp_micro_batch, tp_grad_accum = _p.micro_batch, _p.grad_accum_steps\n"
         ),
-        constants=["tp_dataset_size"],
     ),
     "q1": Item(
-        wrong=[
-            "q1_effective, q1_tokens = 24, 24_576",  # forgot the second GPU
-            "q1_effective, q1_tokens = 48, 98_304",
-        ],
+        wrong={
+            "forgets the second GPU": "q1_effective, q1_tokens = 24, 24_576",
+            "tokens of two GPUs counted twice": "q1_effective, q1_tokens = 48, 98_304",
+            "one GPU's tokens": "q1_effective, q1_tokens = 48, 24_576",
+        },
         library=(
             "q1_effective = effective_batch_size(4, 6, 2)\n"
             "q1_tokens = tokens_per_step(4, 1024, 6, 2)\n"
         ),
-        constants=["q1_effective", "q1_tokens"],
     ),
     "q2": Item(
-        wrong=[
-            "q2_max_effective, q2_steps_at_64 = 59, 23",
-            "q2_max_effective, q2_steps_at_64 = 60, 24",  # counted the last partial window
-        ],
+        wrong={
+            "one less than the largest": "q2_max_effective, q2_steps_at_64 = 59, 23",
+            "counts the last partial window": "q2_max_effective, q2_steps_at_64 = 60, 24",
+            "one more than the largest": "q2_max_effective, q2_steps_at_64 = 61, 23",
+        },
         library=(
             "q2_max_effective = next(e for e in range(1500, 0, -1) "
             "if steps_per_epoch(1500, e, drop_last=True) >= 25)\n"
             "q2_steps_at_64 = steps_per_epoch(1500, 64, drop_last=True)\n"
         ),
-        constants=["q2_max_effective", "q2_steps_at_64"],
     ),
     "q3": Item(
-        wrong=[
-            'q3_accum, q3_changes = 17, {"b", "c", "d", "f"}',
-            'q3_accum, q3_changes = 18, {"b", "c"}',
-            'q3_accum, q3_changes = 18, {"a", "b", "c", "d", "f"}',
-        ],
+        wrong={
+            "one accumulation step short": 'q3_accum, q3_changes = 17, {"b", "c", "d", "f"}',
+            "forgets the wall time and the gradient": 'q3_accum, q3_changes = 18, {"b", "c"}',
+            "thinks accumulation costs memory": (
+                'q3_accum, q3_changes = 18, {"a", "b", "c", "d", "f"}'
+            ),
+            "thinks an epoch costs more compute": (
+                'q3_accum, q3_changes = 18, ["b", "c", "d", "e", "f"]'
+            ),
+        },
         library=(
             "q3_accum = next(a for a in range(1, 100) if tokens_per_step(1, 225, a) >= 4000)\n"
             'q3_changes = {"b", "c", "d", "f"}\n'
         ),
-        constants=["q3_accum", "q3_changes"],
     ),
     "q5": Item(
-        wrong=[
-            "q5_rows_plain, q5_rows_ckpt = 3, 50",
-            "q5_rows_plain, q5_rows_ckpt = 4, 51",  # rounded up: the last row does not fit
-        ],
+        wrong={
+            "the tensors only (no reserve, no CUDA context)": _q5(shows="allocated"),
+            "the reserve but no CUDA context": _q5(shows="int(reserve * allocated)"),
+            "the CUDA context but no reserve": _q5(shows="allocated + context_bytes"),
+            "decimal GB cards (24e9, 80e9 bytes)": _q5(card="24 * 10**9", card_full="80 * 10**9"),
+            "the spare in GB, not GiB": _q5(unit="10**9"),
+            "n rows as n times the one-row peak": _Q5_ONE_ROW_PEAKS,
+            "the micro-batch rounded up": _Q5_ROUNDED_UP,
+        },
         library=(
-            "_big = plan_finetune('Mistral-7B-v0.3', '80GiB', 2048, dtype='bfloat16', "
-            "finetune='lora', lora_rank=16, attn_impl='sdpa')\n"
-            "q5_rows_plain = _big.max_micro_batch_by_mode['off']\n"
-            "q5_rows_ckpt = _big.max_micro_batch_by_mode['blocks']\n"
+            "from course_lib.lessons.choosing import card_plan as _cp\n"
+            '_a = _cp("Llama-3.1-8B", "RTX 4090", "qlora")\n'
+            '_b = _cp("Llama-3.1-8B", "A100 80GB", "full")\n'
+            "q5_rows_qlora = _a.max_micro_batch\n"
+            "q5_spare_gib_qlora = (_a.card_bytes - _a.device[q5_rows_qlora]) / 2**30\n"
+            "q5_full_fits = _b.max_micro_batch >= 1\n"
         ),
-        constants=["q5_rows_plain", "q5_rows_ckpt"],
     ),
 }

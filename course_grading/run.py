@@ -42,10 +42,11 @@ from course_grading import course as wc
 from course_grading.autograde import Options, autograde
 from course_grading.errors import GradingError
 from course_grading.feedback import WITHHELD, withheld_record
-from course_grading.inspection import NotRead, inspect, read_no_follow, repaired_copy
+from course_grading.inspection import inspect, repaired_copy
 from course_grading.items import check_notebook
 from course_grading.leaks import instructor_lines, leaked, own_lines, unchecked
 from course_grading.lesson import LessonSpec
+from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.report import Row, rows_of, write_reports
 from course_grading.sandbox import check_available
 from course_grading.submissions import TIMESTAMP, Skipped, Submission, add_missing, collect

@@ -1,8 +1,8 @@
 """Ingestion that drops nobody and follows no link (issue 19, items 5 and 6).
 
 Fast tests build tiny submission folders in ``tmp_path`` and call the grader's ingestion
-functions directly (``submissions.collect``, ``inspection.inspect``/``repaired_copy``,
-``run._timestamp``, the course's errors); one ``python -m course_grading --jobs 2`` run on the
+functions directly (``submissions.collect``, ``notebook_file``, ``inspection.inspect`` and
+``repaired_copy``, ``run._timestamp``, the course's errors); one ``python -m course_grading --jobs 2`` run on the
 fixture lesson then grades every case together (``test_the_class_*``). Every guard is shown
 with the case that passes it and the case that fails it.
 """
@@ -24,11 +24,12 @@ import nbformat
 import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT, filled, find, set_source, write
 
-from course_grading import cli, inspection
+from course_grading import cli, notebook_file
 from course_grading import course as wc
 from course_grading.errors import GradingError
-from course_grading.inspection import NotRead, inspect, read_no_follow, repaired_copy
+from course_grading.inspection import inspect, repaired_copy
 from course_grading.lesson import LessonSpec
+from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.report import rows_of, write_reports
 from course_grading.run import _timestamp
 from course_grading.submissions import Submission, collect, student_ids
@@ -236,12 +237,12 @@ def test_sizes_are_checked_before_anything_parses(tmp_path, spec, monkeypatch):
     sub = _sub(tmp_path, good())
     assert inspect(sub, spec) is not None and sub.gradable  # the case that passes
     over = _sub(tmp_path, good())
-    monkeypatch.setattr(inspection, "MAX_NOTEBOOK_BYTES", 1000)
+    monkeypatch.setattr(notebook_file, "MAX_NOTEBOOK_BYTES", 1000)
 
     def no_parse(*args, **kwargs):
         raise AssertionError("parsed a file over the size limit")
 
-    monkeypatch.setattr(inspection.json, "loads", no_parse)
+    monkeypatch.setattr(notebook_file.json, "loads", no_parse)
     assert inspect(over, spec) is None and not over.gradable
     assert "KiB, over the 1 KiB limit: not graded" in reasons(over)
 

@@ -155,9 +155,11 @@ class WorkCourse:
         return self.root / "nbgrader.log"
 
     def release_notebook(self, lesson: str) -> Path:
+        """The student version of ``lesson``'s notebook in this course."""
         return self.release / lesson / f"{lesson}.ipynb"
 
     def source_notebook(self, lesson: str) -> Path:
+        """The instructor version of ``lesson``'s notebook in this course."""
         return self.source / lesson / f"{lesson}.ipynb"
 
     def run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 
@@ -20,6 +21,9 @@ from course_grading.leaks import instructor_marks
 from course_grading.lesson import MARKED, LessonSpec, marks_of
 from course_grading.notebook_file import read_notebook
 from course_grading.submissions import Submission
+
+if TYPE_CHECKING:  # autograde.py imports this module
+    from course_grading.autograde import CellTimeouts
 
 #: Errors outside test cells listed one by one in the report; the rest are counted.
 MAX_ERRORS_REPORTED = 3
@@ -216,7 +220,9 @@ def _first_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def review_autograded(sub: Submission, spec: LessonSpec, autograded: Path, timeouts) -> None:
+def review_autograded(
+    sub: Submission, spec: LessonSpec, autograded: Path, timeouts: CellTimeouts
+) -> None:
     """Record timeouts, errors outside test cells and truncated output from the graded copy.
 
     ``timeouts`` is the run's ``CellTimeouts``: it tells student code from the lesson's and

@@ -32,6 +32,7 @@ class LessonSpec:
 
     @classmethod
     def from_notebooks(cls, lesson: str, source: Path, release: Path) -> LessonSpec:
+        """The spec of ``lesson`` from its instructor (``source``) and student versions."""
         source_nb = nbformat.read(str(source), as_version=4)
         release_nb = nbformat.read(str(release), as_version=4)
         src, rel = nbgrader_cells(source_nb), nbgrader_cells(release_nb)

@@ -147,6 +147,8 @@ def _within_limits(sub: Submission, cells: list, file_bytes: int) -> bool:
 def read_notebook(sub: Submission) -> nbformat.NotebookNode | None:
     """``sub.original`` read as a notebook within the limits (an nbformat 3 notebook upgraded,
     and the report says so); ``None`` after flagging it not gradable with the reason."""
+    if sub.original is None:
+        return None
     try:
         data = read_no_follow(sub.original, MAX_NOTEBOOK_BYTES)
     except NotRead as err:

@@ -127,8 +127,8 @@ class _Reader:
         """Read a start or end tag at ``j``: its name, attributes, and what it opens or hides."""
         page, n = self.page, len(self.page)
         simple = _TAG.match(page, j)
+        attributes: dict[str, str] = {}
         if simple:
-            attributes = {}
             for found in _ATTRIBUTE.finditer(simple.group(3)):
                 value = html.unescape(next((v for v in found.groups()[1:] if v), ""))
                 attributes[found.group(1).lower()] = value
@@ -138,7 +138,6 @@ class _Reader:
             return self.element(name, simple.group(1) == "/", attributes, simple.end())
         closing = page[j + 1] == "/"
         words: list[str] = []
-        attributes: dict[str, str] = {}
         k = j + (2 if closing else 1)
         while True:
             stop = _IN_TAG.search(page, k)

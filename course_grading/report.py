@@ -105,7 +105,7 @@ def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:
         manual_pending=sub.manual_pending,
         failed_tests=tuple(sub.failed_tests),
         reasons=tuple(one_line(reason) for reason in reasons),
-        file=one_line(sub.original) if sub.original else "",
+        file=one_line(str(sub.original)) if sub.original else "",
         sandbox=sandbox,
     )
 

@@ -108,6 +108,8 @@ def _build_course(
 def _timestamp(sub: Submission) -> str:
     """The ``timestamp.txt`` beside ``sub``'s notebook in nbgrader's layout, if it is usable
     (read without following a link; a date nbgrader can read); else ``""``, and why."""
+    if sub.original is None:
+        return ""
     stamp = sub.original.parent / TIMESTAMP
     nbgrader_layout = sub.original.name == f"{sub.lesson}.ipynb" == f"{stamp.parent.name}.ipynb"
     if not nbgrader_layout or not os.path.lexists(stamp):
@@ -187,10 +189,11 @@ def grade(
 ) -> list[Row]:
     """Grade every submission under ``submissions_dir``; return the report rows (see module).
 
-    Raises ``GradingError`` (with what to do) when grading cannot go on at all.
-
     ``timings``, if given, receives the seconds each step took (``course``, ``autograde``,
     ``feedback``): for the benchmark and the command's last line, never for the report.
+
+    Raises:
+        GradingError: grading cannot go on at all (the message says what to do).
     """
     options = options or Options()
     timings = {} if timings is None else timings

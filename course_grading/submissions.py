@@ -78,6 +78,7 @@ class Submission:
     failed_tests: list[str] = field(default_factory=list)
 
     def flag(self, reason: str, *, gradable: bool = True) -> None:
+        """Add ``reason`` to the problems (the row is flagged); ``gradable=False``: not graded."""
         self.problems.append(reason)
         self.gradable = self.gradable and gradable
 

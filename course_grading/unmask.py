@@ -73,7 +73,8 @@ def unescape(text: str) -> str:
 def _decode(text: str, run: str, end: int) -> str:
     """What ``run`` (ending at ``end`` in ``text``) decodes to, with a short last line after it."""
     if len(run) % 4 == 0 and not run.endswith("="):
-        tail = _TAIL.match(text, _GAP.match(text, end).end())
+        gap = _GAP.match(text, end)  # always matches (maybe nothing)
+        tail = _TAIL.match(text, gap.end() if gap else end)
         run += tail.group() if tail else ""
     data = run.rstrip("=").replace("-", "+").replace("_", "/")
     data += "=" * (-len(data) % 4)

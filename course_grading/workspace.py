@@ -35,7 +35,11 @@ def _manual_grades(db: Path) -> int:
 
 
 def prepare_workspace(out: Path, force: bool) -> None:
-    """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades."""
+    """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades.
+
+    Raises:
+        GradingError: ``out`` is another folder, or holds manual grades and ``force`` is off.
+    """
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise GradingError(
             f"{out} exists and is not a grading workspace (no {MARKER}); "

@@ -2,9 +2,9 @@
 
 Fast tests build tiny submission folders in ``tmp_path`` and call the grader's ingestion
 functions directly (``submissions.collect``, ``notebook_file``, ``inspection.inspect`` and
-``repaired_copy``, ``run._timestamp``, the course's errors); one ``python -m course_grading --jobs 2`` run on the
-fixture lesson then grades every case together (``test_the_class_*``). Every guard is shown
-with the case that passes it and the case that fails it.
+``repaired_copy``, ``run._timestamp``, the course's errors); one ``python -m course_grading
+--jobs 2`` run on the fixture lesson then grades every case together (``test_the_class_*``).
+Every guard is shown with the case that passes it and the case that fails it.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ _TAIL = re.compile(rf"[A-Za-z0-9+/_-]{{1,{MIN_BASE64 - 1}}}=*")
 _GAP = re.compile(r"(?:\s|\\n)*")
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|[nrt\"'\\/])")
 _ESCAPED = {"n": "\n", "r": "\r", "t": "\t"}
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 #: Hangul fillers: letters (not marks) that draw nothing.
 _FILLERS = (0x115F, 0x1160, 0x3164, 0xFFA0)
 
@@ -49,11 +50,20 @@ def _invisible() -> dict[int, None]:
     return table | dict.fromkeys(_FILLERS)
 
 
+def visible(text: str) -> str:
+    """``text`` without its invisible characters and combining marks (``_invisible``); only
+    its runs of non-ASCII characters are looked at (``str.translate`` is slow per character)."""
+    if text.isascii():
+        return text
+    return _NON_ASCII.sub(lambda run: run.group().translate(_invisible()), text)
+
+
 def fold(text: str) -> str:
     """``text`` as the scan compares it: compatibility forms decomposed (NFKD: full-width
     letters, ligatures, superscripts), invisible characters and combining marks removed, every
     run of white space one space."""
-    text = unicodedata.normalize("NFKD", text).translate(_invisible())
+    if not text.isascii():
+        text = visible(unicodedata.normalize("NFKD", text))
     return " ".join(text.split())
 
 
@@ -115,7 +125,7 @@ def readings(text: str, deadline: Deadline) -> list[str]:
     Raises:
         ScanBudgetExceeded: ``deadline`` passed.
     """
-    plain = text.translate(_invisible())  # base64 with zero-width spaces in it
+    plain = visible(text)  # base64 with zero-width spaces in it
     layers = [plain, unescape(plain)]
     out = list(layers)
     for _ in range(BASE64_DEPTH):

@@ -52,11 +52,17 @@ def prepare_workspace(out: Path, force: bool) -> None:
             "comment(s); a new run would replace them. Use another --out, or "
             "--force to discard them."
         )
-    for name in OUTPUTS:
-        path = out / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by python -m course_grading\n", encoding="utf-8")
+    try:
+        for name in OUTPUTS:
+            path = out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).write_text("made by python -m course_grading\n", encoding="utf-8")
+    except OSError as err:
+        raise GradingError(
+            f"cannot prepare the workspace {out} ({err.strerror}: {err.filename}); "
+            "give a folder you can write with --out"
+        ) from None

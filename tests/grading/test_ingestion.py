@@ -33,6 +33,7 @@ from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.report import rows_of, write_reports
 from course_grading.run import _timestamp
 from course_grading.submissions import Submission, collect, student_ids
+from course_grading.workspace import MARKER, prepare_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
@@ -358,6 +359,14 @@ def test_a_failing_release_is_a_grading_error(tmp_path):
     assert "\n" not in str(err.value)
     with pytest.raises(GradingError, match="is not empty"):
         wc.make_work_course(root, tmp_path / "work")
+
+
+def test_a_workspace_that_cannot_be_made_is_a_grading_error(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(GradingError, match="cannot prepare the workspace .* --out"):
+        prepare_workspace(tmp_path / "file" / "out", force=False)
+    prepare_workspace(tmp_path / "out", force=False)  # the case that passes
+    assert (tmp_path / "out" / MARKER).is_file()
 
 
 # --- the report ------------------------------------------------------------------------------

@@ -214,7 +214,7 @@ def notebook_text(nb: nbformat.NotebookNode, *, seconds: float = SCAN_SECONDS) -
                 parts.append(value)
                 if mime in _MARKUP:
                     try:
-                        parts.append(page_text.read(value, deadline).everything())
+                        parts.append(page_text.read(value, deadline).everything(value))
                     except ScanBudgetExceeded as err:
                         parts.append(f"{_UNREAD}{err}")
     return "\n".join(str(p) for p in parts)

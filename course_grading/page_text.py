@@ -67,9 +67,13 @@ class PageText:
     text: str
     extra: str
 
-    def everything(self) -> str:
-        """All three, one after the other (what the leak scan reads)."""
-        return "\n".join((self.shown, self.text, self.extra))
+    def everything(self, besides: str = "") -> str:
+        """All three, one after the other (what the leak scan reads), each only once and only
+        if it differs from ``besides`` (the markup itself, already read as it is)."""
+        parts = [self.shown]
+        parts += [self.text] if self.text != self.shown else []
+        parts += [self.extra]
+        return "\n".join(part for part in parts if part and part != besides)
 
 
 class _Reader:

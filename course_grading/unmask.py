@@ -126,7 +126,8 @@ def readings(text: str, deadline: Deadline) -> list[str]:
         ScanBudgetExceeded: ``deadline`` passed.
     """
     plain = visible(text)  # base64 with zero-width spaces in it
-    layers = [plain, unescape(plain)]
+    unescaped = unescape(plain)
+    layers = [plain] + ([unescaped] if unescaped != plain else [])
     out = list(layers)
     for _ in range(BASE64_DEPTH):
         deadline.check("undoing disguises")

@@ -209,12 +209,13 @@ def _feedback_scans(tmp_path: Path, secret: frozenset[str], markup: str) -> floa
         assert found_in(notebook_text(nb), secret, frozenset()) == []
         assert leaked(page, secret, frozenset()) == []
 
-    return _best_of(2, both)
+    return _best_of(3, both)
 
 
 def _linear(small: float, large: float) -> bool:
-    """Ten times the input in under twenty times the time (quadratic would be a hundred)."""
-    return large < 20 * max(small, 1e-3)
+    """Ten times the input in under twenty times the time (quadratic would be a hundred). A
+    time under 10 ms counts as 10 ms: below that, caches and the clock decide the ratio."""
+    return large < 20 * max(small, 0.01)
 
 
 def test_the_scan_grows_linearly_with_its_input(tmp_path, secret):
@@ -236,7 +237,7 @@ def test_the_linearity_check_fails_the_old_regex():
 def test_markup_that_trips_other_parsers_is_read_in_linear_time(piece):
     """Python 3.11's ``html.parser`` is quadratic on each of these (and raises on ``<![``)."""
     small = _best_of(2, lambda: page_text.read(piece * (200_000 // len(piece))))
-    large = _best_of(1, lambda: page_text.read(piece * (2_000_000 // len(piece))))
+    large = _best_of(2, lambda: page_text.read(piece * (2_000_000 // len(piece))))
     assert _linear(small, large), (small, large)
 
 

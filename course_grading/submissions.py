@@ -192,6 +192,9 @@ def _lesson_folder(found: _Found, raw: str, lesson: str, folder: Path) -> None:
             raw, lesson, None, f"no {notebook.name} in {folder}{seen}; rename the file"
         )
         return
+    except OSError as err:
+        found.submission(raw, lesson, notebook, f"{notebook.name} cannot be read ({err.strerror})")
+        return
     note = "" if stat.S_ISREG(mode) else f"{notebook.name} is {_kind(mode)}; not read"
     found.submission(raw, lesson, notebook, _link(notebook) if stat.S_ISLNK(mode) else note)
 

@@ -12,6 +12,7 @@ and nbgrader's working folders out of the repository and makes every run start f
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,10 +21,13 @@ from pathlib import Path
 
 import nbformat
 
+from course_grading.errors import GradingError
+
 SOURCE_DIR = "solutions"
 RELEASE_DIR = "notebooks"
 CONFIG_FILE = "nbgrader_config.py"
 
+_EXCEPTION = re.compile(r"[\w.]*(?:Error|Exception): \S")
 #: Files that are never part of a lesson (nbgrader's own default ignore list, roughly).
 IGNORED = (".ipynb_checkpoints", "__pycache__", "*.pyc", "feedback", ".DS_Store")
 
@@ -36,19 +40,26 @@ def find_lessons(course_root: Path) -> list[str]:
 
     A lesson folder whose notebook is named differently is an error: nbgrader would treat the
     notebook as a different notebook id, and the student version would get another name.
+
+    Raises:
+        GradingError: a lesson folder holds another notebook, or ``solutions/`` cannot be read.
     """
     solutions = Path(course_root) / SOURCE_DIR
     lessons = []
-    for folder in sorted(p for p in solutions.glob("*") if p.is_dir()):
+    try:
+        folders = sorted(p for p in solutions.glob("*") if p.is_dir())
+    except OSError as err:
+        raise GradingError(f"cannot read the lessons in {solutions}: {err.strerror}") from None
+    for folder in folders:
         if folder.name.startswith((".", "_")):
             continue
         notebooks = sorted(p.name for p in folder.glob("*.ipynb"))
         if not notebooks:
             continue
         if notebooks != [f"{folder.name}.ipynb"]:
-            raise ValueError(
+            raise GradingError(
                 f"{folder} holds {notebooks}; a lesson folder must hold exactly one notebook "
-                f"named after the folder ({folder.name}.ipynb)"
+                f"named after the folder ({folder.name}.ipynb): rename or move the others"
             )
         lessons.append(folder.name)
     return lessons
@@ -144,9 +155,11 @@ class WorkCourse:
         return self.root / "nbgrader.log"
 
     def release_notebook(self, lesson: str) -> Path:
+        """The student version of ``lesson``'s notebook in this course."""
         return self.release / lesson / f"{lesson}.ipynb"
 
     def source_notebook(self, lesson: str) -> Path:
+        """The instructor version of ``lesson``'s notebook in this course."""
         return self.source / lesson / f"{lesson}.ipynb"
 
     def run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -168,21 +181,27 @@ def make_work_course(
     loads ``course_root/nbgrader_config.py`` (when there is one) and then points nbgrader at
     ``work_dir``. ``cell_timeout`` overrides ``Execute.timeout`` (seconds per cell);
     ``extra_config`` lines are appended to the config file as they are.
+
+    Raises:
+        GradingError: ``work_dir`` is not empty, or a lesson folder cannot be copied.
     """
     course_root = Path(course_root).resolve()
     work_dir = Path(work_dir).resolve()
     if lessons is None:
         lessons = find_lessons(course_root)
     if work_dir.exists() and any(work_dir.iterdir()):
-        raise ValueError(f"work course folder {work_dir} is not empty; give an empty folder")
+        raise GradingError(f"work course folder {work_dir} is not empty; give an empty folder")
     work = WorkCourse(work_dir, tuple(lessons))
     work.source.mkdir(parents=True)
     for lesson in lessons:
-        shutil.copytree(
-            course_root / SOURCE_DIR / lesson,
-            work.source / lesson,
-            ignore=shutil.ignore_patterns(*IGNORED),
-        )
+        try:
+            shutil.copytree(
+                course_root / SOURCE_DIR / lesson,
+                work.source / lesson,
+                ignore=shutil.ignore_patterns(*IGNORED),
+            )
+        except (OSError, shutil.Error) as err:
+            raise GradingError(f"cannot copy lesson {lesson} into {work.source}: {err}") from None
 
     lines = ["c = get_config()  # noqa: F821", ""]
     base_config = course_root / CONFIG_FILE
@@ -204,17 +223,29 @@ def make_work_course(
 def generate_assignments(work: WorkCourse) -> None:
     """Run ``nbgrader generate_assignment`` for every lesson of ``work`` in one process.
 
-    Raises ``RuntimeError`` with nbgrader's log when a student version is missing afterwards.
+    Raises:
+        GradingError: there are no lessons, or a student version is missing afterwards (with
+            nbgrader's last error line; its whole output is in ``nbgrader.log``).
     """
     if not work.lessons:
-        raise ValueError(f"no lessons to release in {work.source}")
+        raise GradingError(f"no lessons to release in {work.source}")
     proc = work.run("generate_assignment", "*", "--force")
     missing = [lesson for lesson in work.lessons if not work.release_notebook(lesson).exists()]
     if proc.returncode != 0 or missing:
-        raise RuntimeError(
+        raise GradingError(
             f"nbgrader generate_assignment failed (exit {proc.returncode}; no student version "
-            f"for {missing or 'none'}):\n{proc.stdout[-4000:]}"
+            f"for {', '.join(missing) or 'none'}): {_first_error(proc.stdout)[:300]}. Fix the "
+            f"lesson's notebook in {SOURCE_DIR}/; nbgrader's whole output is in {work.log}"
         )
+
+
+def _first_error(output: str) -> str:
+    """The first exception nbgrader's output names (``ValidationError: Duplicate grade id``),
+    else its last error line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    raised = [line for line in lines if _EXCEPTION.match(line)]
+    errors = [line for line in lines if "ERROR" in line]
+    return (raised or errors or lines or ["(no output)"])[0 if raised else -1]
 
 
 def ignored(relpath: Path) -> bool:

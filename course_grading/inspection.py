@@ -1,59 +1,35 @@
 """Check each submission against its lesson, before nbgrader sees it and after it has run.
 
-Before: is the file a notebook at all, which cells were deleted, copied or edited, is it blank
-(``inspect``), and the copy nbgrader may safely grade (``repaired_copy``). After: timeouts,
-errors outside test cells and truncated output, read from the graded copy
-(``review_autograded``).
+Before: is the file a notebook at all, within the size limits (``notebook_file``), which cells
+were deleted, copied, edited or marked otherwise, does it hold what only the instructor version
+has, is it blank (``inspect``); and the copy nbgrader may safely grade (``repaired_copy``,
+every repair reported). After: timeouts, errors outside test cells and truncated output, read
+from the graded copy (``review_autograded``).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 
 from course_grading.course import nbgrader_cells
-from course_grading.lesson import LessonSpec
+from course_grading.items import DECLARATION
+from course_grading.leaks import instructor_marks
+from course_grading.lesson import MARKED, LessonSpec, marks_of
+from course_grading.notebook_file import read_notebook
 from course_grading.submissions import Submission
 
-#: Saved outputs above this size are reported (nbgrader clears them before grading anyway).
-HUGE_OUTPUT_BYTES = 5 * 2**20
+if TYPE_CHECKING:  # autograde.py imports this module
+    from course_grading.autograde import CellTimeouts
 
 #: Errors outside test cells listed one by one in the report; the rest are counted.
 MAX_ERRORS_REPORTED = 3
 
 
 # --- before grading --------------------------------------------------------------------------
-
-
-def _read(sub: Submission) -> tuple[nbformat.NotebookNode | None, bytes]:
-    """Read ``sub.original`` as a notebook, or flag it not gradable and say why."""
-    data = sub.original.read_bytes()
-    if not data.strip():
-        sub.flag("the file is empty: not a notebook", gradable=False)
-        return None, data
-    try:
-        raw = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        sub.flag("the file is not text (binary data): not a notebook", gradable=False)
-        return None, data
-    except json.JSONDecodeError as err:
-        sub.flag(
-            f"the file is not valid JSON (line {err.lineno}, column {err.colno}: "
-            f"{err.msg}): damaged or not a notebook",
-            gradable=False,
-        )
-        return None, data
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
-        sub.flag("the file is JSON but not a Jupyter notebook (no list of cells)", gradable=False)
-        return None, data
-    try:
-        return nbformat.reads(data.decode("utf-8"), as_version=4), data
-    except Exception as err:  # nbformat raises several types for malformed notebooks
-        sub.flag(f"nbformat cannot read the notebook ({type(err).__name__}: {err})", gradable=False)
-        return None, data
 
 
 def _check_copied_and_deleted(sub: Submission, spec: LessonSpec, cells: list[dict]) -> None:
@@ -99,6 +75,62 @@ def _check_edited_and_blank(sub: Submission, spec: LessonSpec, cells: list[dict]
         sub.info.append(f"not attempted: {', '.join(sub.unchanged_answers)}")
 
 
+def _check_marks(sub: Submission, spec: LessonSpec, cells: list[dict]) -> None:
+    """Report every cell marked otherwise than in the lesson (``repaired_copy`` repairs it)."""
+    last = {cell["grade_id"]: cell for cell in cells}
+    for gid, want in spec.marks.items():
+        if gid not in last:
+            continue
+        got, kind = marks_of(last[gid]), spec.kind(gid)
+        if got["cell_type"] != want["cell_type"]:
+            sub.flag(
+                f"{kind} {gid!r} was turned into a {got['cell_type']} cell; it is graded as "
+                f"the {want['cell_type']} cell the lesson has"
+            )
+        changed = [f"{k}: {want[k]} -> {got[k]}" for k in MARKED if got[k] != want[k]]
+        if changed:
+            sub.flag(
+                f"{kind} {gid!r} had its nbgrader marks changed ({', '.join(changed)}); "
+                "the lesson's marks were used"
+            )
+        if want["grade"] and got["grade"] and got.get("points") != want["points"]:
+            points = got.get("points")
+            shown = f"{points:g}" if isinstance(points, float) else repr(points)
+            sub.flag(
+                f"{kind} {gid!r} claims {shown} points; the lesson's {want['points']:g} were used"
+            )
+
+
+def _check_instructor_material(sub: Submission, spec: LessonSpec, nb) -> None:
+    """Flag for review what only the instructor version has: its delimiters, a hidden test's
+    item declaration, a written answer's model answer word for word."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        marks = instructor_marks(cell.source)
+        lines = (line.strip() for line in cell.source.splitlines())
+        marks += [f"{DECLARATION} ..."] * any(line.startswith(DECLARATION) for line in lines)
+        if marks:
+            found.append(f"cell {index + 1} ({', '.join(marks)})")
+    if found:
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        sub.flag(
+            f"for review: holds what only the instructor version has: {'; '.join(found[:3])}"
+            f"{more} (a copy of the solution notebook?); feedback showing the instructor's "
+            "lines from such cells is withheld"
+        )
+    last = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    for gid in spec.written:
+        model, cell = spec.source_text.get(gid, ""), last.get(gid)
+        if cell and model != spec.release_text.get(gid) and _same(cell.source, model):
+            sub.flag(
+                f"for review: written answer {gid!r} is the lesson's model answer word for word"
+            )
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split()) != ""
+
+
 def inspect(sub: Submission, spec: LessonSpec) -> nbformat.NotebookNode | None:
     """Read ``sub.original`` and record everything that nbgrader would not tell us.
 
@@ -106,19 +138,35 @@ def inspect(sub: Submission, spec: LessonSpec) -> nbformat.NotebookNode | None:
     """
     if sub.original is None:
         return None
-    nb, data = _read(sub)
+    nb = read_notebook(sub)
     if nb is None:
         return None
-    output_bytes = sum(len(json.dumps(cell.get("outputs", []))) for cell in nb.cells)
-    if output_bytes > HUGE_OUTPUT_BYTES:
-        sub.flag(
-            f"huge saved output ({output_bytes / 2**20:.1f} MiB, file "
-            f"{len(data) / 2**20:.1f} MiB); outputs were cleared before grading"
-        )
     cells = nbgrader_cells(nb)
     _check_copied_and_deleted(sub, spec, cells)
     _check_edited_and_blank(sub, spec, cells)
+    _check_marks(sub, spec, cells)
+    _check_instructor_material(sub, spec, nb)
     return nb
+
+
+def _remarked(cell: nbformat.NotebookNode, want: dict) -> nbformat.NotebookNode:
+    """``cell`` marked as the lesson marks it: its nbgrader flags, points and cell type."""
+    meta = cell.metadata["nbgrader"]
+    for key in MARKED:
+        if bool(meta.get(key)) != want[key]:
+            meta[key] = want[key]
+    if "points" in want:
+        meta["points"] = want["points"]
+    meta["schema_version"] = 3
+    if cell.cell_type == want["cell_type"]:
+        return cell
+    make = (
+        nbformat.v4.new_code_cell if want["cell_type"] == "code" else nbformat.v4.new_markdown_cell
+    )
+    remade = make(source=cell.source, metadata=cell.metadata)
+    if "id" in cell:
+        remade.id = cell.id
+    return remade
 
 
 def repaired_copy(
@@ -130,8 +178,9 @@ def repaired_copy(
     and its own metadata check then raises ``SchemaTooOldError``, which aborts the whole
     autograde run, every later student included. So the earlier copies lose their nbgrader
     metadata here (nbgrader grades the last copy either way), as do cells whose grade id the
-    lesson does not know; a known cell with another schema version gets version 3 (nbgrader
-    restores the rest of its metadata from the gradebook).
+    lesson does not know; the last copy of a known cell is marked as the lesson marks it (cell
+    type, flags, points: ``_check_marks`` reported each change) with schema version 3
+    (nbgrader restores the rest of its metadata from the gradebook). Every repair is reported.
     """
     nb = copy.deepcopy(nb)
     last = {}
@@ -139,13 +188,12 @@ def repaired_copy(
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if gid:
             last[gid] = index
-    known = set(spec.source_text)
     for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {})
         if "nbgrader" not in meta:
             continue
         gid = meta["nbgrader"].get("grade_id")
-        if gid not in known:
+        if gid not in spec.marks:
             del meta["nbgrader"]
             sub.info.append(
                 f"cell {index + 1} carried nbgrader metadata the lesson does not "
@@ -153,8 +201,11 @@ def repaired_copy(
             )
         elif last[gid] != index:
             del meta["nbgrader"]
-        elif meta["nbgrader"].get("schema_version") != 3:
-            meta["nbgrader"]["schema_version"] = 3
+        else:
+            version = meta["nbgrader"].get("schema_version")
+            if version != 3:
+                sub.info.append(f"cell {index + 1}: nbgrader schema version {version} set to 3")
+            nb.cells[index] = _remarked(cell, spec.marks[gid])
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -169,7 +220,9 @@ def _first_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def review_autograded(sub: Submission, spec: LessonSpec, autograded: Path, timeouts) -> None:
+def review_autograded(
+    sub: Submission, spec: LessonSpec, autograded: Path, timeouts: CellTimeouts
+) -> None:
     """Record timeouts, errors outside test cells and truncated output from the graded copy.
 
     ``timeouts`` is the run's ``CellTimeouts``: it tells student code from the lesson's and

@@ -6,18 +6,46 @@ mark scheme, less what the student version shows anyway (a line, or part of one)
 file that contains one of these lines which the student's own cells do not contain is
 withheld. This holds whatever the kernel did (a hook that printed the next cell, a file read
 outside the sandbox) and also under ``--no-sandbox``.
+
+A cell of the submission that holds the instructor version's region delimiters (a copy of the
+solution notebook) is not the student's own: its lines vouch for nothing, so the model answer
+it carries is found and the feedback withheld (``own_lines``).
+
+The scan reads through simple disguises (``unmask``: zero-width characters, full-width
+letters, escaped strings, base64) and reads HTML with a linear-time reader (``page_text``:
+hidden elements, attributes and comments included). It runs in time linear in what it reads,
+within ``SCAN_SECONDS``; a page it could not finish reading, or one larger than
+``MAX_SCAN_CHARS``, counts as withheld (its one "line" is ``unchecked``'s reason).
 """
 
 from __future__ import annotations
 
-import html
 import re
 from pathlib import Path
 
 import nbformat
 
+from course_grading import page_text
+from course_grading.scan_budget import Deadline, ScanBudgetExceeded
+from course_grading.unmask import fold, readings
+
 #: Lines shorter than this (spaces left out) are too common to tell anything (``pass``, ``)``).
 MIN_CHARS = 10
+#: Seconds one scan (a page, or a notebook's text) may take; past it the page is withheld.
+SCAN_SECONDS = 30.0
+#: Characters one scan reads at most (16 MiB of kept output gives pages well below this).
+MAX_SCAN_CHARS = 128 * 2**20
+#: The instructor version's delimiter lines; a student version has none of them.
+INSTRUCTOR_MARKS = (
+    "### BEGIN SOLUTION",
+    "### END SOLUTION",
+    "### BEGIN HIDDEN TESTS",
+    "### END HIDDEN TESTS",
+    "=== BEGIN MARK SCHEME ===",
+    "=== END MARK SCHEME ===",
+)
+#: How a scan that could not finish says so, in place of the lines it found.
+UNCHECKED = "(not checked: the scan {why})"
 
 _REGIONS = [
     re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S),
@@ -25,11 +53,11 @@ _REGIONS = [
     re.compile(r"=== BEGIN MARK SCHEME ===\n(.*?)=== END MARK SCHEME ===", re.S),
 ]
 _DELIMITERS = re.compile(r"(BEGIN|END) (HIDDEN TESTS|SOLUTION|MARK SCHEME)")
-_INVISIBLE = re.compile(r"<(style|script)\b.*?</\1>", re.S | re.I)
-_TAG = re.compile(r"<[^>]+>")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*+[ -/]*+[@-~]")
 #: Output types whose text a feedback page renders as markup (scanned as what a reader sees).
 _MARKUP = ("text/html", "image/svg+xml")
+#: Put in ``notebook_text`` where markup could not be read within the budget.
+_UNREAD = "\x00course_grading.leaks: unread: "
 
 
 def _norm(line: str) -> str:
@@ -80,37 +108,99 @@ def instructor_lines(source: Path, release: Path) -> frozenset[str]:
 
 
 def visible_text(page: str) -> str:
-    """The text a reader of an HTML page sees: no tags, styles or scripts; entities decoded."""
-    return html.unescape(_TAG.sub("", _INVISIBLE.sub("", page)))
+    """The text a reader of an HTML page sees: no tags, styles, scripts or hidden elements;
+    entities decoded (``page_text``)."""
+    return page_text.read(page).shown
+
+
+def instructor_marks(source: str) -> list[str]:
+    """The instructor version's delimiter lines (``INSTRUCTOR_MARKS``) that ``source`` holds."""
+    lines = {line.strip() for line in source.splitlines()}
+    return [mark for mark in INSTRUCTOR_MARKS if mark in lines]
 
 
 def own_lines(notebook: Path) -> frozenset[str]:
-    """Every line of every cell the student submitted (what they already had)."""
+    """Every line of every cell the student submitted (what they already had), except cells
+    holding the instructor version's delimiters: those are a copy, not the student's own."""
     nb = nbformat.read(str(notebook), as_version=4)
     lines: set[str] = set()
     for cell in nb.cells:
-        lines |= _lines(cell.source)
+        if not instructor_marks(cell.source):
+            lines |= _lines(cell.source)
     return frozenset(lines)
 
 
-def found_in(text: str, secret: frozenset[str], own: frozenset[str]) -> list[str]:
-    """The instructor lines in ``text`` (spaces normalised) that no line of the student's holds."""
-    text, mine = _norm(text), "\n".join(sorted(own))
-    return sorted(line for line in secret if line in text and line not in mine)
+def unchecked(found: list[str]) -> str:
+    """Why a scan could not finish (``found`` is its answer), or ``""`` when it did."""
+    prefix = UNCHECKED.split("{", 1)[0]
+    return found[0][len(prefix) : -1] if found and found[0].startswith(prefix) else ""
 
 
-def leaked(page: Path, secret: frozenset[str], own: frozenset[str]) -> list[str]:
-    """The instructor lines in the HTML file ``page`` that the student's cells do not hold."""
-    return found_in(visible_text(page.read_text(encoding="utf-8", errors="replace")), secret, own)
+def _search(text: str, secret: frozenset[str], own: frozenset[str], deadline: Deadline):
+    if len(text) > MAX_SCAN_CHARS:
+        raise ScanBudgetExceeded(
+            f"was given {len(text) / 2**20:.0f} Mi characters, over its "
+            f"{MAX_SCAN_CHARS / 2**20:.0f} Mi limit"
+        )
+    if _UNREAD in text:
+        raise ScanBudgetExceeded(text.split(_UNREAD, 1)[1].split("\n", 1)[0])
+    haystack = "\n".join(readings(_ANSI.sub("", text), deadline))
+    mine = "\n".join(fold(line) for line in sorted(own))
+    found = []
+    for line in sorted(secret):
+        deadline.check("looking for instructor lines")
+        key = fold(line)
+        if key and key in haystack and key not in mine:
+            found.append(line)
+    return found
 
 
-def notebook_text(nb: nbformat.NotebookNode) -> str:
+def found_in(
+    text: str, secret: frozenset[str], own: frozenset[str], *, seconds: float = SCAN_SECONDS
+) -> list[str]:
+    """The instructor lines in ``text`` that no line of the student's holds, in any of its
+    readings (``unmask.readings``); ``[UNCHECKED]`` when it cannot tell within ``seconds``.
+
+    Args:
+        text: what a feedback page shows (``notebook_text``, or a page's text).
+        secret: ``instructor_lines`` of the lesson.
+        own: ``own_lines`` of the student's submission.
+        seconds: the scan's time budget.
+
+    Returns:
+        The instructor lines found, sorted; or one line, ``UNCHECKED`` with the reason.
+    """
+    try:
+        return _search(text, secret, own, Deadline(seconds))
+    except ScanBudgetExceeded as err:
+        return [UNCHECKED.format(why=err)]
+
+
+def leaked(
+    page: Path, secret: frozenset[str], own: frozenset[str], *, seconds: float = SCAN_SECONDS
+) -> list[str]:
+    """The instructor lines in the HTML file ``page`` that the student's cells do not hold:
+    in what it shows, in hidden elements, attributes, comments and scripts (``found_in``)."""
+    deadline = Deadline(seconds)
+    if page.stat().st_size > MAX_SCAN_CHARS * 4:
+        return [UNCHECKED.format(why=f"was given a page of {page.stat().st_size} bytes")]
+    try:
+        text = page_text.read(page.read_text(encoding="utf-8", errors="replace"), deadline)
+        return _search(text.everything(), secret, own, deadline)
+    except ScanBudgetExceeded as err:
+        return [UNCHECKED.format(why=err)]
+
+
+def notebook_text(nb: nbformat.NotebookNode, *, seconds: float = SCAN_SECONDS) -> str:
     """Every text a feedback page made from ``nb`` could show: sources and outputs.
 
-    Markup outputs count twice, as written and as a reader sees them (tags gone); terminal
-    colour codes are removed (feedback renders them as colours). Stricter than the page itself:
-    it also holds what a page would only carry in a script.
+    Markup outputs count as written and as read (``page_text``: what a reader sees, hidden
+    elements, attributes, comments); terminal colour codes are removed (feedback renders them
+    as colours). Stricter than the page itself: it also holds what a page would only carry in
+    a script. Markup that cannot be read within ``seconds`` leaves a mark that makes
+    ``found_in`` answer ``UNCHECKED``.
     """
+    deadline = Deadline(seconds)
     parts: list[str] = []
     for cell in nb.cells:
         parts.append(cell.source)
@@ -119,8 +209,12 @@ def notebook_text(nb: nbformat.NotebookNode) -> str:
             parts += out.get("traceback", [])
             for mime, value in out.get("data", {}).items():
                 value = "".join(value) if isinstance(value, list) else value
-                if isinstance(value, str):
-                    parts.append(value)
-                    if mime in _MARKUP:
-                        parts.append(visible_text(value))
-    return _ANSI.sub("", "\n".join(str(p) for p in parts))
+                if not isinstance(value, str):
+                    continue
+                parts.append(value)
+                if mime in _MARKUP:
+                    try:
+                        parts.append(page_text.read(value, deadline).everything(value))
+                    except ScanBudgetExceeded as err:
+                        parts.append(f"{_UNREAD}{err}")
+    return "\n".join(str(p) for p in parts)

@@ -26,9 +26,13 @@ class LessonSpec:
     # sources of every non-answer cell of both versions (a cell with another source is the
     # student's: added or changed)
     lesson_sources: frozenset[str] = frozenset()
+    # grade id -> what the instructor version marks it as: its cell type and nbgrader's flags
+    # (``MARKED``); a submission's cell marked otherwise is repaired, and the report says so
+    marks: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
     def from_notebooks(cls, lesson: str, source: Path, release: Path) -> LessonSpec:
+        """The spec of ``lesson`` from its instructor (``source``) and student versions."""
         source_nb = nbformat.read(str(source), as_version=4)
         release_nb = nbformat.read(str(release), as_version=4)
         src, rel = nbgrader_cells(source_nb), nbgrader_cells(release_nb)
@@ -53,6 +57,7 @@ class LessonSpec:
             {c["grade_id"]: c["source"] for c in rel},
             [c.source for c in source_nb.cells if c.cell_type == "code" and not _is_answer(c)],
             frozenset(c.source for c in [*source_nb.cells, *release_nb.cells] if not _is_answer(c)),
+            {c["grade_id"]: marks_of(c) for c in src},
         )
 
     @property
@@ -72,6 +77,22 @@ class LessonSpec:
         if grade_id in self.answers:
             return "answer cell"
         return "read-only cell"
+
+
+#: The nbgrader flags that make a cell what it is (with its cell type and, if graded, points).
+MARKED = ("grade", "solution", "locked", "task")
+
+
+def marks_of(cell: dict) -> dict:
+    """What an nbgrader cell (``nbgrader_cells``' form) is marked as: its cell type, its flags
+    (``MARKED``, missing ones false) and, for a graded cell, its points."""
+    marks = {"cell_type": cell.get("cell_type"), **{k: bool(cell.get(k)) for k in MARKED}}
+    if marks["grade"]:
+        try:
+            marks["points"] = float(cell.get("points") or 0)
+        except (TypeError, ValueError):  # a student's metadata may hold anything
+            marks["points"] = str(cell.get("points"))[:40]
+    return marks
 
 
 def _is_answer(cell: nbformat.NotebookNode) -> bool:

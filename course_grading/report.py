@@ -1,15 +1,18 @@
 """The grading report: one row per student and lesson, in CSV and Markdown, and a score sheet.
 
-``report.csv`` / ``report.md``: status (ok, flagged, not graded, missing, unrecognised), score,
+``report.csv`` / ``report.md``: status (ok, flagged, not graded, missing, unrecognised: an entry
+of the submissions folder that is not graded, with the reason), score,
 maximum, autograded points, written-answer points still to grade, failed items with the trusted
 checks' messages, and the reasons in plain words. ``scores.csv``: one row per student, a column
 per lesson, total and maximum.
 
 Much of a row is text a student controls (their id, their file's name, an exception's message,
 a value quoted back to them). Every such text is written as text: one line (newlines and other
-control characters become spaces), no raw HTML in ``report.md`` (``<``, ``>`` and ``&`` become
-entities, ``|`` is escaped), and no CSV cell that a spreadsheet would run as a formula (a cell
-starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``).
+control characters, terminal escapes included, become spaces, already in each ``Row``, so the
+command's summary on the terminal is safe too), no raw HTML in ``report.md`` (``<``, ``>``
+and ``&`` become entities, ``|`` is escaped), and no CSV cell that a spreadsheet would run as
+a formula (a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a
+leading ``'``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from course_grading.lesson import LessonSpec
-from course_grading.submissions import Submission
+from course_grading.submissions import Skipped, Submission
 
 #: The first lines of report.md when student code ran without a sandbox.
 UNSANDBOXED = (
@@ -92,7 +95,7 @@ def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:
         reasons.append(f"needs manual grading ({sub.manual_pending:g} points of written answers)")
     reasons += sub.info
     return Row(
-        student=sub.student,
+        student=one_line(sub.student),
         lesson=sub.lesson,
         status=sub.status,
         score=sub.score,
@@ -101,8 +104,8 @@ def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:
         auto_max=auto_max,
         manual_pending=sub.manual_pending,
         failed_tests=tuple(sub.failed_tests),
-        reasons=tuple(reasons),
-        file=str(sub.original) if sub.original else "",
+        reasons=tuple(one_line(reason) for reason in reasons),
+        file=one_line(str(sub.original)) if sub.original else "",
         sandbox=sandbox,
     )
 
@@ -110,11 +113,12 @@ def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:
 def rows_of(
     subs: list[Submission],
     specs: dict[str, LessonSpec],
-    unknown: list[str],
+    skipped: list[Skipped],
     *,
     sandboxed: bool = True,
 ) -> list[Row]:
-    """The report's rows: every submission in order, then every file not understood."""
+    """The report's rows: every submission in order, then every entry not graded (status
+    ``unrecognised``, with its reason)."""
     sandbox = "bubblewrap" if sandboxed else "none (--no-sandbox)"
     rows = [_row(sub, specs.get(sub.lesson), sandbox) for sub in subs]
     rows += [
@@ -122,11 +126,11 @@ def rows_of(
             student="?",
             lesson="?",
             status="unrecognised",
-            reasons=("file name matches no student/lesson pattern; not graded",),
-            file=path,
+            reasons=(one_line(entry.reason),),
+            file=one_line(entry.path),
             sandbox=sandbox,
         )
-        for path in unknown
+        for entry in sorted(skipped, key=lambda e: e.path)
     ]
     return rows
 
@@ -168,7 +172,8 @@ def _write_markdown(out: Path, rows: list[Row], sandboxed: bool) -> None:
     ]
     for r in rows:
         failed = markdown_text("; ".join(r.failed_tests)) or "-"
-        reasons = markdown_text("; ".join(r.reasons)) or "-"
+        where = [r.file] if r.status == "unrecognised" else []  # it has no student or lesson
+        reasons = markdown_text(": ".join([*where, "; ".join(r.reasons)])) or "-"
         lines.append(
             f"| {markdown_text(r.student)} | {markdown_text(r.lesson)} | {r.status} | "
             f"{r.score:g} | {r.max_score:g} | {failed} | {reasons} |"

@@ -5,9 +5,12 @@
 Steps, all inside a private workspace (``--out``, default ``grading/``):
 
 1. find the submissions (nbgrader's ``<student>/<lesson>/<lesson>.ipynb`` layout or a flat
-   ``<student>_<lesson>.ipynb`` download) and check each against its lesson (``inspection``);
+   ``<student>_<lesson>.ipynb`` download) without following a link, every entry not graded
+   given a row of its own (``submissions``), and check each against its lesson, sizes checked
+   before anything is parsed (``inspection``);
 2. build a fresh nbgrader course in ``<out>/course`` from ``solutions/`` (its own gradebook) and
-   copy every readable submission into its ``submitted/`` folder; the originals are only read;
+   copy every readable submission into its ``submitted/`` folder, repaired and reported; the
+   originals are only read;
 3. autograde: every notebook runs in its own kernel in a sandbox (``autograde``, ``sandbox``),
    ``--jobs`` at a time, with every hidden-test region removed; the lesson's trusted checks
    decide every autograded item outside the kernel (``verdicts``, ``items``); the cheat scan
@@ -27,11 +30,13 @@ already holds manual grades unless ``--force`` is given.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
 
 import nbformat
+from nbgrader.utils import parse_utc
 
 from course_grading import course as wc
 from course_grading.autograde import Options, autograde
@@ -39,11 +44,12 @@ from course_grading.errors import GradingError
 from course_grading.feedback import WITHHELD, withheld_record
 from course_grading.inspection import inspect, repaired_copy
 from course_grading.items import check_notebook
-from course_grading.leaks import instructor_lines, leaked, own_lines
+from course_grading.leaks import instructor_lines, leaked, own_lines, unchecked
 from course_grading.lesson import LessonSpec
+from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.report import Row, rows_of, write_reports
 from course_grading.sandbox import check_available
-from course_grading.submissions import Submission, add_missing, collect
+from course_grading.submissions import TIMESTAMP, Skipped, Submission, add_missing, collect
 from course_grading.workspace import prepare_workspace
 
 
@@ -56,17 +62,17 @@ def _check_paths(submissions_dir: Path, out: Path) -> None:
 
 def _select(
     submissions_dir: Path, all_lessons: list[str], lessons: list[str] | None
-) -> tuple[list[Submission], list[str], list[str]]:
-    """The submissions to grade, the files not understood, and the lessons to grade."""
+) -> tuple[list[Submission], list[Skipped], list[str]]:
+    """The submissions to grade, the entries not graded, and the lessons to grade."""
     unknown_lessons = sorted(set(lessons or []) - set(all_lessons))
     if unknown_lessons:
         raise GradingError(f"unknown lesson(s) {unknown_lessons}; the lessons are {all_lessons}")
-    subs, unknown = collect(submissions_dir, all_lessons)
+    subs, skipped = collect(submissions_dir, all_lessons)
     wanted = sorted(lessons) if lessons else sorted({s.lesson for s in subs})
     subs = [s for s in subs if s.lesson in wanted]
     if lessons:  # the lessons that were due: report every student who did not submit one
         subs = add_missing(subs, wanted)
-    return subs, unknown, wanted
+    return subs, skipped, wanted
 
 
 def _build_course(
@@ -84,15 +90,40 @@ def _build_course(
     )
     if lessons:
         wc.generate_assignments(work)
-    specs = {
-        lesson: LessonSpec.from_notebooks(
-            lesson, work.source_notebook(lesson), work.release_notebook(lesson)
-        )
-        for lesson in lessons
-    }
+    specs = {}
     for lesson in lessons:  # every item declared and checked, before any student's code runs
-        check_notebook(lesson, nbformat.read(str(work.source_notebook(lesson)), as_version=4))
+        source, release = work.source_notebook(lesson), work.release_notebook(lesson)
+        try:
+            specs[lesson] = LessonSpec.from_notebooks(lesson, source, release)
+            nb = nbformat.read(str(source), as_version=4)
+        except Exception as err:  # nbformat raises several types for a damaged notebook
+            raise GradingError(
+                f"cannot read lesson {lesson}'s notebook ({type(err).__name__}: {err}); fix "
+                f"{wc.SOURCE_DIR}/{lesson}/{lesson}.ipynb"
+            ) from None
+        check_notebook(lesson, nb)
     return work, specs
+
+
+def _timestamp(sub: Submission) -> str:
+    """The ``timestamp.txt`` beside ``sub``'s notebook in nbgrader's layout, if it is usable
+    (read without following a link; a date nbgrader can read); else ``""``, and why."""
+    if sub.original is None:
+        return ""
+    stamp = sub.original.parent / TIMESTAMP
+    nbgrader_layout = sub.original.name == f"{sub.lesson}.ipynb" == f"{stamp.parent.name}.ipynb"
+    if not nbgrader_layout or not os.path.lexists(stamp):
+        return ""
+    try:
+        text = read_no_follow(stamp, 256).decode("utf-8", "replace").strip()
+        parse_utc(text)
+    except NotRead as err:
+        sub.flag(f"{err}: not used, so no late penalty is worked out")
+        return ""
+    except Exception:  # dateutil raises several types for what is not a date
+        sub.flag(f"{TIMESTAMP} holds no date nbgrader can read ({text[:40]!r}); not used")
+        return ""
+    return text
 
 
 def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonSpec]) -> None:
@@ -104,9 +135,8 @@ def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonS
         dest = work.submitted / sub.student / sub.lesson
         dest.mkdir(parents=True, exist_ok=True)
         nbformat.write(repaired_copy(nb, specs[sub.lesson], sub), str(dest / f"{sub.lesson}.ipynb"))
-        stamp = sub.original.parent / "timestamp.txt"
-        if sub.original.name == f"{sub.lesson}.ipynb" and stamp.is_file():
-            shutil.copyfile(stamp, dest / "timestamp.txt")
+        if stamp := _timestamp(sub):
+            (dest / TIMESTAMP).write_text(stamp + "\n", encoding="utf-8")
 
 
 def _keep_feedback(work: wc.WorkCourse, subs: list[Submission], out: Path) -> None:
@@ -131,10 +161,16 @@ def _keep_feedback(work: wc.WorkCourse, subs: list[Submission], out: Path) -> No
             found = leaked(html, secrets[sub.lesson], own_lines(submitted))
         if found:
             html.unlink(missing_ok=True)  # not even formgrader's release_feedback may send it
-            sub.flag(
-                f"{WITHHELD} ({len(found)} line(s) of hidden tests or solutions, "
-                f"e.g. {found[0][:60]!r})"
-            )
+            if why := unchecked(found):
+                sub.flag(
+                    f"feedback withheld: it could not be checked for instructor material "
+                    f"(the scan {why})"
+                )
+            else:
+                sub.flag(
+                    f"{WITHHELD} ({len(found)} line(s) of hidden tests or solutions, "
+                    f"e.g. {found[0][:60]!r})"
+                )
             continue
         dest = out / "feedback" / sub.student / f"{sub.lesson}.html"
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -153,10 +189,11 @@ def grade(
 ) -> list[Row]:
     """Grade every submission under ``submissions_dir``; return the report rows (see module).
 
-    Raises ``GradingError`` (with what to do) when grading cannot go on at all.
-
     ``timings``, if given, receives the seconds each step took (``course``, ``autograde``,
     ``feedback``): for the benchmark and the command's last line, never for the report.
+
+    Raises:
+        GradingError: grading cannot go on at all (the message says what to do).
     """
     options = options or Options()
     timings = {} if timings is None else timings
@@ -169,7 +206,7 @@ def grade(
     if not all_lessons:
         raise GradingError(f"no lessons in {course_root / wc.SOURCE_DIR}")
     prepare_workspace(out, force)
-    subs, unknown, wanted = _select(submissions_dir, all_lessons, lessons)
+    subs, skipped, wanted = _select(submissions_dir, all_lessons, lessons)
     timeouts = options.cell_timeout, options.lesson_timeout
     work, specs = _build_course(course_root, out / "course", wanted, timeouts)
     _stage(work, subs, specs)
@@ -181,6 +218,6 @@ def grade(
         timings["autograde"], clock = time.perf_counter() - clock, time.perf_counter()
         _keep_feedback(work, subs, out)
         timings["feedback"] = time.perf_counter() - clock
-    rows = rows_of(subs, specs, unknown, sandboxed=options.sandbox)
+    rows = rows_of(subs, specs, skipped, sandboxed=options.sandbox)
     write_reports(out, rows, sandboxed=options.sandbox)
     return rows

@@ -1,4 +1,5 @@
-"""Find student submissions, and hold what is found out about each one.
+"""Find student submissions without following a link or dropping anyone, and hold what is
+found out about each one.
 
 nbgrader grades what it is given and stays quiet about several kinds of damage: a deleted test
 cell is simply not graded (no warning), copied cells lose their grade id silently, a file that
@@ -9,18 +10,51 @@ the report in plain words.
 
 Layouts accepted (both may be mixed in one folder):
 
-* nbgrader's ``<dir>/<student>/<lesson>/<lesson>.ipynb`` (or ``<dir>/submitted/...``), also
-  ``<dir>/<student>/<lesson>.ipynb``;
+* nbgrader's ``<dir>/<student>/<lesson>/<lesson>.ipynb``, also ``<dir>/<student>/<lesson>.ipynb``;
 * a flat LMS download: ``<dir>/<student>_<lesson>.ipynb``.
+
+Rules (each is a reason in the report):
+
+* A symbolic link is never followed (a notebook, a folder or a ``timestamp.txt``): entries are
+  read with ``os.lstat``, and a link in a submission's place makes it ``not graded``.
+* Nothing is dropped: every entry that is not part of a submission gets its own row
+  (``Skipped``) with the reason: names starting with ``.``, files or folders of no lesson,
+  files beside a lesson's notebook, a second copy of a submission, links, special files.
+* ``<dir>/submitted/`` is nbgrader's folder of submissions only when the layout says so: it
+  sits among nbgrader's own course files and nothing else, and holds no entry named after a
+  lesson. Otherwise it is a student called ``submitted``.
+* Student ids keep letters, digits and ``._@+-``; other characters become ``_``. Two different
+  ids that would become the same one (``josé`` and ``jos_``) both keep their row: a changed id
+  that collides gets ``-`` and the first hex digits of its SHA-256.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
 
+from course_grading.errors import GradingError
+
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._@+-]")
+#: What an nbgrader course folder holds besides ``submitted/``.
+COURSE_FILES = frozenset(
+    "source release autograded feedback withheld_feedback gradebook.db nbgrader_config.py "
+    "nbgrader.log".split()
+)
+#: Read beside a lesson's notebook in nbgrader's layout (for late penalties).
+TIMESTAMP = "timestamp.txt"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An entry under the submissions folder that is not graded, and why (a report row)."""
+
+    path: str
+    reason: str
 
 
 @dataclass
@@ -44,6 +78,7 @@ class Submission:
     failed_tests: list[str] = field(default_factory=list)
 
     def flag(self, reason: str, *, gradable: bool = True) -> None:
+        """Add ``reason`` to the problems (the row is flagged); ``gradable=False``: not graded."""
         self.problems.append(reason)
         self.gradable = self.gradable and gradable
 
@@ -64,63 +99,209 @@ def safe_student_id(raw: str) -> str:
     return _SAFE_ID.sub("_", raw.strip()).lstrip(".") or "_"
 
 
-def _in_student_folder(entry: Path, lessons: list[str], found: list, unknown: list) -> None:
-    """``<student>/<lesson>/<lesson>.ipynb`` or ``<student>/<lesson>.ipynb`` under ``entry``."""
-    for item in sorted(entry.iterdir()):
-        if item.name.startswith("."):
+def student_ids(raws: set[str]) -> dict[str, str]:
+    """A distinct safe id for each raw id: ``safe_student_id``, and where two raw ids give the
+    same one, the changed ids get ``-`` and the first hex digits of their SHA-256."""
+    groups: dict[str, list[str]] = {}
+    for raw in sorted(raws):
+        groups.setdefault(safe_student_id(raw), []).append(raw)
+    ids: dict[str, str] = {}
+    for length in range(6, 65, 6):  # longer digests until no made-up id equals another id
+        for safe, group in groups.items():
+            for raw in group:
+                digest = sha256(raw.encode()).hexdigest()[:length]
+                ids[raw] = f"{safe}-{digest}" if raw != safe and len(group) > 1 else safe
+        if len(set(ids.values())) == len(ids):
+            break
+    return ids
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+
+
+def _link(path: Path) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    target = target if len(target) <= 80 else target[:79] + "…"
+    return f"{path.name} is a symbolic link (to {target}); links are never followed"
+
+
+@dataclass
+class _Found:
+    """Submissions and skipped entries as they are found; ``collect`` turns them into rows."""
+
+    lessons: list[str]
+    found: list[tuple[str, str, Path | None, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def submission(self, raw: str, lesson: str, path: Path | None, note: str = "") -> None:
+        self.found.append((raw, lesson, path, note))
+
+    def skip(self, path: Path, reason: str) -> None:
+        self.skipped.append(Skipped(str(path), reason))
+
+    def entry(self, path: Path) -> os.stat_result | None:
+        """``lstat`` of ``path``, or ``None`` after a row for a hidden or unreadable entry."""
+        if path.name.startswith("."):
+            what = "Jupyter's checkpoints" if path.name == ".ipynb_checkpoints" else "hidden"
+            self.skip(path, f"{what} (the name starts with '.'); not read")
+            return None
+        try:
+            return path.lstat()
+        except OSError as err:
+            self.skip(path, f"cannot be read ({err.strerror}); not graded")
+            return None
+
+
+def _listing(folder: Path, found: _Found | None = None) -> list[Path]:
+    """The entries of ``folder``, sorted; a row (or, for the top folder, an error) if it
+    cannot be listed."""
+    try:
+        return sorted(Path(entry.path) for entry in os.scandir(folder))
+    except OSError as err:
+        if found is None:
+            raise GradingError(f"cannot list {folder}: {err.strerror}") from None
+        found.skip(folder, f"cannot be listed ({err.strerror}); not graded")
+        return []
+
+
+def _lesson_folder(found: _Found, raw: str, lesson: str, folder: Path) -> None:
+    """``<student>/<lesson>/``: its notebook is a submission; every other entry gets a row."""
+    notebook, names = folder / f"{lesson}.ipynb", []
+    for path in _listing(folder, found):
+        info = found.entry(path)
+        if info is None or path == notebook:
             continue
-        stem = item.stem if item.is_file() and item.suffix == ".ipynb" else item.name
-        if stem not in lessons:
-            unknown.append(str(item))
-        elif item.is_file():
-            found.append((entry.name, stem, item, ""))
-        elif (item / f"{stem}.ipynb").is_file():
-            found.append((entry.name, stem, item / f"{stem}.ipynb", ""))
+        if path.name != TIMESTAMP:
+            names.append(path.name)
+            found.skip(path, f"in the folder of {lesson}; only {notebook.name} is graded")
+    try:
+        mode = notebook.lstat().st_mode
+    except FileNotFoundError:
+        seen = (
+            f" (found: {', '.join(n for n in names if n.endswith('.ipynb'))})"
+            if any(n.endswith(".ipynb") for n in names)
+            else " (no notebook in it)"
+        )
+        found.submission(
+            raw, lesson, None, f"no {notebook.name} in {folder}{seen}; rename the file"
+        )
+        return
+    except OSError as err:
+        found.submission(raw, lesson, notebook, f"{notebook.name} cannot be read ({err.strerror})")
+        return
+    note = "" if stat.S_ISREG(mode) else f"{notebook.name} is {_kind(mode)}; not read"
+    found.submission(raw, lesson, notebook, _link(notebook) if stat.S_ISLNK(mode) else note)
+
+
+def _student_folder(found: _Found, folder: Path) -> None:
+    """``<student>/<lesson>/<lesson>.ipynb`` or ``<student>/<lesson>.ipynb`` under ``folder``."""
+    for path in _listing(folder, found):
+        info = found.entry(path)
+        if info is None:
+            continue
+        mode, stem = info.st_mode, path.name.removesuffix(".ipynb")
+        if stem not in found.lessons:
+            found.skip(path, "matches no lesson (<lesson>.ipynb or a <lesson>/ folder); not graded")
+        elif stat.S_ISLNK(mode):
+            found.submission(folder.name, stem, path, _link(path))
+        elif stat.S_ISDIR(mode) and path.name == stem:
+            _lesson_folder(found, folder.name, stem, path)
+        elif stat.S_ISREG(mode) and path.name != stem:
+            found.submission(folder.name, stem, path)
         else:
-            others = sorted(p.name for p in item.glob("*.ipynb"))
-            seen = f" (found: {', '.join(others)})" if others else " (folder is empty)"
-            note = f"no {stem}.ipynb in {item}{seen}; rename the file to grade it"
-            found.append((entry.name, stem, None, note))
+            note = f"{path.name} is {_kind(mode)}, not {stem}.ipynb or a {stem}/ folder"
+            found.submission(folder.name, stem, path, note)
 
 
-def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[str]]:
-    """Find every submission under ``folder``; return them and the files that were not understood.
+def _flat_file(found: _Found, path: Path, mode: int) -> None:
+    """``<student>_<lesson>.ipynb`` at the top: a submission; anything else gets a row."""
+    by_length = sorted(found.lessons, key=len, reverse=True)
+    lesson = next((x for x in by_length if path.name.endswith(f"_{x}.ipynb")), None)
+    if not lesson or len(path.name) <= len(lesson) + len("_.ipynb"):
+        found.skip(path, "file name matches no student/lesson pattern; not graded")
+        return
+    raw = path.name[: -len(lesson) - len("_.ipynb")]
+    if stat.S_ISLNK(mode):
+        found.submission(raw, lesson, path, _link(path))
+    elif not stat.S_ISREG(mode):
+        found.submission(raw, lesson, path, f"{path.name} is {_kind(mode)}; not read")
+    else:
+        found.submission(raw, lesson, path)
+
+
+def submissions_root(folder: Path, lessons: list[str]) -> Path:
+    """``folder/submitted`` when ``folder`` is plainly an nbgrader course folder (module
+    docstring), else ``folder``: a folder named ``submitted`` is otherwise a student's."""
+    inner = folder / "submitted"
+    if not inner.is_dir() or inner.is_symlink():
+        return folder
+    others = {p.name for p in _listing(folder) if not p.name.startswith(".")} - {"submitted"}
+    if others - COURSE_FILES:
+        return folder
+    names = {p.name.removesuffix(".ipynb") for p in _listing(inner)}
+    return folder if names & set(lessons) else inner
+
+
+def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[Skipped]]:
+    """Find every submission under ``folder``; return them and every entry not graded.
 
     Submissions are sorted by (student, lesson). A student/lesson pair found twice keeps the
-    first path in sorted order and flags the others. Nothing is opened beyond listing.
+    first path in sorted order; the others get a row and the kept one is flagged. Nothing is
+    opened beyond listing, and no link is followed.
     """
     folder = Path(folder)
-    if (folder / "submitted").is_dir():
-        folder = folder / "submitted"
-    by_length = sorted(lessons, key=len, reverse=True)
-    found: list[tuple[str, str, Path | None, str]] = []  # raw student, lesson, path, note
-    unknown: list[str] = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith("."):
+    root = submissions_root(folder, lessons)
+    found = _Found(lessons)
+    if root != folder:
+        for path in _listing(folder):
+            if path != root and not path.name.startswith("."):
+                found.skip(path, "part of the nbgrader course folder; only submitted/ is graded")
+    for path in _listing(root):
+        info = found.entry(path)
+        if info is None:
             continue
-        if not entry.is_file():
-            _in_student_folder(entry, lessons, found, unknown)
-            continue
-        lesson = next((x for x in by_length if entry.name.endswith(f"_{x}.ipynb")), None)
-        if lesson and len(entry.name) > len(lesson) + 7:
-            found.append((entry.name[: -len(lesson) - 7], lesson, entry, ""))
+        if stat.S_ISDIR(info.st_mode):
+            _student_folder(found, path)
+        elif stat.S_ISLNK(info.st_mode) and not path.name.endswith(".ipynb"):
+            found.skip(path, _link(path))
         else:
-            unknown.append(str(entry))
+            _flat_file(found, path, info.st_mode)
+    return _rows(found), found.skipped
 
+
+def _rows(found: _Found) -> list[Submission]:
+    """One ``Submission`` per (student, lesson); a second one found gets a row of its own."""
+    ids = student_ids({raw for raw, *_ in found.found})
     subs: dict[tuple[str, str], Submission] = {}
-    for raw, lesson, path, note in found:
-        student = safe_student_id(raw)
-        key = (student, lesson)
+    # a readable notebook is graded before a link, a missing file or a folder in its place
+    for raw, lesson, path, note in sorted(found.found, key=lambda f: bool(f[3]) or f[2] is None):
+        key = (ids[raw], lesson)
         if key in subs:
-            subs[key].flag(f"a second submission for this lesson was ignored: {path}")
+            where = str(path) if path else f"{raw}/{lesson}/"
+            subs[key].flag(f"a second submission for this lesson was not graded: {where}")
+            why = f" ({note})" if note else ""
+            found.skipped.append(
+                Skipped(
+                    where,
+                    f"a second submission of {raw} for {lesson}{why}; "
+                    f"{subs[key].original} is graded",
+                )
+            )
             continue
-        sub = Submission(student, lesson, path)
-        if student != raw:
-            sub.info.append(f"student id {raw!r} is used as {student!r}")
+        sub = Submission(ids[raw], lesson, path)
+        if ids[raw] != raw:
+            why = " (another id reads the same)" if ids[raw] != safe_student_id(raw) else ""
+            sub.info.append(f"student id {raw!r} is used as {ids[raw]!r}{why}")
         if note:
             sub.flag(note, gradable=False)
         subs[key] = sub
-    return [subs[key] for key in sorted(subs)], unknown
+    return [subs[key] for key in sorted(subs)]
 
 
 def add_missing(subs: list[Submission], lessons: list[str]) -> list[Submission]:

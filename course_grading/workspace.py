@@ -35,7 +35,11 @@ def _manual_grades(db: Path) -> int:
 
 
 def prepare_workspace(out: Path, force: bool) -> None:
-    """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades."""
+    """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades.
+
+    Raises:
+        GradingError: ``out`` is another folder, or holds manual grades and ``force`` is off.
+    """
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise GradingError(
             f"{out} exists and is not a grading workspace (no {MARKER}); "
@@ -48,11 +52,17 @@ def prepare_workspace(out: Path, force: bool) -> None:
             "comment(s); a new run would replace them. Use another --out, or "
             "--force to discard them."
         )
-    for name in OUTPUTS:
-        path = out / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by python -m course_grading\n", encoding="utf-8")
+    try:
+        for name in OUTPUTS:
+            path = out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).write_text("made by python -m course_grading\n", encoding="utf-8")
+    except OSError as err:
+        raise GradingError(
+            f"cannot prepare the workspace {out} ({err.strerror}: {err.filename}); "
+            "give a folder you can write with --out"
+        ) from None

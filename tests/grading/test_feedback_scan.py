@@ -1,12 +1,21 @@
 """The feedback scan (``course_grading.leaks``) and the feedback preprocessor, on the fixture.
 
 No nbgrader run: the instructor lines are read from the fixture's two versions, and the pages
-are small HTML strings written the way nbconvert writes code (tokens in ``<span>``s).
+are small HTML strings written the way nbconvert writes code (tokens in ``<span>``s). The scan
+is linear in what it reads and has a time budget (issue 19, item 5), and it reads through the
+disguises of item 7 (base64, zero-width characters, hidden elements).
 """
 
 from __future__ import annotations
 
+import base64
+import html
 import json
+import re
+import sys
+import time
+import unicodedata
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -14,6 +23,7 @@ from class_builders import FIXTURE, FIXTURE_ROOT
 from traitlets.config import Config
 
 from course_grading import course as wc
+from course_grading import leaks, page_text
 from course_grading.feedback import (
     FeedbackWithheld,
     HideHiddenTests,
@@ -21,7 +31,16 @@ from course_grading.feedback import (
     withheld_record,
 )
 from course_grading.items import items_of
-from course_grading.leaks import instructor_lines, leaked, own_lines, visible_text
+from course_grading.leaks import (
+    found_in,
+    instructor_lines,
+    leaked,
+    notebook_text,
+    own_lines,
+    unchecked,
+    visible_text,
+)
+from course_grading.unmask import fold
 
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
 RELEASE = FIXTURE_ROOT / wc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
@@ -159,3 +178,163 @@ def test_withhold_refuses_what_it_cannot_check(tmp_path):
     step = _course(tmp_path, None)
     with pytest.raises(FeedbackWithheld, match=r"cannot check it .* without .*submitted/ana"):
         step.preprocess(_printed("nothing"), RESOURCES)
+
+
+# --- a linear-time scan with a time budget (issue 19, item 5) ---------------------------------
+
+
+def _html_output(markup: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell("display(HTML(x))")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": markup})]
+    return nbformat.v4.new_notebook(cells=[cell])
+
+
+def _best_of(repeats: int, run) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _feedback_scans(tmp_path: Path, secret: frozenset[str], markup: str) -> float:
+    """Seconds for both scans of one feedback (nbgrader's step on the notebook's text, then
+    the page the grader keeps) of a ``text/html`` output ``markup``."""
+    nb = _html_output(markup)
+    page = tmp_path / "page.html"
+    page.write_text(f"<html><body><pre>code</pre>{markup}</body></html>")  # as nbconvert puts it
+
+    def both() -> None:
+        assert found_in(notebook_text(nb), secret, frozenset()) == []
+        assert leaked(page, secret, frozenset()) == []
+
+    return _best_of(3, both)
+
+
+def _linear(small: float, large: float) -> bool:
+    """Ten times the input in under twenty times the time (quadratic would be a hundred). A
+    time under 10 ms counts as 10 ms: below that, caches and the clock decide the ratio."""
+    return large < 20 * max(small, 0.01)
+
+
+def test_the_scan_grows_linearly_with_its_input(tmp_path, secret):
+    small = _feedback_scans(tmp_path, secret, "<" * 400_000)
+    large = _feedback_scans(tmp_path, secret, "<" * 4_000_000)
+    print(f"feedback scans of a text/html output of '<': 400 KB {small:.3f} s, 4 MB {large:.3f} s")
+    assert _linear(small, large), (small, large)
+
+
+def test_the_linearity_check_fails_the_old_regex():
+    """The regular expression the scan used (``<[^>]+>``) fails the same check."""
+    old = re.compile(r"<[^>]+>")
+    small = _best_of(2, lambda: old.sub("", "<" * 4_000))
+    large = _best_of(1, lambda: old.sub("", "<" * 40_000))
+    assert not _linear(small, large), (small, large)
+
+
+@pytest.mark.parametrize("piece", ["<a b='", "x<", "<!--", "<![", "<<a>", "<a b", "&#"])
+def test_markup_that_trips_other_parsers_is_read_in_linear_time(piece):
+    """Python 3.11's ``html.parser`` is quadratic on each of these (and raises on ``<![``)."""
+    small = _best_of(2, lambda: page_text.read(piece * (200_000 // len(piece))))
+    large = _best_of(2, lambda: page_text.read(piece * (2_000_000 // len(piece))))
+    assert _linear(small, large), (small, large)
+
+
+def test_a_scan_past_its_budget_withholds_the_page(tmp_path, secret):
+    nb = _html_output("<a>" * 100_000)
+    assert found_in(notebook_text(nb), secret, frozenset()) == []  # in budget: clean
+    assert "budget while reading an HTML page" in unchecked(
+        found_in(notebook_text(nb, seconds=-1), secret, frozenset())
+    )
+    assert "budget" in unchecked(found_in("all tests passed", secret, frozenset(), seconds=-1))
+    page = _page(tmp_path, "all tests passed")
+    assert leaked(page, secret, frozenset()) == []
+    assert "budget" in unchecked(leaked(page, secret, frozenset(), seconds=-1))
+    assert unchecked([HIDDEN]) == ""  # a line found is not a scan that stopped
+
+
+def test_a_scan_too_large_to_read_withholds_the_page(secret, monkeypatch):
+    monkeypatch.setattr(leaks, "MAX_SCAN_CHARS", 100)
+    assert "over its" in unchecked(found_in("x" * 101, secret, frozenset()))
+    assert found_in("x" * 100, secret, frozenset()) == []
+
+
+# --- hidden tests in disguise (issue 19, item 7) ------------------------------------------------
+
+
+def _fullwidth(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+PRINTED = {
+    "base64": lambda s: "B64 " + base64.b64encode(s.encode()).decode(),
+    "base64 over lines": lambda s: "B64\n" + base64.encodebytes(((s + "\n") * 4).encode()).decode(),
+    "base64 bytes repr": lambda s: repr(base64.encodebytes(((s + "\n") * 4).encode())),
+    "url-safe base64": lambda s: base64.urlsafe_b64encode(s.encode()).decode(),
+    "base64 twice": lambda s: base64.b64encode(base64.b64encode(s.encode())).decode(),
+    "zero-width spaces": lambda s: "ZW " + "\u200b".join(s),
+    "word joiners and soft hyphens": lambda s: "\u2060\u00ad".join(s),
+    "base64 with zero-width spaces": lambda s: "\u200b".join(base64.b64encode(s.encode()).decode()),
+    "full-width letters": _fullwidth,
+    "a JSON string": lambda s: json.dumps({"seen": s}),
+    "no-break spaces": lambda s: s.replace(" ", "\xa0"),
+}
+MARKUP = {
+    "<span hidden>": lambda s: f"<span hidden>{html.escape(s)}</span>",
+    "display:none": lambda s: f'<span style="display: none">{html.escape(s)}</span>',
+    "split by hidden spans": lambda s: "".join(
+        f'{html.escape(c)}<span style="display:none">{i}</span>' for i, c in enumerate(s)
+    ),
+    "a title attribute": lambda s: f'<abbr title="{html.escape(s)}">?</abbr>',
+    "a comment": lambda s: f"<!-- {s} -->",
+    "character references": lambda s: "".join(f"&#{ord(c)};" for c in s),
+    "a script": lambda s: f"<script>var x = {json.dumps(s)};</script>",
+}
+
+
+@pytest.mark.parametrize("disguise", sorted(PRINTED))
+def test_a_printed_hidden_test_is_found_in_disguise(tmp_path, secret, disguise):
+    text = PRINTED[disguise](HIDDEN)
+    assert HIDDEN not in text  # the disguise hides it from a plain search
+    assert found_in(notebook_text(_printed(text)), secret, frozenset()) == [HIDDEN]
+    page = tmp_path / "page.html"
+    page.write_text(f"<html><body><pre>{html.escape(text)}</pre></body></html>")
+    assert leaked(page, secret, frozenset()) == [HIDDEN]
+    honest = PRINTED[disguise]("tokens_per_batch(16, 1024) == 16_384")  # the case that passes
+    assert found_in(notebook_text(_printed(honest)), secret, frozenset()) == []
+
+
+@pytest.mark.parametrize("disguise", sorted(MARKUP))
+def test_a_hidden_test_in_markup_is_found(tmp_path, secret, disguise):
+    markup = MARKUP[disguise](HIDDEN)
+    assert found_in(notebook_text(_html_output(markup)), secret, frozenset()) == [HIDDEN]
+    page = tmp_path / "page.html"
+    page.write_text(f"<html><body>{markup}</body></html>")
+    assert leaked(page, secret, frozenset()) == [HIDDEN]
+
+
+def test_what_a_reader_sees_leaves_hidden_elements_out():
+    shown = 'ass<span style="display:none">XYZ</span>ert <b hidden>no</b>yes<!-- c -->'
+    assert visible_text(shown) == "assert yes"
+    read = page_text.read(shown)
+    assert "XYZ" in read.text and "display:none" in read.extra and " c " in read.extra
+
+
+def test_fold_removes_every_invisible_format_character():
+    formats = "".join(
+        chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"
+    )
+    assert fold(f"a{formats}b") == "ab"
+    assert fold(_fullwidth("assert x")) == "assert x" and fold("a\u00a0 \n b") == "a b"
+
+
+def test_a_copy_of_the_solution_vouches_for_nothing(tmp_path, secret):
+    """A submission that is the instructor's notebook: its solution cells are not its own."""
+    copied = tmp_path / "copy.ipynb"
+    copied.write_bytes(SOURCE.read_bytes())
+    page = _page(tmp_path, f"def f(batch_size, seq_len): {SOLUTION}")
+    assert leaked(page, secret, own_lines(copied)) == [SOLUTION]
+    step = _course(tmp_path / "course", nbformat.read(str(SOURCE), as_version=4))
+    with pytest.raises(FeedbackWithheld):
+        step.preprocess(_printed(SOLUTION), RESOURCES)

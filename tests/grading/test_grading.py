@@ -57,9 +57,9 @@ def fixture_cases(release: Path, source: Path) -> dict[str, tuple[object, dict]]
     cases: dict[str, tuple[object, dict]] = {}
     for i in range(8):
         cases[f"correct{i:02d}"] = (copy.deepcopy(good), {"status": "ok", "auto": 3})
-    cases["instructor_file"] = (
+    cases["instructor_file"] = (  # a copy of the solution notebook: graded, for review
         nbformat.read(str(source), as_version=4),
-        {"status": "ok", "auto": 3},
+        {"status": "flagged", "auto": 3, "reason": "only the instructor version has.*withheld"},
     )
     cases["blank1"] = (copy.deepcopy(blank), {"status": "flagged", "auto": 0, "reason": "blank"})
     cases["blank2"] = (copy.deepcopy(blank), {"status": "flagged", "auto": 0, "reason": "blank"})
@@ -319,14 +319,17 @@ def test_correct_submissions_get_full_autograded_marks(graded_class):
 
 
 def test_nothing_is_lost(graded_class):
-    """Originals unchanged; every file appears in the report; nothing written beside them."""
+    """Originals unchanged; every file has a row in the report (the wrongly named notebook and
+    the second submission too); nothing written beside them."""
     assert digest(graded_class["subs"]) == graded_class["before"]
     files = {r["file"] for r in graded_class["rows"]}
     for path in graded_class["subs"].rglob("*"):
-        if path.is_file() and path.name != "Untitled.ipynb":
-            assert str(path) in files or path.name == f"twice_{FIXTURE}.ipynb", path
+        if path.is_file():
+            assert str(path) in files, path
     unknown = [r for r in graded_class["rows"] if r["status"] == "unrecognised"]
-    assert [Path(r["file"]).name for r in unknown] == ["notes.txt"]
+    assert sorted(Path(r["file"]).name for r in unknown) == sorted(
+        ["notes.txt", "Untitled.ipynb", f"twice_{FIXTURE}.ipynb"]
+    )
 
 
 def test_scores_csv_and_feedback(graded_class):
@@ -409,7 +412,7 @@ def test_collect_understands_both_layouts(tmp_path):
     write(tmp_path / "cy" / "02_b_c.ipynb", "{}")
     write(tmp_path / "dee" / "01_a" / "copy.ipynb", "{}")
     write(tmp_path / "zzz.ipynb", "{}")
-    subs, unknown = collect(tmp_path, ["01_a", "02_b_c"])
+    subs, skipped = collect(tmp_path, ["01_a", "02_b_c"])
     got = {(s.student, s.lesson): s.original is not None for s in subs}
     assert got == {
         ("ann", "01_a"): True,
@@ -418,7 +421,9 @@ def test_collect_understands_both_layouts(tmp_path):
         ("cy", "02_b_c"): True,
         ("dee", "01_a"): False,
     }
-    assert unknown == [str(tmp_path / "zzz.ipynb")]
+    assert [s.path for s in skipped] == [
+        str(tmp_path / p) for p in ("dee/01_a/copy.ipynb", "zzz.ipynb")
+    ]
 
 
 def test_hidden_tests_preprocessor_hides_region_and_traceback():

@@ -117,7 +117,7 @@ ITEMS: dict[str, Item] = {
                 "    starts = [(row == 0).nonzero().flatten() for row in positions]\n"
                 "    cu = torch.cat(starts + [torch.tensor([rows * width])]).to(torch.int32)\n"
             ),
-            "the first offset written twice (only the varlen path forgives it)": _forward(
+            "the first offset written twice": _forward(
                 "    starts = (positions.reshape(-1) == 0).nonzero().flatten()\n"
                 "    cu = torch.cat([torch.tensor([0]), starts, torch.tensor([rows * width])])\n"
                 "    cu = cu.to(torch.int32)\n"

@@ -31,6 +31,10 @@ import torch
 from course_lib.collate import Example, example_tokens
 from course_lib.packing import PackingCollator, document_spans
 
+#: The largest |Δlogits| that still counts as isolated: fp32 rounding of the same sums taken in
+#: another order (one attention call per document against one masked call) stays well below it.
+ATOL = 1e-5
+
 
 def default_call(model: Any, batch: dict) -> Any:
     """How the check invokes a model unless told otherwise: ids, reset positions, offsets.
@@ -143,7 +147,7 @@ def check_isolation(
     model: Any,
     examples: Sequence[Example],
     capacity: int,
-    atol: float = 1e-5,
+    atol: float = ATOL,
     call: Callable | None = None,
     pad_token_id: int = 0,
     strategy: str = "bfd",

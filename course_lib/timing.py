@@ -19,6 +19,26 @@ import torch
 from ._checks import non_negative_int, positive_int
 
 Step = Callable[[int], object]  # one timed call: step(round) -> anything worth keeping
+GPU_TIMING = "GPU: wall clock after torch.cuda.synchronize()"  # what interleave times on CUDA
+CPU_TIMING = "CPU: wall clock"  # everywhere else
+
+
+def timing_method(device: str | torch.device | None = None) -> str:
+    """How :func:`interleave` times on ``device``, for a label beside the figures it prints.
+
+    Args:
+        device: where the steps run; ``None`` picks CUDA when it is available, else the CPU
+            (as :func:`course_lib.memory.pick_device` does).
+
+    Returns:
+        :data:`GPU_TIMING` on a CUDA device, :data:`CPU_TIMING` everywhere else.
+
+    Raises:
+        RuntimeError: a string torch does not know as a device (torch's own message).
+    """
+    if device is None:
+        return GPU_TIMING if torch.cuda.is_available() else CPU_TIMING
+    return GPU_TIMING if torch.device(device).type == "cuda" else CPU_TIMING
 
 
 @dataclass

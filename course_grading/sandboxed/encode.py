@@ -22,8 +22,8 @@ The encoding keeps what JSON would lose::
 Types are compared exactly (``type(v) is int``): a subclass of int, float, Fraction or Decimal,
 or an object whose ``__eq__`` always says yes, is ``not_plain``. The visible tests read answers
 by the same rules (``course_lib/forms.py``, ``plain``). With ``tensors=True`` (the function
-runner) a torch tensor or numpy array of any shape becomes
-``{"tensor": {"dtype", "shape", "data"}}``, ``data`` flat and row-major.
+runner) a torch tensor (exactly ``torch.Tensor`` or ``nn.Parameter``) or numpy array of any
+shape becomes ``{"tensor": {"dtype", "shape", "data"}}``, ``data`` flat and row-major.
 """
 
 import decimal
@@ -70,7 +70,8 @@ def _numpy_scalars(numpy):
 def _tensor_of(value):
     """``{"tensor": ...}`` for a torch tensor or numpy array (``tensors=True``), else ``None``."""
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
+    # exact types, as for every other value: a subclass (an always-equal tensor) is not plain
+    if torch is not None and type(value) in (torch.Tensor, torch.nn.Parameter):
         flat = value.detach().cpu().reshape(-1).tolist()
         return {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape)}, flat
     numpy = sys.modules.get("numpy")

@@ -13,7 +13,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ..lessons.padding import BatchLayouts, Throughput
+from ..lessons.padding import PACKERS, BatchLayouts, RowLengthPadding, Throughput
 from .style import PAD_COLOUR, SCHEME_COLOURS, label_above, require
 
 
@@ -24,8 +24,15 @@ def _scheme_colour(name: str) -> str:
 def plot_padding_waste(batch_sizes: Sequence[int], waste: dict, title: str = "") -> Figure:
     """Measured fraction of computed slots that are padding, over the batch size, per scheme.
 
-    ``waste``: scheme name -> one fraction per batch size (``padding_stats(...).waste_fraction``).
     Names starting with "random", "length-grouped" or "packed" get the course's colours.
+
+    Args:
+        batch_sizes: the batch sizes measured.
+        waste: scheme name -> one fraction per batch size (``padding_stats(...).waste_fraction``).
+        title: the figure's title (default: a description of what is drawn).
+
+    Returns:
+        The figure.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -96,11 +103,16 @@ def _layout_title(layout, batch_size: int) -> str:
 
 
 def plot_batch_layouts(layouts: BatchLayouts) -> Figure:
-    """What the model computes on, one panel per scheme
-    (:func:`course_lib.lessons.padding.batch_layouts`).
+    """What the model computes on, one panel per scheme.
 
     Each document is a coloured segment, padding is gray; titles give the waste of the rows shown
     and of the whole epoch.
+
+    Args:
+        layouts: :func:`course_lib.lessons.padding.batch_layouts`.
+
+    Returns:
+        The figure.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -130,11 +142,18 @@ def plot_batch_layouts(layouts: BatchLayouts) -> Figure:
 
 
 def plot_throughput(throughput: Throughput, title: str = "") -> Figure:
-    """Measured training throughput of batching schemes that saw the same examples
-    (:func:`course_lib.lessons.padding.train_schemes`).
+    """Measured training throughput of batching schemes that saw the same examples.
 
-    Left: real (non-pad) tokens per second, with the ratio to the first scheme. Right: the slots
+    Left: real (non-pad) tokens per second at each scheme's median epoch, with the median ratio
+    to the first scheme over the paired rounds and the range of those pairs. Right: the slots
     each scheme computed on, split into real tokens and padding.
+
+    Args:
+        throughput: :func:`course_lib.lessons.padding.train_schemes`.
+        title: the left panel's title (default: names the timing method).
+
+    Returns:
+        The figure.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -149,13 +168,14 @@ def plot_throughput(throughput: Throughput, title: str = "") -> Figure:
     xs = list(range(len(names)))
     rates = [r / s for r, s in zip(real_tokens, seconds)]
     ax.bar(xs, rates, color=colours)
-    for x, rate in zip(xs, rates):
-        label_above(ax, f"{rate:,.0f}\n×{rate / rates[0]:.2f}", (x, rate))
+    for x, name, rate in zip(xs, names, rates):
+        mid, low, high = throughput.speed_ratio(name, names[0])
+        label_above(ax, f"{rate:,.0f}\n×{mid:.2f} ({low:.2f}–{high:.2f})", (x, rate))
     ax.set_ylim(0, max(rates) * 1.25)
     ax.set_xticks(xs)
     ax.set_xticklabels(names, fontsize=8)
     ax.set_ylabel("real tokens per second")
-    ax.set_title(title or "Training throughput (measured)")
+    ax.set_title(title or f"Training throughput (measured, {throughput.method})", fontsize=9)
     pads = [t - r for t, r in zip(total_slots, real_tokens)]
     ax_slots.bar(xs, real_tokens, color=colours)
     ax_slots.bar(xs, pads, bottom=real_tokens, color=PAD_COLOUR)
@@ -171,7 +191,14 @@ def plot_throughput(throughput: Throughput, title: str = "") -> Figure:
 
 
 def plot_loss_curves(curves: dict, title: str = "") -> Figure:
-    """Training loss per step of runs that share initial weights and data (``name -> losses``).
+    """Training loss per step of runs that share initial weights and data.
+
+    Args:
+        curves: run name -> its loss per step.
+        title: the figure's title (default: asks which run leaks).
+
+    Returns:
+        The figure.
 
     Raises:
         ValueError: an empty or inconsistent input; the message names what is missing.
@@ -185,6 +212,47 @@ def plot_loss_curves(curves: dict, title: str = "") -> Figure:
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("training loss per label token (nats)")
     ax.set_title(title or "Same weights, same rows: can you tell which run leaks?")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_row_length_padding(result: RowLengthPadding, title: str = "") -> Figure:
+    """Padding of one epoch packed at every split of a fixed token budget, per packer.
+
+    Each point is labelled with its split, ``batch_size × seq_len``.
+
+    Args:
+        result: :func:`course_lib.lessons.padding.row_length_padding`.
+        title: the figure's title (default: names the budget).
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: no split to draw.
+    """
+    splits = result.splits
+    require(bool(splits), "plot_row_length_padding needs at least one split")
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    xs = [s.seq_len for s in splits]
+    styles = {"greedy": ("o-", "tab:purple"), "bfd": ("s--", SCHEME_COLOURS["packed"])}
+    for packer, name in PACKERS.items():
+        ys = [100 * s.waste[packer] for s in splits]
+        ax.plot(xs, ys, styles[packer][0], color=styles[packer][1], label=name)
+        for s, y in zip(splits, ys):
+            ax.annotate(f"{s.batch_size} × {s.seq_len}", (s.seq_len, y), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(x) for x in xs])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"row length (tokens); rows per step = {result.token_budget:,} / row length")
+    ax.set_ylabel("padding: % of the epoch's slots")
+    ax.set_title(
+        title or f"Same {result.token_budget:,} tokens per step: longer rows, less padding?"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

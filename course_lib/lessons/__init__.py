@@ -2,7 +2,9 @@
 that the figure module of the same name draws (:mod:`course_lib.figures`).
 
 * :mod:`~course_lib.lessons.attention`: lesson 1, splits of a token budget;
-* :mod:`~course_lib.lessons.padding`: lesson 2, batch layouts, throughput, careless packing;
+* :mod:`~course_lib.lessons.padding`: lesson 2, batch layouts, throughput, long rows at a fixed
+  budget, careless packing; :mod:`~course_lib.lessons.flattening`: lesson 2, Hugging Face's
+  flattening collator in a tiny random Llama;
 * :mod:`~course_lib.lessons.accumulation`: lesson 3, accumulation windows, two training runs,
   data-parallel ranks, training loops checked against the full batch; its second module
   :mod:`~course_lib.lessons.accumulation_cost`, the summed loss and an accumulated step's

@@ -5,13 +5,17 @@ length-grouped batches (:class:`~course_lib.collate.LengthGroupedSampler`) padde
 and rows of ``capacity`` tokens packed by best-fit decreasing (:func:`~course_lib.packing.
 pack_lengths`). :func:`batch_layouts` picks a representative batch of each (what the model
 computes on); :func:`scheme_batches` builds an epoch of each and :func:`train_schemes` trains on
-them turn by turn to measure throughput; :func:`careless_runs` trains one packed run with its
-document boundaries and one without, and :func:`crossing_share` counts what the careless one
-mixes. :mod:`course_lib.figures.padding` draws the results.
+them epoch by epoch, the schemes taking turns for a few rounds, so that every speed ratio is a
+median of paired epochs with its range; :func:`row_length_padding` packs one epoch into rows of
+each length at a fixed token budget (the padding long rows save); :func:`careless_runs` trains
+one packed run with its document boundaries and one without, and :func:`crossing_share` counts
+what the careless one mixes. :mod:`course_lib.figures.padding` draws the results; Hugging Face's
+flattening collator is :mod:`course_lib.lessons.flattening`.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -26,7 +30,7 @@ from ..masks import causal_allowed, document_attention_mask
 from ..memory.meter import Device, pick_device
 from ..model import TinyGPT, TinyGPTConfig
 from ..packing import PackingCollator, pack_lengths
-from ..timing import Step, interleave
+from ..timing import CPU_TIMING, Step, interleave, timing_method
 
 SCHEMES = ("random", "length-grouped", "packed")
 
@@ -94,8 +98,18 @@ def batch_layouts(
     waste of the epoch (``seed`` shuffles both). Packed: as many rows of ``capacity`` as hold the
     real tokens of that random batch, picked at random (``seed``).
 
+    Args:
+        lengths: tokens per example, one epoch.
+        batch_size: examples per padded batch.
+        capacity: tokens per packed row (at least the longest example).
+        seed: shuffles the random and length-grouped epochs and picks the packed rows.
+
+    Returns:
+        :class:`BatchLayouts`, one :class:`Layout` per scheme in :data:`SCHEMES` order.
+
     Raises:
-        ValueError: ``lengths`` empty or not 1-D, or a size that is not a positive int.
+        ValueError: ``lengths`` empty or not 1-D, a size that is not a positive int, or an
+            example longer than ``capacity``.
     """
     positive_int("batch_size", batch_size)
     positive_int("capacity", capacity)
@@ -114,15 +128,86 @@ def batch_layouts(
     return BatchLayouts(int(lengths.size), float(lengths.mean()), batch_size, capacity, layouts)
 
 
+# -- long rows at a fixed token budget ---------------------------------------------------------
+
+PACKERS = {"greedy": "next-fit, in the stream's order", "bfd": "best-fit decreasing"}
+
+
+@dataclass
+class RowSplit:
+    """One split of the budget: ``batch_size`` rows of ``seq_len`` tokens per step. ``rows``
+    and ``waste``: per packer (:data:`PACKERS`), the rows one epoch fills and padding's share of
+    their slots."""
+
+    batch_size: int
+    seq_len: int
+    rows: dict[str, int]
+    waste: dict[str, float]
+
+
+@dataclass
+class RowLengthPadding:
+    """:func:`row_length_padding`: the same epoch packed at every split of one token budget."""
+
+    token_budget: int
+    real_tokens: int
+    splits: list[RowSplit]
+
+
+def row_length_padding(
+    lengths: Sequence[int] | np.ndarray, token_budget: int, seq_lens: Sequence[int]
+) -> RowLengthPadding:
+    """Padding of one epoch packed into rows of each of ``seq_lens`` tokens, the same
+    ``token_budget`` tokens per step (``token_budget // seq_len`` rows), by both packers.
+
+    Documents longer than a row are cut into row-sized pieces (``split="chunk"``), as a
+    training window does; the padding left is each row's unfilled tail.
+
+    Args:
+        lengths: tokens per document, one epoch, in the stream's order (next-fit packs them so).
+        token_budget: tokens per optimiser step, the same for every split.
+        seq_lens: the row lengths to try; each must divide ``token_budget``.
+
+    Returns:
+        :class:`RowLengthPadding`, one :class:`RowSplit` per row length, in the order given.
+
+    Raises:
+        ValueError: ``lengths`` empty or not 1-D, a size that is not a positive int, or a row
+            length that does not divide the budget.
+    """
+    positive_int("token_budget", token_budget)
+    arr = np.asarray(lengths, dtype=np.int64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"lengths must be a non-empty 1-D sequence, got shape {arr.shape}")
+    real, splits = int(arr.sum()), []
+    for seq_len in seq_lens:
+        positive_int("seq_len", seq_len)
+        if token_budget % seq_len:
+            raise ValueError(f"seq_len {seq_len} does not divide the budget of {token_budget}")
+        rows = {p: len(pack_lengths(arr, seq_len, p, split="chunk")) for p in PACKERS}
+        waste = {p: 1 - real / (n * seq_len) for p, n in rows.items()}
+        splits.append(RowSplit(token_budget // seq_len, seq_len, rows, waste))
+    return RowLengthPadding(token_budget, real, splits)
+
+
 # -- training throughput ------------------------------------------------------------------------
 
 
 def scheme_batches(
     examples: Sequence[dict], batch_size: int, capacity: int, rows_per_step: int, seed: int = 0
 ) -> dict[str, list[dict]]:
-    """One epoch of ``examples`` as each scheme batches it (:data:`SCHEMES`): padded batches of
-    ``batch_size`` examples (completion-only labels), and ``rows_per_step`` packed rows of
-    ``capacity`` tokens per step.
+    """One epoch of ``examples`` as each scheme batches it (:data:`SCHEMES`).
+
+    Args:
+        examples: dicts with ``input_ids`` (and a prompt length for completion-only labels).
+        batch_size: examples per padded batch (random and length-grouped).
+        capacity: tokens per packed row.
+        rows_per_step: packed rows per optimiser step.
+        seed: shuffles the random and the length-grouped epochs.
+
+    Returns:
+        Scheme name -> its batches: padded batches of ``batch_size`` examples (completion-only
+        labels), and ``rows_per_step`` packed rows of ``capacity`` tokens per step.
 
     Raises:
         ValueError: a size that is not a positive int, or an example the collators refuse.
@@ -143,9 +228,22 @@ def scheme_batches(
 
 def window_batches(docs: Sequence[list[int]], window: int, batch_size: int = 8,
                    seed: int = 0) -> dict[str, list[dict]]:  # fmt: skip
-    """Documents (every token a label) batched three ways for a training ``window``: random
-    batches padded to the window, the same batches padded to their longest document, and
-    packed rows of ``window`` tokens, two per step."""
+    """Documents (every token a label) batched three ways for a training ``window``.
+
+    Args:
+        docs: token ids per document.
+        window: the training window, tokens per packed or window-padded row.
+        batch_size: documents per padded batch.
+        seed: shuffles the documents into random batches.
+
+    Returns:
+        ``"padded to the window"``: random batches padded to the window; ``"padded to the
+        longest"``: the same batches padded to their longest document; ``"packed"``: rows of
+        ``window`` tokens, two per step.
+
+    Raises:
+        ValueError: a document longer than ``window``, an empty one, or a bad size.
+    """
     shuffled = random_batches(len(docs), batch_size, seed=seed)
     rows = pack_lengths([len(d) for d in docs], window)
     to_window = PaddingCollator(PAD_ID, completion_only=False, pad_to_multiple_of=window)
@@ -162,14 +260,20 @@ def window_batches(docs: Sequence[list[int]], window: int, batch_size: int = 8,
 @dataclass
 class SchemeRun:
     """One scheme's training run: its batches' tokens (:func:`~course_lib.collate.padding_stats`),
-    the loss tokens it trained on and its wall seconds, summed over its steps."""
+    the loss tokens one epoch trains on, and the wall seconds of each timed epoch
+    (``round_seconds``, one per round of :func:`train_schemes`)."""
 
     name: str
     steps: int
     real_tokens: int
     total_slots: int
     loss_tokens: int
-    seconds: float
+    round_seconds: list[float]
+
+    @property
+    def seconds(self) -> float:
+        """The median seconds of one epoch over the rounds."""
+        return statistics.median(self.round_seconds)
 
     @property
     def waste(self) -> float:
@@ -178,78 +282,162 @@ class SchemeRun:
 
     @property
     def tokens_per_second(self) -> float:
-        """Real (non-pad) tokens trained on per second."""
+        """Real (non-pad) tokens trained on per second, at the median epoch."""
         return self.real_tokens / self.seconds
 
 
 @dataclass
 class Throughput:
-    """:func:`train_schemes`: one :class:`SchemeRun` per scheme, in the order given."""
+    """:func:`train_schemes`: one :class:`SchemeRun` per scheme, in the order given, and how the
+    seconds were measured (``method``: :func:`course_lib.timing.timing_method`)."""
 
     runs: list[SchemeRun]
     device: str
+    method: str = CPU_TIMING
 
     def run(self, name: str) -> SchemeRun:
-        """The run of scheme ``name``."""
-        return next(r for r in self.runs if r.name == name)
+        """The run of scheme ``name``.
+
+        Args:
+            name: a scheme of the run (``"packed"``).
+
+        Returns:
+            Its :class:`SchemeRun`.
+
+        Raises:
+            KeyError: no scheme of that name.
+        """
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise KeyError(f"no scheme {name!r}; the schemes are {[r.name for r in self.runs]}")
+
+    def speed_ratios(self, name: str, baseline: str) -> list[float]:
+        """Real tokens per second of ``name`` over ``baseline``, one per round.
+
+        Each pair of epochs ran in the same round, back to back, so a busy moment on the machine
+        moves one pair, not one scheme.
+
+        Args:
+            name: the scheme compared.
+            baseline: the scheme it is compared with.
+
+        Returns:
+            One ratio per round, in round order.
+
+        Raises:
+            KeyError: no scheme of either name.
+        """
+        a, b = self.run(name), self.run(baseline)
+        return [
+            (a.real_tokens / sa) / (b.real_tokens / sb)
+            for sa, sb in zip(a.round_seconds, b.round_seconds)
+        ]
+
+    def speed_ratio(self, name: str, baseline: str) -> tuple[float, float, float]:
+        """The median and the range of :meth:`speed_ratios`.
+
+        Args:
+            name: the scheme compared.
+            baseline: the scheme it is compared with.
+
+        Returns:
+            ``(median, lowest, highest)``: the median is robust to one slow round; the range says
+            how far this machine's noise moves one pair.
+
+        Raises:
+            KeyError: no scheme of either name.
+        """
+        ratios = self.speed_ratios(name, baseline)
+        return statistics.median(ratios), min(ratios), max(ratios)
 
     def table(self, baseline: str) -> str:
-        """Slots, tokens, seconds and speed per scheme, speed also relative to ``baseline``."""
-        base = self.run(baseline).tokens_per_second
+        """Slots, tokens, median seconds and speed per scheme, and the speed against ``baseline``.
+
+        Args:
+            baseline: the scheme every speed is compared with.
+
+        Returns:
+            A text table, one line per scheme: the median of the paired rounds and their range.
+
+        Raises:
+            KeyError: no scheme named ``baseline``.
+        """
         head = f"{'scheme':>22} {'steps':>5} {'slots':>7} {'padding':>7} {'real':>7} "
-        lines = [head + f"{'loss tok':>8} {'seconds':>8} {'real tok/s':>10} {'vs ' + baseline:>10}"]
+        lines = [head + f"{'loss tok':>8} {'seconds':>8} {'real tok/s':>10}   vs {baseline}"]
         for r in self.runs:
-            rate = r.tokens_per_second
+            mid, low, high = self.speed_ratio(r.name, baseline)
             lines.append(
-                f"{r.name:>22} {r.steps:>5} {r.total_slots:>7,} {r.waste:>7.0%} "
-                f"{r.real_tokens:>7,} {r.loss_tokens:>8,} {r.seconds:>8.2f} {rate:>10,.0f} "
-                f"{rate / base:>9.2f}×"
+                f"{r.name:>22} {r.steps:>5} {r.total_slots:>7,} {r.waste:>7.1%} "
+                f"{r.real_tokens:>7,} {r.loss_tokens:>8,} {r.seconds:>8.3f} "
+                f"{r.tokens_per_second:>10,.0f}   {mid:.3g}× ({low:.3g}–{high:.3g}×)"
             )
         return "\n".join(lines)
 
 
-def _optimiser_step(model: TinyGPT, optimizer: torch.optim.Optimizer, batches: list[dict],
-                    device: torch.device) -> Step:  # fmt: skip
-    """Step ``r``: forward + backward batch ``r`` (without its padding mask: right padding under a
-    causal mask never reaches a real token) and one optimiser step; returns its loss tokens."""
+def _epoch(model: TinyGPT, optimizer: torch.optim.Optimizer, batches: list[dict],
+           device: torch.device) -> Step:  # fmt: skip
+    """Round ``r``: one optimiser step per batch of the epoch (forward + backward without the
+    padding mask: right padding under a causal mask never reaches a real token); returns the
+    loss tokens. A warm-up round (``r < 0``) runs the last batch only."""
 
-    def step(r: int) -> int | None:
+    def one(batch: dict) -> int:
         batch = {k: v.to(device) if torch.is_tensor(v) else v
-                 for k, v in batches[r].items() if k != "attention_mask"}  # fmt: skip
+                 for k, v in batch.items() if k != "attention_mask"}  # fmt: skip
         out = model(**batch)
         assert out.loss is not None
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return out.n_loss_tokens
+        return int(out.n_loss_tokens or 0)
 
-    return step
+    def epoch(r: int) -> int:
+        return one(batches[-1]) if r < 0 else sum(one(b) for b in batches)
+
+    return epoch
 
 
 def train_schemes(
     config: TinyGPTConfig, batches: dict[str, list[dict]], attn_impls: dict[str, str],
     lr: float, seed: int = 0, device: Device = None, progress: bool = False,
-    desc: str = "steps (all schemes)",
+    desc: str = "epochs (all schemes)", rounds: int = 3,
 ) -> Throughput:  # fmt: skip
-    """Train one TinyGPT per scheme (the same initial weights, ``attn_impls[name]`` attention,
-    AdamW at ``lr``), one optimiser step per batch, the schemes taking turns step by step
-    (:func:`course_lib.timing.interleave`, one untimed warm-up round)."""
+    """Train one TinyGPT per scheme for ``rounds`` epochs, the schemes taking turns.
+
+    Every scheme starts from the same initial weights (``seed``) and trains with AdamW at
+    ``lr``, one optimiser step per batch; the schemes take turns epoch by epoch
+    (:func:`course_lib.timing.interleave`), after one untimed warm-up step each.
+
+    Args:
+        config: the model; ``attn_impl`` is set per scheme.
+        batches: scheme name -> one epoch of batches (:func:`scheme_batches`).
+        attn_impls: scheme name -> attention path (``"sdpa"``, ``"varlen"``...).
+        lr: the learning rate.
+        seed: the initial weights, the same for every scheme.
+        device: where to train (``None``: CUDA when available, else the CPU).
+        progress: show a progress bar over the rounds.
+        desc: the progress bar's label.
+        rounds: timed epochs of every scheme (their median and range are reported).
+
+    Returns:
+        :class:`Throughput`, one :class:`SchemeRun` per scheme in the order of ``batches``.
+
+    Raises:
+        ValueError: ``rounds`` is not a positive int, or a batch the model refuses.
+    """
+    positive_int("rounds", rounds)
     dev, steps = pick_device(device), {}
     for name, epoch in batches.items():
         torch.manual_seed(seed)  # the same initial weights for every scheme
         model = TinyGPT(replace(config, attn_impl=attn_impls[name])).to(dev)
-        steps[name] = _optimiser_step(
-            model, torch.optim.AdamW(model.parameters(), lr=lr), epoch, dev
-        )
-    rounds = {name: len(epoch) for name, epoch in batches.items()}
+        steps[name] = _epoch(model, torch.optim.AdamW(model.parameters(), lr=lr), epoch, dev)
     timings = interleave(steps, rounds, warmup=1, device=dev, progress=progress, desc=desc)
     runs = []
     for name, epoch in batches.items():
         s = padding_stats(epoch)
-        loss_tokens = sum(int(n or 0) for n in timings.results[name])
-        runs.append(SchemeRun(name, len(epoch), s.real_tokens, s.total_slots, loss_tokens,
-                              timings.total(name)))  # fmt: skip
-    return Throughput(runs, str(dev))
+        runs.append(SchemeRun(name, len(epoch), s.real_tokens, s.total_slots,
+                              timings.results[name][0], timings.seconds[name]))  # fmt: skip
+    return Throughput(runs, str(dev), timing_method(dev))
 
 
 # -- careless packing ---------------------------------------------------------------------------
@@ -260,8 +448,19 @@ CARELESS_KEYS = ("input_ids", "labels", "position_ids")  # what a careless loop 
 
 
 def crossing_share(batches: Sequence[dict]) -> float:
-    """The share of causal (query, key) pairs between real tokens of packed ``batches`` that
-    cross a document boundary: what attention mixes when the boundaries are dropped."""
+    """The share of causal (query, key) pairs between real tokens that cross a document boundary.
+
+    What attention mixes when a packed batch's boundaries are dropped.
+
+    Args:
+        batches: packed batches with ``document_ids`` (-1 on the padding tail).
+
+    Returns:
+        Crossing pairs over all causal pairs between real tokens, from 0 to 1.
+
+    Raises:
+        ValueError: the batches hold no real token.
+    """
     pairs = crossing = 0
     for batch in batches:
         docs = batch["document_ids"]  # (R, T), -1 on the padding tail
@@ -270,6 +469,8 @@ def crossing_share(batches: Sequence[dict]) -> float:
         allowed = document_attention_mask(docs)  # (R, T, T): the same document
         pairs += int((causal & real).sum())
         crossing += int((causal & real & ~allowed).sum())
+    if not pairs:
+        raise ValueError("crossing_share needs packed batches holding at least one real token")
     return crossing / pairs
 
 
@@ -285,9 +486,25 @@ def careless_runs(
     config: TinyGPTConfig, batches: Sequence[dict], lr: float, seed: int = 0,
     device: Device = None, progress: bool = False,
 ) -> PackingRuns:  # fmt: skip
-    """Two varlen TinyGPTs from the same weights trained on the same packed ``batches``: one
-    given every key (:data:`CORRECT_RUN`), one only :data:`CARELESS_KEYS` (:data:`CARELESS_RUN`),
-    so its documents attend across their boundaries."""
+    """Two varlen TinyGPTs from the same weights trained on the same packed ``batches``.
+
+    One is given every key (:data:`CORRECT_RUN`), one only :data:`CARELESS_KEYS`
+    (:data:`CARELESS_RUN`), so its documents attend across their boundaries.
+
+    Args:
+        config: the model (trained with ``attn_impl="varlen"``).
+        batches: packed batches, one optimiser step each.
+        lr: the learning rate (AdamW).
+        seed: the initial weights, the same for both runs.
+        device: where to train (``None``: CUDA when available, else the CPU).
+        progress: show a progress bar per run.
+
+    Returns:
+        :class:`PackingRuns`: the loss per step of each run and the trained models.
+
+    Raises:
+        ValueError: a batch the model refuses.
+    """
     dev, curves, models = pick_device(device), {}, {}
     for name, keep in ((CORRECT_RUN, None), (CARELESS_RUN, CARELESS_KEYS)):
         torch.manual_seed(seed)

@@ -235,6 +235,20 @@ def test_size_is_bounded_on_both_sides():
         plain.parse("1" * (plain.MAX_BYTES + 1))
 
 
+class SameTensor(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = torch.Tensor.__hash__
+
+
+def test_a_tensor_subclass_is_not_plain_even_where_tensors_are():
+    with pytest.raises(plain.NotPlain, match="not a plain value: .*SameTensor"):
+        _round_trip(torch.ones(2).as_subclass(SameTensor), tensors=True)
+    kept = _round_trip(torch.nn.Parameter(torch.ones(2)), tensors=True)  # a model's weight is fine
+    assert kept == plain.Tensor("float32", (2,), (1.0, 1.0))
+
+
 def test_tensors_come_back_with_shape_and_dtype():
     got = _round_trip(torch.tensor([[True, False], [False, True]]), tensors=True)
     assert got == plain.Tensor("bool", (2, 2), (True, False, False, True))

@@ -20,7 +20,14 @@ from course_lib.lessons.accumulation_cost import AccumulationCost, SummedLoss
 from course_lib.lessons.attention import BudgetSplit, ValuesPerLayer, budget_split, values_per_layer
 from course_lib.lessons.checkpointing import budget_fit
 from course_lib.lessons.choosing import PlanCurve, SmallDatasetTrap, plan_curve, small_dataset_trap
-from course_lib.lessons.padding import BatchLayouts, SchemeRun, Throughput, batch_layouts
+from course_lib.lessons.padding import (
+    BatchLayouts,
+    RowLengthPadding,
+    SchemeRun,
+    Throughput,
+    batch_layouts,
+    row_length_padding,
+)
 from course_lib.memory import ShapeComparison, activation_bytes
 from course_lib.noise import GradientNoise
 from course_lib.token_log import StepTokens
@@ -136,9 +143,23 @@ def case_batch_layouts():
 
 
 def case_throughput():
-    runs = [SchemeRun("random", 3, 100, 200, 90, 2.0), SchemeRun("packed", 2, 100, 110, 90, 1.0)]
+    runs = [
+        SchemeRun("random", 3, 100, 200, 90, [2.0, 2.0, 4.0]),
+        SchemeRun("packed", 2, 100, 110, 90, [1.0, 2.0, 1.0]),
+    ]
     fig = padding.plot_throughput(Throughput(runs, "cpu"))
-    assert [b.get_height() for b in fig.axes[0].patches] == [50.0, 100.0]
+    assert [b.get_height() for b in fig.axes[0].patches] == [50.0, 100.0]  # median epochs
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels[1] == "100\n×2.00 (1.00–4.00)"  # the median of the pairs, and their range
+    return fig
+
+
+def case_row_length_padding():
+    result = row_length_padding([30, 200, 64, 17, 90, 120, 8, 40, 33] * 4, 512, [64, 128, 512])
+    fig = padding.plot_row_length_padding(result)
+    greedy = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("next-fit")][0]
+    assert list(greedy.get_ydata()) == [100 * s.waste["greedy"] for s in result.splits]
+    assert [t.get_text() for t in fig.axes[0].texts][:3] == ["8 × 64", "4 × 128", "1 × 512"]
     return fig
 
 
@@ -305,6 +326,7 @@ CASES = {
     "plot_padding_waste": case_padding_waste,
     "plot_batch_layouts": case_batch_layouts,
     "plot_throughput": case_throughput,
+    "plot_row_length_padding": case_row_length_padding,
     "plot_loss_curves": case_loss_curves,
     "plot_gradient_error_vs_spread": case_gradient_error_vs_spread,
     "plot_accumulation_window": case_accumulation_window,
@@ -379,6 +401,10 @@ BAD = {
     "plot_throughput": (
         lambda: padding.plot_throughput(Throughput([], "cpu")),
         "at least one scheme's run",
+    ),
+    "plot_row_length_padding": (
+        lambda: padding.plot_row_length_padding(RowLengthPadding(64, 10, [])),
+        "at least one split",
     ),
     "plot_gradient_noise": (
         lambda: accumulation.plot_gradient_noise(noise(ks=())),

@@ -18,6 +18,7 @@ from course_lib.lessons.padding import (
     batch_layouts,
     careless_runs,
     crossing_share,
+    row_length_padding,
     scheme_batches,
     train_schemes,
     window_batches,
@@ -103,16 +104,76 @@ def test_every_scheme_holds_every_real_token_once():
 def test_schemes_train_on_the_same_targets_and_report_their_tokens():
     schemes = scheme_batches(EXAMPLES, batch_size=4, capacity=128, rows_per_step=2, seed=1)
     impls = {"random": "sdpa", "length-grouped": "sdpa", "packed": "varlen"}
-    result = train_schemes(TINY, schemes, impls, lr=1e-3, seed=0, device="cpu")
+    result = train_schemes(TINY, schemes, impls, lr=1e-3, seed=0, device="cpu", rounds=2)
     assert [r.name for r in result.runs] == list(SCHEMES)
+    assert result.method == "CPU: wall clock"
     assert len({r.loss_tokens for r in result.runs}) == 1  # the same loss tokens, every scheme
     for r in result.runs:
         stats = padding_stats(schemes[r.name])
         assert (r.steps, r.real_tokens, r.total_slots) == (
             len(schemes[r.name]), stats.real_tokens, stats.total_slots)  # fmt: skip
-        assert r.seconds > 0 and 0 <= r.waste < 1
+        assert len(r.round_seconds) == 2 and r.seconds > 0 and 0 <= r.waste < 1
     table = result.table(baseline="random")
-    assert table.count("\n") == 3 and "1.00×" in table.splitlines()[1]
+    assert table.count("\n") == 3 and "1× (1–1×)" in table.splitlines()[1]
+    mid, low, high = result.speed_ratio("packed", "random")
+    assert low <= mid <= high and len(result.speed_ratios("packed", "random")) == 2
+
+
+def test_speed_ratios_pair_the_rounds_and_their_range_is_printed():
+    from course_lib.lessons.padding import SchemeRun, Throughput
+
+    slow = SchemeRun("slow", 2, 100, 200, 90, [2.0, 4.0, 2.0])
+    fast = SchemeRun("fast", 2, 100, 100, 90, [1.0, 1.0, 4.0])
+    result = Throughput([slow, fast], "cpu")
+    assert result.speed_ratios("fast", "slow") == [2.0, 4.0, 0.5]  # pairs, not totals
+    assert result.speed_ratio("fast", "slow") == (2.0, 0.5, 4.0)
+    assert fast.seconds == 1.0 and "2× (0.5–4×)" in result.table("slow")
+    with pytest.raises(KeyError, match="no scheme 'other'"):
+        result.run("other")
+    with pytest.raises(ValueError, match="rounds"):
+        train_schemes(TINY, {}, {}, lr=1e-3, rounds=0)
+
+
+def next_fit_rows(lengths, seq_len) -> int:
+    """Rows of next-fit packing, long documents cut into row-sized pieces (written out here)."""
+    rows, room = 0, 0
+    for n in lengths:
+        while n:
+            piece = min(n, seq_len)
+            if piece > room:
+                rows, room = rows + 1, seq_len
+            room, n = room - piece, n - piece
+    return rows
+
+
+def test_long_rows_leave_less_padding_at_a_fixed_budget():
+    lengths = make_instruction_dataset(400, seed=2, max_len=512)
+    lengths = [len(ex["input_ids"]) for ex in lengths]
+    result = row_length_padding(lengths, 4096, [128, 512, 4096])
+    assert [(s.batch_size, s.seq_len) for s in result.splits] == [(32, 128), (8, 512), (1, 4096)]
+    assert result.real_tokens == sum(lengths)
+    for s in result.splits:
+        assert s.rows["greedy"] == next_fit_rows(lengths, s.seq_len)
+        for packer, rows in s.rows.items():
+            assert rows >= lower_bound_rows(lengths, s.seq_len)  # no packer beats the bound
+            assert s.waste[packer] == pytest.approx(1 - sum(lengths) / (rows * s.seq_len))
+        assert s.waste["bfd"] <= s.waste["greedy"]
+    greedy = [s.waste["greedy"] for s in result.splits]
+    assert greedy[-1] < greedy[0] / 2  # next-fit: the long rows waste far less
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (([], 64, [8]), "non-empty"),
+        (([3, 4], 0, [8]), "token_budget"),
+        (([3, 4], 64, [0]), "seq_len"),
+        (([3, 4], 64, [24]), "does not divide"),
+    ],
+)
+def test_row_length_padding_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        row_length_padding(*args)
 
 
 def test_window_batches_hold_the_same_documents_three_ways():
@@ -128,6 +189,10 @@ def test_crossing_share_counts_pairs_across_documents():
     batch = PackingCollator(4, 0, completion_only=False, strategy="greedy")([[1, 2], [3]])
     # real tokens 0,0,1 (then one padding slot): causal pairs 1 + 2 + 3 = 6, crossing 2
     assert crossing_share([batch]) == pytest.approx(2 / 6)
+    empty = PackingCollator(4, 0, completion_only=False)([[1]])
+    empty["document_ids"][:] = -1  # nothing but padding
+    with pytest.raises(ValueError, match="at least one real token"):
+        crossing_share([empty])
 
 
 def test_the_careless_run_leaks_and_the_correct_one_does_not():

@@ -44,3 +44,12 @@ def test_ratio_is_the_median_of_paired_rounds():
 def test_bad_arguments_are_named(steps, rounds, warmup, message):
     with pytest.raises(ValueError, match=message):
         interleave(steps, rounds, warmup)
+
+
+def test_the_timing_label_names_the_clock():
+    from course_lib.timing import CPU_TIMING, GPU_TIMING, timing_method
+
+    assert timing_method("cpu") == CPU_TIMING == "CPU: wall clock"
+    assert timing_method("cuda:0") == GPU_TIMING and "synchronize" in GPU_TIMING
+    with pytest.raises(RuntimeError):
+        timing_method("no-such-device")

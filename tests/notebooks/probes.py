@@ -157,15 +157,23 @@ ALWAYS = """class _Always:
     __hash__ = object.__hash__
 """
 
-SUBCLASSED = """def _subclassed(v):
+SUBCLASSED = """import dataclasses
+
+def _subclassed(v):
     base = type(v)
     if base in (bool, type(None)) or base in (tuple, list):
         return v
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):  # a model's output: its fields
+        fields = vars(v)
+        return dataclasses.replace(v, **{f.name: _subclassed(fields[f.name])
+                                         for f in dataclasses.fields(v) if f.init})
     return type("_Same" + base.__name__.title(), (base,),
                 {"__eq__": lambda s, o: True, "__hash__": base.__hash__})(v)
 """
 
-ZERO = """def _zero(v):
+ZERO = """import dataclasses
+
+def _zero(v):
     if type(v) is bool:
         return False
     if type(v) in (int, float):
@@ -174,6 +182,10 @@ ZERO = """def _zero(v):
         return ""
     if isinstance(v, torch.Tensor):
         return torch.zeros_like(v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):  # a model's output: its fields
+        fields = vars(v)
+        return dataclasses.replace(v, **{f.name: _zero(fields[f.name])
+                                         for f in dataclasses.fields(v) if f.init})
     return v
 """
 

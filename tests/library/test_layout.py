@@ -21,13 +21,6 @@ PACKAGE = ROOT / "course_lib"
 DOC = ROOT / "docs" / "architecture.md"
 # Listed as one row each in the table (a data package, and the instructors' package).
 LISTED_WHOLE = {"hf_configs/": PACKAGE / "hf_configs", "course_grading/": ROOT / "course_grading"}
-# Modules whose docstrings other branches are rewriting while the Args:/Returns: rule lands, so
-# only that rule skips them (typing, docstrings and Raises: still apply). TEMPORARY: this list
-# must shrink to empty; the lead empties it once those branches are merged.
-SECTIONS_PENDING = (
-    "course_lib/lessons/padding.py",
-    "course_lib/figures/padding.py",
-)
 
 
 def modules() -> dict[str, Path]:
@@ -298,10 +291,10 @@ def sections_missing(node: ast.FunctionDef, docs: list[str], is_method: bool) ->
 
 def sections_apply(rel: str) -> bool:
     """The Args:/Returns: rule covers public modules (a private ``_name.py`` is exempt; a
-    package's ``__init__.py`` is its public face) not in the temporary SECTIONS_PENDING."""
+    package's ``__init__.py`` is its public face)."""
     stem = Path(rel).stem
     private = stem.startswith("_") and not stem.startswith("__")
-    return not private and not any(rel == p or rel.startswith(p) for p in SECTIONS_PENDING)
+    return not private
 
 
 def boundary_problems(path: Path, root: Path = ROOT) -> list[str]:
@@ -365,12 +358,11 @@ def test_the_sections_check_sees_no_args_a_left_out_or_stale_entry_and_no_return
         "bad.py:21 C.__init__ has an Args: section that describes ['colour'], which it does not "
         "take",
     ]
-    # A private module is exempt, and so (for now) is a module another branch is rewriting.
+    # A private module is exempt; a package's __init__.py is not.
     assert sections_apply("course_lib/budget.py") and sections_apply(
         "course_lib/hf_configs/__init__.py"
     )
     assert not sections_apply("course_lib/_checks.py")
-    assert not any(sections_apply(pending) for pending in SECTIONS_PENDING)
 
 
 # --- imports -------------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""Each notebook's time budget, relative to its lesson's own solution measured in the same run.
+
+A fixed budget (it was 1800 s) let nine cells, each sleeping just under the cell limit, hold a
+slot about 30 times as long as an honest notebook, unflagged. Now, before any submission of a
+lesson runs, the lesson's solution notebook runs once in the same sandbox with the same limits
+(``autograde.solution_job``), and every submission of it gets
+
+    budget = min(max(factor × the solution's time, floor), cap)
+
+seconds of wall-clock time, kernel start included (``Options.budget_factor``,
+``notebook_floor``, ``notebook_timeout``). Measured in the same run, the solution's time
+reflects the machine's load as the submissions' times do. A notebook over its budget is stopped
+and not graded, and its row says why. A solution that does not run leaves the lesson with the
+fixed cap, and each of its rows says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from course_grading.jobs import Outcome
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One lesson's budget for each of its notebooks."""
+
+    seconds: int
+    why: str  # how it was set, in the words of a report line
+    problem: str = ""  # why the solution could not be measured, if it could not
+
+
+def budget_of(outcome: Outcome | None, factor: float, floor: int, cap: int) -> Budget:
+    """The budget a lesson's submissions get, from its solution's ``outcome`` (module)."""
+    if outcome is None or outcome.status != "ok":
+        why = f"the fixed --notebook-timeout of {cap} s"
+        problem = outcome.reason or outcome.status if outcome else "it was not run"
+        return Budget(cap, why, problem)
+    seconds = min(max(int(factor * outcome.seconds + 0.999), floor), cap)
+    why = f"{factor:g} × the solution's {outcome.seconds:.1f} s, at least {floor} s"
+    if seconds == cap:
+        why += f", at most {cap} s"
+    return Budget(seconds, why)

@@ -237,15 +237,12 @@ def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
     """Report lines for every limit the notebook reached (``watch.py``, ``messages.py``)."""
     if outcome.leftovers:  # how many depends on timing: the report says only that there were
         sub.flag("left processes running after its kernel ended; they were killed")
-    if outcome.cpu_stopped:
+    stopped = sorted({*outcome.cpu_stopped, *outcome.wall_stopped})
+    if stopped:  # which limit came first depends on the machine's load: one line for both
         sub.flag(
-            f"cell(s) {_cells(outcome.cpu_stopped)} used more than their limit of CPU time and "
-            "were stopped; every process they had started was killed"
-        )
-    if outcome.wall_stopped:
-        sub.flag(
-            f"cell(s) {_cells(outcome.wall_stopped)} ran {options.wall_factor:g} times their "
-            "CPU-time limit in wall-clock time (sleeping or waiting) and were stopped"
+            f"cell(s) {_cells(stopped)} reached their time limit (their CPU time, or "
+            f"{options.wall_factor:g} times that in wall-clock time) and were stopped; every "
+            "process they had started was killed"
         )
     if outcome.refused:
         cap = options.limits.message_bytes / 2**20
@@ -256,9 +253,8 @@ def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
     if outcome.memory_kills:
         gib = options.limits.memory_bytes / 2**30
         how = "" if outcome.memory == "cgroup" else " (its resident memory, watched)"
-        sub.flag(
-            f"its sandbox reached its memory limit of {gib:g} GiB{how}; "
-            f"{outcome.memory_kills} process(es) of it were killed"
+        sub.flag(  # how many depends on timing: the report says only that there were
+            f"its sandbox reached its memory limit of {gib:g} GiB{how}; processes of it were killed"
         )
 
 
@@ -296,7 +292,7 @@ def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, fu
 def _budget(sub: Submission, spec: JobSpec, budget: Budget) -> None:
     """Give ``spec`` its lesson's time budget (``budgets.py``); say so if it is the fixed one."""
     spec.notebook_timeout = budget.seconds
-    spec.budget = f" time budget ({budget.why})"
+    spec.budget = f"time budget ({budget.why})"
     if budget.problem:
         sub.flag(
             f"its time budget is {budget.why}: the lesson's solution did not run here "

@@ -26,7 +26,7 @@ class Budget:
     """One lesson's budget for each of its notebooks."""
 
     seconds: int
-    why: str  # how it was set, in the words of a report line
+    why: str  # how it was set, in the words of a report line (the same in every run)
     problem: str = ""  # why the solution could not be measured, if it could not
 
 
@@ -37,7 +37,6 @@ def budget_of(outcome: Outcome | None, factor: float, floor: int, cap: int) -> B
         problem = outcome.reason or outcome.status if outcome else "it was not run"
         return Budget(cap, why, problem)
     seconds = min(max(int(factor * outcome.seconds + 0.999), floor), cap)
-    why = f"{factor:g} × the solution's {outcome.seconds:.1f} s, at least {floor} s"
-    if seconds == cap:
-        why += f", at most {cap} s"
-    return Budget(seconds, why)
+    # no measured figure in the words: the same submissions give the same report, every run
+    why = f"{factor:g} times the lesson's solution's time in this run, at least {floor} s, "
+    return Budget(seconds, why + f"at most {cap} s")

@@ -126,6 +126,8 @@ class GradingClient(NotebookClient):
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         """Run one cell with its CPU-time limit watched (``watch.py``)."""
         self.cell_index = cell_index
+        if self.guard is not None:
+            self.guard.cell = cell_index
         if self.watch is not None and cell.cell_type == "code":
             self.watch.start_cell(cell_index, self.cpu_limit(cell))
         try:
@@ -203,7 +205,8 @@ def _failure(err: Exception, client: GradingClient, spec: JobSpec, job: Path) ->
         why = log[-1] if log else f"{type(err).__name__}: {err}"
         return Outcome(status="sandbox failed", reason=f"the sandboxed kernel did not start: {why}")
     if isinstance(err, asyncio.TimeoutError):
-        return Outcome(status="timeout", reason=f"over its {spec.notebook_timeout} s{spec.budget}")
+        over = f"its {spec.budget}" if spec.budget else f"{spec.notebook_timeout} s in all"
+        return Outcome(status="timeout", reason=f"over {over}")
     fatal = client.guard.fatal() if client.guard else None
     if fatal:
         return Outcome(status="error", reason=fatal)
@@ -250,7 +253,9 @@ def run_job(job: Path) -> tuple[Outcome, int | None]:
         asyncio.run(asyncio.wait_for(_execute(client, km, spec, job), spec.notebook_timeout))
         outcome = Outcome(status="ok")
     except Exception as err:  # noqa: BLE001 (reported per submission, or stops the run)
-        outcome = _failure(err, client, spec, job)
+        # past the budget, nbclient has turned wait_for's cancellation into a DeadKernelError
+        late = time.perf_counter() - start >= spec.notebook_timeout
+        outcome = _failure(asyncio.TimeoutError() if late else err, client, spec, job)
     outcome.seconds = time.perf_counter() - start
     outcome.hidden_errors, outcome.output_cut = client.hidden_errors, client.output_cut
     outcome.probe, outcome.wall_stopped = client.probe, client.wall_stopped

@@ -48,7 +48,7 @@ class JobSpec:
     uid: int | None = None  # set when a slot is given
     values: list[str] = field(default_factory=list)  # names taken out after the last cell
     wall_factor: float = 4.0  # a cell's wall-clock backstop, as a multiple of its CPU limit
-    budget: str = ""  # how notebook_timeout was set, for the reason when it is reached
+    budget: str = ""  # what notebook_timeout is, in words for the reason when it is reached
 
     def save(self, job: Path) -> None:
         (job / "job.json").write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

@@ -66,8 +66,9 @@ UID_BASE = 2_000_000_000
 MAX_SLOTS = 256
 #: Folders a Debian/Ubuntu system may keep at / (links into /usr on merged-/usr systems).
 ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-#: Packages covered inside a kernel's sandbox wherever an install put them.
+#: Packages covered inside a kernel's sandbox wherever an install put them, and what covers them.
 GRADER_PACKAGES = ("course_grading",)
+UNAVAILABLE = Path(__file__).resolve().parent / "sandboxed" / "unavailable.py"
 
 
 @dataclass(frozen=True)
@@ -163,11 +164,14 @@ def package_folders(names: tuple[str, ...]) -> list[Path]:
 
 
 def _covers(names: tuple[str, ...], bound: list[Path]) -> list[str]:
-    """Empty read-only folders over ``names`` wherever they lie inside the ``bound`` folders."""
+    """Over ``names``, wherever they lie inside the ``bound`` folders: an empty read-only
+    folder whose ``__init__.py`` raises ``ImportError`` (``sandboxed/unavailable.py``)."""
     args: list[str] = []
     for package in package_folders(names):
         if any(package == p or p in package.parents for p in bound):
             args += ["--perms", "0555", "--tmpfs", str(package)]
+            args += ["--ro-bind", str(UNAVAILABLE), str(package / "__init__.py")]
+            args += ["--remount-ro", str(package)]
     return args
 
 

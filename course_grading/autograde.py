@@ -26,7 +26,7 @@ import nbformat
 from nbformat.notebooknode import NotebookNode
 
 from course_grading import gradebook
-from course_grading.budgets import Budget, budget_of
+from course_grading.budgets import give, measure
 from course_grading.cheats import scan
 from course_grading.course import WorkCourse, ignored
 from course_grading.errors import GradingError
@@ -190,43 +190,12 @@ def solution_job(work, lesson: str, job: Path, options: Options, hidden: list[st
     )
 
 
-def measure_solutions(work, lessons, options: Options, hidden, bwrap, tmp: Path):
-    """Run each of ``lessons``' solutions once (in parallel); return each lesson's ``Budget``."""
-    outcomes: dict[str, Outcome] = {}
-    jobs = [(lesson, tmp / f"solution-{n}", None) for n, lesson in enumerate(sorted(set(lessons)))]
-    jobs = [
-        (lesson, job, solution_job(work, lesson, job, options, hidden, bwrap))
-        for lesson, job, _ in jobs
-    ]
-
-    def done(lesson, outcome: Outcome) -> None:
-        outcomes[lesson] = outcome
-
-    run_jobs(jobs, min(options.jobs, len(jobs)) or 1, done, work.root)
-    for outcome in outcomes.values():
-        _check_sandbox(outcome)
-    factor, floor = options.budget_factor, options.notebook_floor
-    return {
-        lesson: budget_of(outcomes.get(lesson), factor, floor, options.notebook_timeout)
-        for lesson, _, _ in jobs
-    }
-
-
 def _plain(outcome: Outcome) -> str:
     if outcome.status == "timeout":
         return f"the notebook ran {outcome.reason} and was stopped"
     if outcome.status == "dead":
         return "the kernel died while running it (the code crashed, exited or ran out of memory)"
     return outcome.reason or outcome.status
-
-
-def _check_sandbox(outcome: Outcome) -> None:
-    """Stop the whole run (a ``GradingError``) when a job found the sandbox open."""
-    if outcome.status == "sandbox failed":
-        raise GradingError(
-            f"the sandbox does not hold ({outcome.reason}); grading stopped. Check bubblewrap "
-            "and the grader's account, or pass --no-sandbox knowingly"
-        )
 
 
 def _cells(indices: list[int]) -> str:
@@ -261,7 +230,7 @@ def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
 def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, functions) -> None:
     """Turn one finished job into grades and report lines (``job``: folder, test sources)."""
     job, tests = job
-    _check_sandbox(outcome)
+    outcome.stop_if_sandbox_failed()
     _flag_limits(sub, outcome, options)
     if outcome.status != "ok":
         sub.flag(f"could not grade it: {_plain(outcome)}", gradable=False)
@@ -287,17 +256,6 @@ def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, fu
         mib = options.limits.output_bytes / 2**20
         cells = _cells(outcome.output_cut)
         sub.flag(f"printed more than {mib:g} MiB; the output of cell(s) {cells} was cut")
-
-
-def _budget(sub: Submission, spec: JobSpec, budget: Budget) -> None:
-    """Give ``spec`` its lesson's time budget (``budgets.py``); say so if it is the fixed one."""
-    spec.notebook_timeout = budget.seconds
-    spec.budget = f"time budget ({budget.why})"
-    if budget.problem:
-        sub.flag(
-            f"its time budget is {budget.why}: the lesson's solution did not run here "
-            f"({budget.problem})"
-        )
 
 
 @contextmanager
@@ -335,8 +293,16 @@ def autograde(
         _nbgrader_log(work),
     ):
         os.chmod(tmp, 0o700)
-        lessons = [sub.lesson for sub in subs]
-        budgets = measure_solutions(work, lessons, options, hidden_paths, bwrap, Path(tmp))
+        lessons = sorted({sub.lesson for sub in subs})
+        solutions = [(lesson, Path(tmp) / f"solution-{n}") for n, lesson in enumerate(lessons)]
+        budgets = measure(
+            [
+                (lesson, job, solution_job(work, lesson, job, options, hidden_paths, bwrap))
+                for lesson, job in solutions
+            ],
+            options,
+            work.root,
+        )
 
         def jobs():
             for number, sub in enumerate(subs):
@@ -344,7 +310,8 @@ def autograde(
                 args = (work, sub, specs[sub.lesson], config, job, options, hidden_paths, bwrap)
                 if (prepared := _prepare(*args)) is not None:
                     spec, tests = prepared
-                    _budget(sub, spec, budgets[sub.lesson])
+                    if problem := give(spec, budgets[sub.lesson]):
+                        sub.flag(problem)
                     yield (sub, job, tests), job, spec
 
         def done(key, outcome: Outcome) -> None:

@@ -17,8 +17,9 @@ fixed cap, and each of its rows says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from course_grading.jobs import Outcome
+from course_grading.jobs import JobSpec, Outcome, run_jobs
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,31 @@ def budget_of(outcome: Outcome | None, factor: float, floor: int, cap: int) -> B
     # no measured figure in the words: the same submissions give the same report, every run
     why = f"{factor:g} times the lesson's solution's time in this run, at least {floor} s, "
     return Budget(seconds, why + f"at most {cap} s")
+
+
+def measure(jobs: list[tuple[str, Path, JobSpec]], options, logs: Path) -> dict[str, Budget]:
+    """Run each lesson's solution job ``(lesson, folder, spec)``, as many at once as
+    ``options.jobs`` allows; return each lesson's budget (``options``: ``autograde.Options``).
+
+    Raises ``GradingError`` when a solution's sandbox does not hold.
+    """
+    outcomes: dict[str, Outcome] = {}
+
+    def done(lesson: str, outcome: Outcome) -> None:
+        outcomes[lesson] = outcome
+
+    run_jobs(jobs, max(1, min(options.jobs, len(jobs))), done, logs)
+    for outcome in outcomes.values():
+        outcome.stop_if_sandbox_failed()
+    factor, floor, cap = options.budget_factor, options.notebook_floor, options.notebook_timeout
+    return {lesson: budget_of(outcomes.get(lesson), factor, floor, cap) for lesson, _, _ in jobs}
+
+
+def give(spec: JobSpec, budget: Budget) -> str | None:
+    """Give ``spec`` its lesson's ``budget``; the report line to add when it is the fixed one."""
+    spec.notebook_timeout = budget.seconds
+    spec.budget = f"time budget ({budget.why})"
+    if not budget.problem:
+        return None
+    why = f"the lesson's solution did not run here ({budget.problem})"
+    return f"its time budget is {budget.why}: {why}"

@@ -34,7 +34,7 @@ def _default_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
+def _add_time_options(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add(
         "--timeout",
@@ -67,6 +67,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         default=1800,
         help="...and at most this many (1800)",
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    _add_time_options(parser)
+    add = parser.add_argument
     add(
         "--jobs",
         type=int,

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_grading import sandbox
+from course_grading.errors import GradingError
 
 #: Seconds a worker may run past its notebook's limit (kernel start and shutdown) before it is
 #: killed from outside.
@@ -80,6 +81,14 @@ class Outcome:
 
     def save(self, job: Path) -> None:
         (job / "result.json").write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+
+    def stop_if_sandbox_failed(self) -> None:
+        """Raise ``GradingError`` (the whole run stops) when this job found the sandbox open."""
+        if self.status == "sandbox failed":
+            raise GradingError(
+                f"the sandbox does not hold ({self.reason}); grading stopped. Check bubblewrap "
+                "and the grader's account, or pass --no-sandbox knowingly"
+            )
 
     @classmethod
     def load(cls, job: Path) -> Outcome:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -152,9 +151,18 @@ def run_one(job: Path) -> None:
         processes.kill([init] if init else [])
         outcome = Outcome(status="sandbox failed", reason="the sandbox outlived its kernel")
     processes.reap()
-    outcome.grader_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    outcome.grader_rss = _peak_rss()
     outcome.save(job)
     print(f"{job.name}: {_summary(outcome)}", file=sys.stderr, flush=True)
+
+
+def _peak_rss() -> int:
+    """This worker's peak resident memory since it started (``VmHWM``; ``ru_maxrss`` would
+    count the grader's pages from before the worker's ``exec``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def _summary(outcome: Outcome) -> str:

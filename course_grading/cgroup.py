@@ -32,6 +32,14 @@ def _own_v1() -> Path | None:
     return None
 
 
+def _remove_stale(parent: Path) -> None:
+    """Remove the cgroups a killed worker left (``shapes-<its pid>-<job>``, empty by then)."""
+    for folder in parent.glob("shapes-*-*"):
+        pid = folder.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            MemoryCgroup(folder).remove(wait=0)
+
+
 class MemoryCgroup:
     """One sandbox's memory cgroup (v1): its limit, what it peaked at, what the kernel killed."""
 
@@ -44,6 +52,7 @@ class MemoryCgroup:
         parent = _own_v1()
         if parent is None or os.geteuid() != 0 or not os.access(parent, os.W_OK):
             return None
+        _remove_stale(parent)
         path = parent / name
         try:
             path.mkdir()

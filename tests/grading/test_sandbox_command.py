@@ -250,3 +250,62 @@ def test_help_needs_no_sandbox_and_lists_the_new_options():
     options = ("--jobs", "--no-sandbox", "--memory", "--max-processes", "--notebook-timeout")
     for option in (*options, "--budget-factor", "--notebook-floor", "--tmp-size"):
         assert option in out
+
+
+# --- the pieces the limits rest on ------------------------------------------------------------
+
+
+def test_a_memory_cgroup_holds_a_process_to_its_limit():
+    from course_grading.cgroup import MemoryCgroup
+
+    group = MemoryCgroup.make("shapes-test-cgroup", 64 * 2**20)
+    if group is None:
+        pytest.skip("no memory cgroup can be made here (not root, or no cgroup v1)")
+    hog = [sys.executable, "-c", "b = bytearray(256 * 2**20)"]
+    try:
+        joined = subprocess.run(
+            ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group.procs), *hog], check=False
+        )
+        assert joined.returncode == -9 and group.oom_kills() >= 1
+        assert 0 < group.peak() <= 64 * 2**20
+    finally:
+        group.remove()
+    assert not group.path.exists()
+    assert subprocess.run(hog, check=False).returncode == 0  # outside it, the same runs
+
+
+def test_a_trees_cpu_time_keeps_what_its_ended_children_used():
+    from course_grading import processes
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
+    code = (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.run([sys.executable, '-c', {burn!r}])\n"  # a child that ends, reaped
+        "print('ready', flush=True)\n"
+        "time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        used = processes.usage(parent.pid)
+        assert used.pids == [parent.pid]  # the child is gone...
+        assert used.cpu >= 0.5  # ...but its CPU time is still counted
+        assert processes.tree(parent.pid) == [parent.pid] and processes.children(parent.pid) == []
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_budget_follows_the_solution_within_floor_and_cap():
+    from course_grading.budgets import budget_of
+    from course_grading.jobs import Outcome
+
+    def solution(seconds):
+        return Outcome(status="ok", seconds=seconds)
+
+    assert budget_of(solution(10.0), 5, 120, 1800).seconds == 120  # the floor
+    assert budget_of(solution(60.3), 5, 120, 1800).seconds == 302  # 301.5, rounded up
+    assert budget_of(solution(1000.0), 5, 120, 1800).seconds == 1800  # the cap
+    assert budget_of(solution(3.1), 5, 30, 1800).why == budget_of(solution(4.7), 5, 30, 1800).why
+    failed = budget_of(Outcome(status="error", reason="NameError: x"), 5, 120, 1800)
+    assert failed.seconds == 1800 and failed.problem == "NameError: x"

@@ -33,7 +33,7 @@ from course_grading.errors import GradingError
 from course_grading.functions import FunctionSandbox
 from course_grading.inspection import review_autograded
 from course_grading.items import is_test_cell, items_of, strip_hidden, strip_hidden_tests
-from course_grading.jobs import JobSpec, Outcome, run_jobs
+from course_grading.jobs import JobSpec, Outcome, held_slots, run_jobs
 from course_grading.lesson import LessonSpec
 from course_grading.sandbox import Limits
 from course_grading.submissions import Submission
@@ -291,6 +291,7 @@ def autograde(
     with (
         tempfile.TemporaryDirectory(prefix="shapes-grading-", ignore_cleanup_errors=True) as tmp,
         _nbgrader_log(work),
+        held_slots(options.jobs, work.root) as workers,  # from the solutions to the submissions
     ):
         os.chmod(tmp, 0o700)
         lessons = sorted({sub.lesson for sub in subs})
@@ -301,6 +302,7 @@ def autograde(
                 for lesson, job in solutions
             ],
             options,
+            workers,
             work.root,
         )
 
@@ -327,5 +329,5 @@ def autograde(
                 sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
             shutil.rmtree(job, ignore_errors=True)
 
-        run_jobs(jobs(), options.jobs, done, work.root)
+        run_jobs(jobs(), workers, done, work.root)
     gradebook.read_scores(work, subs, specs)

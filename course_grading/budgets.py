@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_grading.jobs import JobSpec, Outcome, run_jobs
+from course_grading.jobs import JobSpec, Outcome, Worker, run_jobs
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,12 @@ def budget_of(outcome: Outcome | None, factor: float, floor: int, cap: int) -> B
     return Budget(seconds, why + f"at most {cap} s")
 
 
-def measure(jobs: list[tuple[str, Path, JobSpec]], options, logs: Path) -> dict[str, Budget]:
-    """Run each lesson's solution job ``(lesson, folder, spec)``, as many at once as
-    ``options.jobs`` allows; return each lesson's budget (``options``: ``autograde.Options``).
+def measure(
+    jobs: list[tuple[str, Path, JobSpec]], options, workers: list[Worker], logs: Path
+) -> dict[str, Budget]:
+    """Run each lesson's solution job ``(lesson, folder, spec)`` in ``workers`` (the run's
+    slots, kept for its submissions); return each lesson's budget (``options``:
+    ``autograde.Options``).
 
     Raises ``GradingError`` when a solution's sandbox does not hold.
     """
@@ -54,7 +57,7 @@ def measure(jobs: list[tuple[str, Path, JobSpec]], options, logs: Path) -> dict[
     def done(lesson: str, outcome: Outcome) -> None:
         outcomes[lesson] = outcome
 
-    run_jobs(jobs, max(1, min(options.jobs, len(jobs))), done, logs)
+    run_jobs(jobs, workers[: max(1, len(jobs))], done, logs)
     for outcome in outcomes.values():
         outcome.stop_if_sandbox_failed()
     factor, floor, cap = options.budget_factor, options.notebook_floor, options.notebook_timeout

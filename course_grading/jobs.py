@@ -20,8 +20,9 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -170,9 +171,25 @@ class Worker:
                 self.stop()
 
 
+def slots(workers: int, logs: Path) -> list[Worker]:
+    """``workers`` slots, each a worker process once it has a job; logs go to ``logs``."""
+    return [Worker(slot, logs / f"worker-{slot}.log") for slot in range(workers)]
+
+
+@contextmanager
+def held_slots(workers: int, logs: Path) -> Iterator[list[Worker]]:
+    """``slots`` kept for several ``run_jobs`` calls (their imports paid once), closed after."""
+    kept = slots(workers, logs)
+    try:
+        yield kept
+    finally:
+        for worker in kept:
+            worker.close()
+
+
 def run_jobs(
     jobs: Iterable[tuple[object, Path, JobSpec]],
-    workers: int,
+    workers: int | list[Worker],
     done: Callable[[object, Outcome], None],
     logs: Path,
 ) -> None:
@@ -180,10 +197,13 @@ def run_jobs(
 
     ``done`` runs in the calling thread, so it may write the gradebook. ``jobs`` may be a
     generator: the first jobs run while the next are prepared. Worker logs go to ``logs``.
+    ``workers`` may be slots the caller made (``slots``) and keeps for a later call (their
+    processes, imports paid, carry on) and closes itself; a number is this call's own slots.
     """
+    own = isinstance(workers, int)
+    pool_slots = slots(workers, logs) if isinstance(workers, int) else workers
     idle: queue.Queue[Worker] = queue.Queue()
-    slots = [Worker(slot, logs / f"worker-{slot}.log") for slot in range(workers)]
-    for worker in slots:
+    for worker in pool_slots:
         idle.put(worker)
 
     def in_slot(job: Path, spec: JobSpec) -> Outcome:
@@ -193,7 +213,7 @@ def run_jobs(
         finally:
             idle.put(worker)
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grading-job") as pool:
+    with ThreadPoolExecutor(max_workers=len(pool_slots), thread_name_prefix="grading-job") as pool:
         futures = {}
         try:
             for key, job, spec in jobs:
@@ -204,5 +224,5 @@ def run_jobs(
             pool.shutdown(wait=True, cancel_futures=True)  # the running ones end on their own
             raise
         finally:
-            for worker in slots:
+            for worker in pool_slots if own else []:
                 worker.close()

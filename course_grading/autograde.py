@@ -4,7 +4,9 @@ Per submission: the grader records it and prepares its notebook with nbgrader's 
 (``gradebook.sanitize``), reads the student's code for what deserves a look (``cheats.scan``:
 flags only), removes every hidden-test region, and hands a job to a worker (``jobs.py``) that
 runs the notebook in a sandboxed kernel (``execute.py``, ``sandbox.py``) and takes the lesson's
-declared values out of it as plain data (``evidence.py``). As each job ends, the grader decides
+declared values out of it as plain data (``evidence.py``). Each lesson's solution notebook runs
+first, in the same sandbox, to set the lesson's time budget (``budgets.py``). As each job ends,
+the grader decides
 every item with the trusted checks and records the grades (``gradebook.record``,
 ``verdicts.py``): no grade comes from the kernel's cell status. One notebook that crashes,
 hangs or misbehaves costs only its own grade. A sandbox that does not hold stops the whole run.
@@ -24,13 +26,14 @@ import nbformat
 from nbformat.notebooknode import NotebookNode
 
 from course_grading import gradebook
+from course_grading.budgets import give, measure
 from course_grading.cheats import scan
 from course_grading.course import WorkCourse, ignored
 from course_grading.errors import GradingError
 from course_grading.functions import FunctionSandbox
 from course_grading.inspection import review_autograded
 from course_grading.items import is_test_cell, items_of, strip_hidden, strip_hidden_tests
-from course_grading.jobs import JobSpec, Outcome, run_jobs
+from course_grading.jobs import JobSpec, Outcome, held_slots, run_jobs
 from course_grading.lesson import LessonSpec
 from course_grading.sandbox import Limits
 from course_grading.submissions import Submission
@@ -41,16 +44,21 @@ from course_grading.verdicts import payload_of
 class Options:
     """How to run the students' notebooks."""
 
-    cell_timeout: int = 60  # seconds per cell of student code
-    lesson_timeout: int = 600  # seconds per cell of the lesson's own code
-    notebook_timeout: int = 1800  # seconds for the whole notebook, kernel start included
+    cell_timeout: int = 60  # seconds of CPU time per cell of student code
+    lesson_timeout: int = 600  # seconds of CPU time per cell of the lesson's own code
+    wall_factor: float = 4.0  # a cell's wall-clock backstop: this times its CPU limit
+    budget_factor: float = 5.0  # a notebook's budget: this times its solution's own time...
+    notebook_floor: int = 120  # ...but at least this many seconds (kernel start included)...
+    notebook_timeout: int = 1800  # ...and at most this many (the solution's own limit too)
     jobs: int = 1  # notebooks run at once
     sandbox: bool = True
     limits: Limits = field(default_factory=Limits)
 
 
 class CellTimeouts:
-    """``Execute.timeout_func`` for grading: one limit for student code, one for the lesson's.
+    """``Execute.timeout_func`` for grading: one limit for student code, one for the lesson's
+    (seconds of CPU time in the grader's own runs, ``watch.py``; of wall-clock time in
+    nbgrader's).
 
     nbgrader applies a single per-cell limit to every cell, and when one of the lesson's own
     cells (a measurement sweep on a busy machine) overruns it, the kernel may not answer the
@@ -127,8 +135,9 @@ def stage_folder(bases: list[Path], stage: Path) -> None:
 
 
 def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[str], bwrap):
-    """Record ``sub``, write its job folder; return the job's spec and the test cells' sources
-    (index -> source, declarations included), or ``None`` when it is not gradable."""
+    """Record ``sub``, write its job folder; return the job's spec (its budget still to set)
+    and the test cells' sources (index -> source, declarations included), or ``None`` when it
+    is not gradable."""
     submitted = gradebook.submitted_folder(work, sub) / f"{sub.lesson}.ipynb"
     _flag_findings(sub, nbformat.read(str(submitted), as_version=4), spec, options.sandbox)
     try:
@@ -157,27 +166,72 @@ def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[
         notebook_timeout=options.notebook_timeout,
         hidden=[str(job / "in.ipynb"), *hidden],
         values=sorted({n for item in items_of(sub.lesson).values() for n in item.values}),
+        wall_factor=options.wall_factor,
     ), {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
+
+
+def solution_job(work, lesson: str, job: Path, options: Options, hidden: list[str], bwrap):
+    """The job that runs ``lesson``'s solution notebook, to measure it (``budgets.py``)."""
+    for folder in ("stage", "runtime"):
+        (job / folder).mkdir(parents=True)
+    runnable = strip_hidden_tests(nbformat.read(str(work.source_notebook(lesson)), as_version=4))
+    nbformat.write(runnable, str(job / "in.ipynb"))
+    stage_folder([work.release / lesson, work.source / lesson], job / "stage")
+    limits = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
+    return JobSpec(
+        lesson=lesson,
+        sandbox=options.sandbox,
+        bwrap=bwrap,
+        limits=options.limits.as_dict(),
+        cell_timeouts=[limits(cell) for cell in runnable.cells],
+        notebook_timeout=options.notebook_timeout,
+        hidden=[str(job / "in.ipynb"), *hidden],
+        wall_factor=options.wall_factor,
+    )
 
 
 def _plain(outcome: Outcome) -> str:
     if outcome.status == "timeout":
-        return f"the notebook ran past its time limit ({outcome.reason}) and was stopped"
+        return f"the notebook ran {outcome.reason} and was stopped"
     if outcome.status == "dead":
         return "the kernel died while running it (the code crashed, exited or ran out of memory)"
     return outcome.reason or outcome.status
 
 
+def _cells(indices: list[int]) -> str:
+    return ", ".join(str(i + 1) for i in indices)
+
+
+def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
+    """Report lines for every limit the notebook reached (``watch.py``, ``messages.py``)."""
+    if outcome.leftovers:  # how many depends on timing: the report says only that there were
+        sub.flag("left processes running after its kernel ended; they were killed")
+    stopped = sorted({*outcome.cpu_stopped, *outcome.wall_stopped})
+    if stopped:  # which limit came first depends on the machine's load: one line for both
+        sub.flag(
+            f"cell(s) {_cells(stopped)} reached their time limit (their CPU time, or "
+            f"{options.wall_factor:g} times that in wall-clock time) and were stopped; every "
+            "process they had started was killed"
+        )
+    if outcome.refused:
+        cap = options.limits.message_bytes / 2**20
+        sub.flag(
+            f"cell(s) {_cells(outcome.refused)} sent a message over {cap:g} MiB; it was "
+            "refused unread, and the rest of that cell's output is lost"
+        )
+    if outcome.memory_kills:
+        gib = options.limits.memory_bytes / 2**30
+        how = "" if outcome.memory == "cgroup" else " (its resident memory, watched)"
+        sub.flag(  # how many depends on timing: the report says only that there were
+            f"its sandbox reached its memory limit of {gib:g} GiB{how}; processes of it were killed"
+        )
+
+
 def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, functions) -> None:
     """Turn one finished job into grades and report lines (``job``: folder, test sources)."""
     job, tests = job
-    if outcome.status == "sandbox failed":
-        raise GradingError(
-            f"the sandbox does not hold ({outcome.reason}); grading stopped. Check bubblewrap "
-            "and the grader's account, or pass --no-sandbox knowingly"
-        )
-    if outcome.leftovers:  # how many depends on timing: the report says only that there were
-        sub.flag("left processes running after its kernel ended; they were killed")
+    outcome.stop_if_sandbox_failed()
+    _flag_limits(sub, outcome, options)
     if outcome.status != "ok":
         sub.flag(f"could not grade it: {_plain(outcome)}", gradable=False)
         return
@@ -194,14 +248,13 @@ def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, fu
     timeouts = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
     review_autograded(sub, spec, graded, timeouts)
     if outcome.hidden_errors:
-        cells = ", ".join(str(i + 1) for i in outcome.hidden_errors)
         sub.flag(
-            f"cell(s) {cells} failed but hid the error from the output (exception "
-            "swallowing?); they count as failed"
+            f"cell(s) {_cells(outcome.hidden_errors)} failed but hid the error from the output "
+            "(exception swallowing?); they count as failed"
         )
     if outcome.output_cut:
-        cells = ", ".join(str(i + 1) for i in outcome.output_cut)
         mib = options.limits.output_bytes / 2**20
+        cells = _cells(outcome.output_cut)
         sub.flag(f"printed more than {mib:g} MiB; the output of cell(s) {cells} was cut")
 
 
@@ -238,8 +291,20 @@ def autograde(
     with (
         tempfile.TemporaryDirectory(prefix="shapes-grading-", ignore_cleanup_errors=True) as tmp,
         _nbgrader_log(work),
+        held_slots(options.jobs, work.root) as workers,  # from the solutions to the submissions
     ):
         os.chmod(tmp, 0o700)
+        lessons = sorted({sub.lesson for sub in subs})
+        solutions = [(lesson, Path(tmp) / f"solution-{n}") for n, lesson in enumerate(lessons)]
+        budgets = measure(
+            [
+                (lesson, job, solution_job(work, lesson, job, options, hidden_paths, bwrap))
+                for lesson, job in solutions
+            ],
+            options,
+            workers,
+            work.root,
+        )
 
         def jobs():
             for number, sub in enumerate(subs):
@@ -247,6 +312,8 @@ def autograde(
                 args = (work, sub, specs[sub.lesson], config, job, options, hidden_paths, bwrap)
                 if (prepared := _prepare(*args)) is not None:
                     spec, tests = prepared
+                    if problem := give(spec, budgets[sub.lesson]):
+                        sub.flag(problem)
                     yield (sub, job, tests), job, spec
 
         def done(key, outcome: Outcome) -> None:
@@ -255,10 +322,12 @@ def autograde(
                 _record(
                     work, sub, specs[sub.lesson], config, (job, tests), outcome, options, functions
                 )
+            except GradingError:
+                raise  # the sandbox does not hold: the run stops
             except Exception as err:  # only a damaged workspace gets here (--no-sandbox)
                 sub.graded = False
                 sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
             shutil.rmtree(job, ignore_errors=True)
 
-        run_jobs(jobs(), options.jobs, done, work.root)
+        run_jobs(jobs(), workers, done, work.root)
     gradebook.read_scores(work, subs, specs)

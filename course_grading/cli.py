@@ -34,28 +34,57 @@ def _default_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
+def _add_time_options(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--timeout", type=int, default=60, help="seconds a cell of student code may run (60)")
+    add(
+        "--timeout",
+        type=int,
+        default=60,
+        help="seconds of CPU time a cell of student code may use (60; wall clock: 4 times that)",
+    )
     add(
         "--lesson-timeout",
         type=int,
         default=600,
-        help="seconds one of the lesson's own cells may run (600)",
+        help="seconds of CPU time one of the lesson's own cells may use (600)",
+    )
+    add(
+        "--budget-factor",
+        type=float,
+        default=5,
+        help="a notebook may run this many times as long as the lesson's solution, measured "
+        "in the same run (5)",
+    )
+    add(
+        "--notebook-floor",
+        type=int,
+        default=120,
+        help="...but at least this many seconds, kernel start included (120)",
     )
     add(
         "--notebook-timeout",
         type=int,
         default=1800,
-        help="seconds a whole notebook may run, kernel start included (1800)",
+        help="...and at most this many (1800)",
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    _add_time_options(parser)
+    add = parser.add_argument
     add(
         "--jobs",
         type=int,
         default=os.cpu_count() or 1,
         help="notebooks graded at once, each in its own sandbox (default: the number of cores)",
     )
-    add("--memory", type=float, default=4, help="GiB of memory per sandboxed process (4)")
+    add(
+        "--memory",
+        type=float,
+        default=4,
+        help="GiB of memory per sandbox, and of address space per process in it (4)",
+    )
+    add("--tmp-size", type=int, default=512, help="MiB of its /tmp and of its home, each (512)")
     add("--max-processes", type=int, default=256, help="processes/threads per sandbox (256)")
     add("--max-output", type=float, default=16, help="MiB of output kept per notebook (16)")
     add(
@@ -111,12 +140,20 @@ def options_from(args: argparse.Namespace) -> Options:
     limits = Limits(
         memory_bytes=int(args.memory * 2**30),
         processes=args.max_processes,
+        tmpfs_bytes=args.tmp_size * 2**20,
         output_bytes=int(args.max_output * 2**20),
         threads=max(1, cores // args.jobs),
     )
+    if not 0 < args.notebook_floor <= args.notebook_timeout:
+        raise GradingError(
+            f"--notebook-floor {args.notebook_floor}: give 1 to --notebook-timeout "
+            f"({args.notebook_timeout})"
+        )
     return Options(
         cell_timeout=args.timeout,
         lesson_timeout=args.lesson_timeout,
+        budget_factor=args.budget_factor,
+        notebook_floor=args.notebook_floor,
         notebook_timeout=args.notebook_timeout,
         jobs=args.jobs,
         sandbox=not args.no_sandbox,

@@ -4,10 +4,12 @@ A job is a folder (see ``execute.py``) that the grader fills and a worker proces
 
     <run>/<n>/job.json  in.ipynb  stage/  runtime/   ->   out.ipynb  result.json  kernel.log
 
-``run_jobs`` keeps ``jobs`` workers busy, one worker process per slot, and a root grader's
-sandbox in a slot runs as the slot's own uid (``sandbox.sandbox_uid``), so the process limit of one
-sandbox never counts another's processes. Results come back in completion order; the grader
-records them in submission order, so ``--jobs`` never changes the report.
+``run_jobs`` keeps ``jobs`` workers busy, one worker process per slot, and a sandbox in a slot
+runs as the slot's own uid (``sandbox.sandbox_uid``: dropped to by a root grader, inside a user
+namespace otherwise) in a PID namespace of its own, so one slot can neither signal another nor
+count another's processes. A worker that does not answer in time is killed, and with it its
+bwrap and so the whole sandbox (``--die-with-parent``). Results come back in completion order;
+the grader records them in submission order, so ``--jobs`` never changes the report.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_grading import sandbox
-from course_grading.processes import kill_leftovers
+from course_grading.errors import GradingError
 
 #: Seconds a worker may run past its notebook's limit (kernel start and shutdown) before it is
 #: killed from outside.
@@ -39,13 +42,15 @@ class JobSpec:
     sandbox: bool
     bwrap: str | None
     limits: dict
-    cell_timeouts: list[int]  # seconds, one per cell of in.ipynb
-    notebook_timeout: int
+    cell_timeouts: list[int]  # seconds of CPU time, one per cell of in.ipynb
+    notebook_timeout: int  # seconds of wall-clock time for the whole notebook (its budget)
     hidden: list[str]  # paths the probe checks do not exist inside the sandbox
     iopub_timeout: int = 30  # let an interrupted torch kernel answer
     startup_timeout: int = 120
     uid: int | None = None  # set when a slot is given
     values: list[str] = field(default_factory=list)  # names taken out after the last cell
+    wall_factor: float = 4.0  # a cell's wall-clock backstop, as a multiple of its CPU limit
+    budget: str = ""  # what notebook_timeout is, in words for the reason when it is reached
 
     def save(self, job: Path) -> None:
         (job / "job.json").write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
@@ -65,10 +70,26 @@ class Outcome:
     hidden_errors: list[int] = field(default_factory=list)  # error replies without an output
     output_cut: list[int] = field(default_factory=list)  # cells whose output was cut
     probe: dict | None = None
-    leftovers: int = 0  # processes killed after the kernel had gone
+    leftovers: int = 0  # processes still running beside the kernel after the last cell
+    cpu_stopped: list[int] = field(default_factory=list)  # cells stopped at their CPU limit
+    wall_stopped: list[int] = field(default_factory=list)  # cells stopped by the wall backstop
+    refused: list[int] = field(default_factory=list)  # cells whose output was over the cap
+    cpu_seconds: float = 0.0  # CPU time the whole sandbox used
+    memory: str = ""  # how the sandbox's memory was bounded: "cgroup" or "watched"
+    memory_peak: int = 0  # the most it held at once (bytes; cgroup) or had resident (watched)
+    memory_kills: int = 0  # processes killed at its memory limit
+    grader_rss: int = 0  # the worker's own peak resident memory so far (bytes)
 
     def save(self, job: Path) -> None:
         (job / "result.json").write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+
+    def stop_if_sandbox_failed(self) -> None:
+        """Raise ``GradingError`` (the whole run stops) when this job found the sandbox open."""
+        if self.status == "sandbox failed":
+            raise GradingError(
+                f"the sandbox does not hold ({self.reason}); grading stopped. Check bubblewrap "
+                "and the grader's account, or pass --no-sandbox knowingly"
+            )
 
     @classmethod
     def load(cls, job: Path) -> Outcome:
@@ -101,7 +122,7 @@ class Worker:
 
     def run(self, job: Path, spec: JobSpec) -> Outcome:
         """Run ``job`` in this slot; never raises for the notebook's sake."""
-        spec.uid = sandbox.sandbox_uid(self.slot) if spec.sandbox else None
+        spec.uid = sandbox.sandbox_uid(self.slot) if spec.sandbox else None  # --no-sandbox: none
         spec.save(job)
         try:
             self._start().stdin.write(f"{job}\n")
@@ -111,10 +132,8 @@ class Worker:
             self._start().stdin.write(f"{job}\n")
             self.proc.stdin.flush()
         answer = self._answer(job, time.monotonic() + spec.notebook_timeout + WORKER_GRACE)
-        if answer is None or not answer:  # too late, or the worker died: it goes, and its kernel
-            self.stop()
-            if spec.uid is not None:
-                kill_leftovers(spec.uid, me=-1)
+        if answer is None or not answer:  # too late, or the worker died: it goes, and its
+            self.stop()  # sandbox with it (bwrap dies with its parent, and so its namespace)
             if answer is None:
                 return Outcome(status="timeout", reason=f"over {spec.notebook_timeout} s in all")
         try:
@@ -152,9 +171,25 @@ class Worker:
                 self.stop()
 
 
+def slots(workers: int, logs: Path) -> list[Worker]:
+    """``workers`` slots, each a worker process once it has a job; logs go to ``logs``."""
+    return [Worker(slot, logs / f"worker-{slot}.log") for slot in range(workers)]
+
+
+@contextmanager
+def held_slots(workers: int, logs: Path) -> Iterator[list[Worker]]:
+    """``slots`` kept for several ``run_jobs`` calls (their imports paid once), closed after."""
+    kept = slots(workers, logs)
+    try:
+        yield kept
+    finally:
+        for worker in kept:
+            worker.close()
+
+
 def run_jobs(
     jobs: Iterable[tuple[object, Path, JobSpec]],
-    workers: int,
+    workers: int | list[Worker],
     done: Callable[[object, Outcome], None],
     logs: Path,
 ) -> None:
@@ -162,10 +197,13 @@ def run_jobs(
 
     ``done`` runs in the calling thread, so it may write the gradebook. ``jobs`` may be a
     generator: the first jobs run while the next are prepared. Worker logs go to ``logs``.
+    ``workers`` may be slots the caller made (``slots``) and keeps for a later call (their
+    processes, imports paid, carry on) and closes itself; a number is this call's own slots.
     """
+    own = isinstance(workers, int)
+    pool_slots = slots(workers, logs) if isinstance(workers, int) else workers
     idle: queue.Queue[Worker] = queue.Queue()
-    slots = [Worker(slot, logs / f"worker-{slot}.log") for slot in range(workers)]
-    for worker in slots:
+    for worker in pool_slots:
         idle.put(worker)
 
     def in_slot(job: Path, spec: JobSpec) -> Outcome:
@@ -175,7 +213,7 @@ def run_jobs(
         finally:
             idle.put(worker)
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grading-job") as pool:
+    with ThreadPoolExecutor(max_workers=len(pool_slots), thread_name_prefix="grading-job") as pool:
         futures = {}
         try:
             for key, job, spec in jobs:
@@ -186,5 +224,5 @@ def run_jobs(
             pool.shutdown(wait=True, cancel_futures=True)  # the running ones end on their own
             raise
         finally:
-            for worker in slots:
+            for worker in pool_slots if own else []:
                 worker.close()

@@ -1,9 +1,16 @@
-"""Leave nothing running: kill what a kernel left behind (a fork bomb's sleepers, say).
+"""A sandbox's processes, read from ``/proc``: its tree, CPU time and memory; and, for
+``--no-sandbox`` only, killing what a kernel left behind.
 
-Without a PID namespace (ipykernel quits inside one) a kernel's children outlive it. The worker
-that ran the kernel is a child subreaper, so every orphan below it is re-parented to it and can
-be found and killed; a root grader's sandbox runs as a uid of its own, so every process of that
-uid is killed too.
+A sandboxed kernel runs in a PID namespace of its own (``sandbox.py``): every process it ever
+starts descends from the namespace's init, a child of the bwrap that the grader launched, and
+an orphan is re-parented to that init, not to anything outside. So the tree under the launched
+bwrap is the whole sandbox, and when it ends Linux ends every process in it: there is nothing
+to sweep. Its CPU time is the sum, over the tree, of each process's own user+system time and
+the time of the children it has reaped (``/proc/<pid>/stat`` fields 14-17): a process's time
+moves to its parent's count when it ends, so none is lost or counted twice.
+
+Unsandboxed (``--no-sandbox``), a kernel's children outlive it; the worker is a child
+subreaper, so orphans come to it and ``kill_leftovers`` ends them.
 """
 
 from __future__ import annotations
@@ -12,9 +19,22 @@ import ctypes
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class Usage:
+    """What a process tree uses now."""
+
+    cpu: float = 0.0  # seconds of CPU time, the tree's and its reaped children's
+    rss: int = 0  # bytes resident, summed over live processes
+    pids: list[int] = field(default_factory=list)  # every process of the tree, zombies too
+    largest: int | None = None  # the live process holding most memory
 
 
 def become_subreaper() -> None:
@@ -22,6 +42,96 @@ def become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def children(pid: int) -> list[int]:
+    """The children of process ``pid`` (of any of its threads); ``[]`` once it is gone."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            found += [int(n) for n in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and every descendant of it, parents before children."""
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [child for pid in frontier for child in children(pid) if child not in found]
+        found += frontier
+    return found
+
+
+def namespace_init(launched: int) -> int | None:
+    """The sandbox's init (its pid 1, seen from here): the child of the launched bwrap that
+    lives in another PID namespace; ``None`` until bwrap has made it."""
+    try:
+        ours = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    for child in children(launched):
+        try:
+            if os.readlink(f"/proc/{child}/ns/pid") != ours:
+                return child
+        except OSError:
+            continue
+    return None
+
+
+def _stat(pid: int) -> tuple[str, float, int] | None:
+    """(state letter, CPU seconds with reaped children's, resident bytes) of ``pid``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
+    return fields[0], cpu, int(fields[21]) * PAGE
+
+
+def usage(root: int) -> Usage:
+    """CPU time and memory of the process tree under ``root`` (module docstring)."""
+    found = Usage()
+    most = -1
+    for pid in tree(root):
+        stat = _stat(pid)
+        if stat is None:
+            continue
+        state, cpu, rss = stat
+        found.cpu += cpu
+        found.pids.append(pid)
+        if state != "Z":
+            found.rss += rss
+            if rss > most:
+                found.largest, most = pid, rss
+    return found
+
+
+def kill(pids) -> int:
+    """Send ``SIGKILL`` to each of ``pids``; return how many were still there."""
+    sent = 0
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            sent += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return sent
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+# --- unsandboxed kernels (--no-sandbox) and checks -------------------------------------------
 
 
 def _processes() -> dict[int, tuple[int, int, str]]:
@@ -47,49 +157,43 @@ def running(uids) -> list[int]:
     )
 
 
-def _alive(uid: int | None, me: int) -> set[int]:
-    """Live (not zombie) descendants of ``me`` and processes of ``uid``."""
+def _descendants(me: int) -> set[int]:
+    """Live (not zombie) descendants of ``me``."""
     table = _processes()
-    found = {pid for pid, (_, owner, _) in table.items() if uid is not None and owner == uid}
+    found: set[int] = set()
     frontier = {me}
     while frontier:
         frontier = {pid for pid, (parent, _, _) in table.items() if parent in frontier} - found
         found |= frontier
-    found.discard(me)
     return {pid for pid in found if table[pid][2] != "Z"}
 
 
-def kill_leftovers(
-    uid: int | None, me: int | None = None, grace: float = 0.0, expected: frozenset = frozenset()
-) -> int:
-    """Kill every descendant of ``me`` (this process) and every process of ``uid``.
+def kill_leftovers(grace: float = 0.0, expected: frozenset = frozenset()) -> int:
+    """Kill every descendant of this process (an unsandboxed kernel's orphans come here).
 
     Processes get ``grace`` seconds to end on their own (a kernel still shutting down);
     returns how many had to be killed, not counting the ``expected`` ones (the kernel itself).
     """
-    me = os.getpid() if me is None else me
+    me = os.getpid()
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _alive(uid, me):
-        _reap()
+    while time.monotonic() < deadline and _descendants(me):
+        reap()
         time.sleep(0.05)
     killed: set[int] = set()
     for _ in range(200):  # a fork bomb is bounded by its process limit: this ends
-        _reap()
-        doomed = _alive(uid, me)
+        reap()
+        doomed = _descendants(me)
         if not doomed:
             break
-        for pid in doomed:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except ProcessLookupError:
-                pass
+        kill(doomed)
+        killed |= doomed
         time.sleep(0.05)
-    _reap()
+    reap()
     return len(killed - expected)
 
 
-def _reap() -> None:
+def reap() -> None:
+    """Collect every ended child of this process (orphans a subreaper inherited)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)

@@ -1,31 +1,40 @@
-"""The sandbox a student's kernel runs in: bubblewrap, resource limits, and a check from inside.
+"""The sandbox a student's kernel runs in: bubblewrap, its own namespaces, limits, a check inside.
 
 Student code is untrusted. Each submission's kernel is started as::
 
-    bwrap <read-only system, Python, venv, course_lib>  <tmpfs /tmp and /home/student>
-          <the job's runtime folder (connection file, IPC sockets)>  --unshare-net ...
-      sh -c 'copy the staged folder into /home/student/<lesson>; drop to an unprivileged uid
-             (when the grader is root); apply prlimit; exec the kernel'
+    [join its memory cgroup]  bwrap <namespaces: pid, net, ipc, uts (+ user)>
+          <read-only: system, Python, venv, course_lib; course_grading covered>
+          <private tmpfs: /tmp, /home/student, /run/shapes/runtime, /dev/shm; /dev read-only>
+          <read-only: the staged folder, the connection file>  --
+      sh -c 'copy the staged folder into /home/student/<lesson> and the connection file into
+             the runtime folder; drop to the slot's uid (root grader); apply prlimit; exec'
 
-What the kernel can see (``readonly_paths``): the system folders (``/usr``, ``/etc``, and the
-``/bin``-style links), the Python installation the venv links to, the venv, and
-``course_lib``'s own package folder (an editable install points at the repository; only the
-package folder is bound, never the repository with its ``solutions/``). What it can write: a
-private ``/tmp`` and ``/home/student`` (size-limited tmpfs, gone with the sandbox) holding a copy
-of its own notebook folder, and the runtime folder of its own kernel. Nothing else exists inside:
-not the work course, the gradebook, ``source/``, other students' files, the original
-submissions or the output folder. No network (its own network namespace), its own IPC and UTS
-namespaces, a new session (no terminal to inject into).
+What the kernel can see (``readonly_paths``): the system folders, the Python installation the
+venv links to, the venv, and ``course_lib``'s own package folder (never the repository with its
+``solutions/``). ``course_grading`` is covered by an empty folder wherever an install put it
+inside those (a regular install puts it in the venv), so the grader's checks cannot be read.
+What it can write: private, size-limited tmpfs (``/tmp``, ``/home/student`` with a copy of its
+own folder, ``/dev/shm``, and the runtime folder holding its connection file and IPC sockets),
+all gone with the sandbox: nothing it writes reaches the host's disk. The grader reaches the
+IPC sockets through ``/proc/<the sandbox's init>/root`` (``kernel.py``).
 
-Limits (``Limits``): address space (``RLIMIT_AS``, default 4 GiB per process), processes and
-threads (``RLIMIT_NPROC``; a fork bomb stops there), file size, core dumps off. ``RLIMIT_NPROC``
-does not bind root, so a grader running as root drops the kernel to a uid of its own per
-parallel slot (``sandbox_uid``), which also lets it kill every process the sandbox left behind.
-A grader running as an ordinary user (a JupyterHub grader account) runs bwrap unprivileged: it
-then makes a user namespace, and the limits bind the mapped user.
+Namespaces: its own PID namespace (bwrap is its init, pid 1; the kernel is pid 2). When the
+kernel ends, or the grader kills bwrap (``--die-with-parent`` also covers the grader dying), the
+init dies and Linux ends every process of the namespace: nothing a submission starts outlives
+it, and it can neither see nor signal any process outside (``kill -9 -1`` reaches only its own).
+No network, its own IPC and UTS namespaces, a new session.
 
-Interrupts go as messages (``interrupt_mode: message``): a signal to bwrap would not reach the
-kernel in its own session. There is no PID namespace: ipykernel quits at once inside one.
+Uids (``sandbox_uid``): one per grader process and parallel slot. A root grader drops the
+kernel to it (``setpriv``). An ordinary grader (a JupyterHub grader account) cannot, so bwrap
+makes a user namespace in which the kernel is that uid (``--unshare-user --uid``; no further
+user namespaces): outside, every slot is still the grader's uid, and it is the PID namespace
+that keeps one slot from naming another's processes or the grader's.
+
+Limits (``Limits``): ``prlimit`` sets address space, processes (counted per uid, and since
+Linux 5.14 per user namespace, so per slot in both modes), file size, no core dumps. Memory for
+the whole sandbox: a memory cgroup where the host lets this grader make one (``cgroup.py``),
+otherwise the summed resident memory of its processes, watched (``watch.py``). CPU time per cell
+is watched too. Interrupts go as messages: a signal to bwrap would not reach the kernel.
 """
 
 from __future__ import annotations
@@ -45,39 +54,73 @@ from course_grading.errors import GradingError
 HOME = "/home/student"
 #: Where the staged copy of the student's folder is mounted (read-only) before it is copied.
 STAGE = "/run/shapes/stage"
-#: Sandbox uids (root graders only): one per grader process and parallel slot, far from any
-#: account's uid and from the subordinate ranges in /etc/subuid.
+#: The kernel's runtime folder (connection file, IPC sockets): a tmpfs of ``RUNTIME_BYTES``.
+RUNTIME = "/run/shapes/runtime"
+RUNTIME_BYTES = 2**20
+#: The connection file the grader wrote, bound read-only; copied to ``KERNEL_CONNECTION``.
+CONNECTION = "/run/shapes/connection.json"
+KERNEL_CONNECTION = f"{RUNTIME}/kernel.json"
+#: Sandbox uids: one per grader process and parallel slot, far from any account's uid and
+#: from the subordinate ranges in /etc/subuid.
 UID_BASE = 2_000_000_000
 MAX_SLOTS = 256
 #: Folders a Debian/Ubuntu system may keep at / (links into /usr on merged-/usr systems).
 ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: Packages covered inside a kernel's sandbox wherever an install put them, and what covers them.
+GRADER_PACKAGES = ("course_grading",)
+UNAVAILABLE = Path(__file__).resolve().parent / "sandboxed" / "unavailable.py"
 
 
 @dataclass(frozen=True)
 class Limits:
     """Resource limits inside one sandbox (all per submission unless said otherwise)."""
 
-    memory_bytes: int = 4 * 2**30  # address space per process (RLIMIT_AS)
+    memory_bytes: int = 4 * 2**30  # the whole sandbox, and each process's address space
     processes: int = 256  # processes and threads of the sandbox's user (RLIMIT_NPROC)
     file_bytes: int = 2**30  # largest file it may write (RLIMIT_FSIZE)
     tmpfs_bytes: int = 512 * 2**20  # size of its /tmp and of its /home/student, each
+    shm_bytes: int = 64 * 2**20  # size of its /dev/shm
     output_bytes: int = 16 * 2**20  # notebook output kept; the rest is cut and flagged
+    message_bytes: int = 32 * 2**20  # a larger message from the kernel is refused unread
     threads: int = 1  # OMP/MKL threads per kernel (the grader sets cores // jobs)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def sandbox_uid(slot: int) -> int | None:
-    """The uid a root grader's kernel in ``slot`` runs as; ``None`` when not running as root."""
-    if os.geteuid() != 0:
-        return None
+def privileged() -> bool:
+    """Whether this grader runs as root (drops to uids) or not (user namespaces)."""
+    return os.geteuid() == 0
+
+
+def sandbox_uid(slot: int) -> int:
+    """The uid the sandboxes of parallel ``slot`` run as (inside a user namespace when the
+    grader is not root). Raises ``ValueError`` for a slot outside ``0..MAX_SLOTS - 1``."""
     if not 0 <= slot < MAX_SLOTS:
         raise ValueError(f"slot {slot} outside 0..{MAX_SLOTS - 1}; use fewer --jobs")
-    return UID_BASE + os.getpid() * MAX_SLOTS + slot
+    return UID_BASE + (os.getpid() % 2**22) * MAX_SLOTS + slot
 
 
-def check_available() -> str:
+def _namespaces(uid: int | None) -> list[str]:
+    """Every namespace a sandbox gets; an ordinary grader's also maps ``uid`` in a user one."""
+    args = ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-pid"]
+    args += ["--die-with-parent", "--new-session"]
+    if uid is not None and not privileged():
+        args += ["--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(uid)]
+    return args
+
+
+def _drop(uid: int | None) -> list[str]:
+    """The command a root grader's sandbox drops to ``uid`` with (nothing otherwise)."""
+    if uid is None or not privileged():
+        return []
+    return [
+        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+        "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig=KILL", "--",
+    ]  # fmt: skip
+
+
+def check_available(uid: int | None = None) -> str:
     """Return the path of ``bwrap`` if it can make a sandbox here; else a ``GradingError``."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
@@ -85,9 +128,9 @@ def check_available() -> str:
             "cannot sandbox student code: bubblewrap is not installed (apt-get install "
             "bubblewrap); --no-sandbox grades without one, unsafely"
         )
+    uid = sandbox_uid(0) if uid is None else uid
     proc = subprocess.run(
-        [bwrap, *_system_binds(), "--unshare-net", "--unshare-ipc", "--die-with-parent"]
-        + ["--new-session", "--", "true"],
+        [bwrap, *_namespaces(uid), *_system_binds(), "--proc", "/proc", "--", "true"],
         capture_output=True,
         text=True,
         check=False,
@@ -110,6 +153,28 @@ def readonly_paths() -> list[Path]:
     return [p for i, p in enumerate(paths) if p not in paths[:i]]
 
 
+def package_folders(names: tuple[str, ...]) -> list[Path]:
+    """Where ``names`` (top-level packages) are installed, as this process imports them."""
+    found: list[Path] = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        folders = (spec.submodule_search_locations or []) if spec else []
+        found += [Path(folder).resolve() for folder in folders]
+    return found
+
+
+def _covers(names: tuple[str, ...], bound: list[Path]) -> list[str]:
+    """Over ``names``, wherever they lie inside the ``bound`` folders: an empty read-only
+    folder whose ``__init__.py`` raises ``ImportError`` (``sandboxed/unavailable.py``)."""
+    args: list[str] = []
+    for package in package_folders(names):
+        if any(package == p or p in package.parents for p in bound):
+            args += ["--perms", "0555", "--tmpfs", str(package)]
+            args += ["--ro-bind", str(UNAVAILABLE), str(package / "__init__.py")]
+            args += ["--remount-ro", str(package)]
+    return args
+
+
 def _system_binds() -> list[str]:
     args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for folder in ROOT_DIRS:
@@ -119,6 +184,13 @@ def _system_binds() -> list[str]:
         elif path.is_dir():
             args += ["--ro-bind", folder, folder]
     return args
+
+
+def _devices(limits: Limits) -> list[str]:
+    """Its own ``/proc``; ``/dev`` read-only but for a size-limited ``/dev/shm``; ``/tmp``."""
+    args = ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
+    args += ["--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    return args + ["--perms", "1777", "--size", str(limits.tmpfs_bytes), "--tmpfs", "/tmp"]
 
 
 def _folders_for(targets: list[Path]) -> list[str]:
@@ -137,7 +209,8 @@ def _folders_for(targets: list[Path]) -> list[str]:
 
 
 def _environment(limits: Limits) -> dict[str, str]:
-    """The kernel's whole environment (``--clearenv``: nothing of the grader's leaks in)."""
+    """The kernel's whole environment (``--clearenv``: nothing of the grader's leaks in, not
+    even ``JPY_PARENT_PID``, whose parent check would end the kernel inside a PID namespace)."""
     threads = str(max(1, limits.threads))
     return {
         "HOME": HOME,
@@ -171,17 +244,16 @@ def _limits_command(limits: Limits) -> list[str]:
     ]
 
 
-def _start_script(lesson: str, runtime: Path, uid: int | None) -> str:
-    """Shell run inside the sandbox before the kernel: copy the folder in, drop privileges."""
+def _start_script(lesson: str, uid: int | None) -> str:
+    """Shell run inside the sandbox before the kernel: copy the folder and connection file in,
+    and (root grader) hand them to the slot's uid."""
     folder = shlex.quote(f"{HOME}/{lesson}")
     copy = f"mkdir -p {folder} && cp -R {STAGE}/. {folder}/"
-    if uid is None:
+    copy += f" && cp {CONNECTION} {KERNEL_CONNECTION}"
+    drop = " ".join(_drop(uid))
+    if not drop:
         return f'{copy} && cd {folder} && exec "$@"'
-    drop = (
-        f"setpriv --reuid={uid} --regid={uid} --clear-groups --no-new-privs "
-        "--inh-caps=-all --bounding-set=-all --pdeathsig=KILL --"
-    )
-    owned = f"chown -R {uid}:{uid} {HOME} {shlex.quote(str(runtime))}"
+    owned = f"chown -R {uid}:{uid} {HOME} {RUNTIME}"
     return f'{copy} && {owned} && cd {folder} && exec {drop} "$@"'
 
 
@@ -189,33 +261,37 @@ def kernel_argv(
     *,
     bwrap: str,
     stage: Path,
-    runtime: Path,
+    connection: Path,
     lesson: str,
     uid: int | None,
     limits: Limits,
     kernel: list[str],
+    cgroup_procs: Path | None = None,
 ) -> list[str]:
-    """The full command that starts ``kernel`` (argv with ``{connection_file}``) sandboxed.
+    """The full command that starts ``kernel`` sandboxed (module docstring).
 
     ``stage`` holds the student's folder as the kernel may see it (their notebook, without
-    hidden tests, and the lesson's data files); ``runtime`` holds the connection file and the
-    IPC sockets and is the only host folder the sandbox can write.
+    hidden tests, and the lesson's data files); ``connection`` is the connection file, which
+    the kernel reads as ``KERNEL_CONNECTION``. ``cgroup_procs``: the ``cgroup.procs`` file of
+    the sandbox's memory cgroup, joined before bwrap starts.
     """
     readonly = readonly_paths()
-    args = [bwrap, "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
-    args += ["--new-session", *_system_binds(), "--proc", "/proc", "--dev", "/dev"]
-    size = str(limits.tmpfs_bytes)
-    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]  # before any bind below /tmp
-    args += _folders_for([*readonly, Path(HOME), Path(STAGE), runtime])
+    args = [bwrap, *_namespaces(uid), *_system_binds(), *_devices(limits)]
+    args += _folders_for([*readonly, Path(HOME), Path(STAGE), Path(RUNTIME)])
     for path in readonly:
         args += ["--ro-bind", str(path), str(path)]
-    args += ["--perms", "0755", "--size", size, "--tmpfs", HOME]
-    args += ["--ro-bind", str(stage), STAGE, "--bind", str(runtime), str(runtime)]
+    args += _covers(GRADER_PACKAGES, readonly)
+    args += ["--perms", "0755", "--size", str(limits.tmpfs_bytes), "--tmpfs", HOME]
+    args += ["--perms", "0755", "--size", str(RUNTIME_BYTES), "--tmpfs", RUNTIME]
+    args += ["--ro-bind", str(stage), STAGE, "--ro-bind", str(connection), CONNECTION]
     args += ["--chdir", HOME, "--clearenv"]
     for name, value in _environment(limits).items():
         args += ["--setenv", name, value]
-    script = _start_script(lesson, runtime, uid)
-    return [*args, "--", "/bin/sh", "-c", script, "sh", *_limits_command(limits), *kernel]
+    script = _start_script(lesson, uid)
+    argv = [*args, "--", "/bin/sh", "-c", script, "sh", *_limits_command(limits), *kernel]
+    if cgroup_procs is None:
+        return argv
+    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *argv]
 
 
 def command_argv(
@@ -233,34 +309,21 @@ def command_argv(
     Read-only: the system folders, the Python installation and the venv, with the folders of
     ``course_grading`` and ``course_lib`` covered by empty ones wherever an install put them
     inside those (a regular, non-editable install); plus ``binds`` (host folder, path inside),
-    read-only. Private: a size-limited ``/tmp``, a PID namespace (nothing outlives the
-    command), no network, a cleared environment (``env`` only). Limits: ``limits`` and
-    ``cpu_seconds`` of CPU time; a root grader drops to ``uid``.
+    read-only. Private: a size-limited ``/tmp`` and ``/dev/shm``, a PID namespace (nothing
+    outlives the command), no network, a cleared environment (``env`` only). Limits: ``limits``
+    and ``cpu_seconds`` of CPU time; it runs as ``uid`` (dropped to, or in a user namespace).
     """
     python = [Path(sys.base_prefix).resolve(), Path(sys.prefix)]
     python = [p for i, p in enumerate(python) if p not in python[:i]]
-    args = [bwrap, "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-pid"]
-    args += ["--die-with-parent", "--new-session", *_system_binds(), "--proc", "/proc"]
-    args += ["--dev", "/dev", "--perms", "1777", "--size", str(limits.tmpfs_bytes)]
-    args += ["--tmpfs", "/tmp", *_folders_for([*python, *(Path(dst) for _, dst in binds)])]
+    args = [bwrap, *_namespaces(uid), *_system_binds(), *_devices(limits)]
+    args += _folders_for([*python, *(Path(dst) for _, dst in binds)])
     for path in python:
         args += ["--ro-bind", str(path), str(path)]
-    for name in ("course_grading", "course_lib"):  # cover them where an install put them
-        spec = importlib.util.find_spec(name)
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            package = Path(folder).resolve()
-            if any(package == p or p in package.parents for p in python):
-                args += ["--perms", "0555", "--tmpfs", str(package)]
+    args += _covers((*GRADER_PACKAGES, "course_lib"), python)
     for source, target in binds:
         args += ["--ro-bind", str(source), target]
     args += ["--chdir", "/tmp", "--clearenv"]
     for name, value in env.items():
         args += ["--setenv", name, value]
-    drop = []
-    if uid is not None:
-        drop = [
-            "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
-            "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig=KILL", "--",
-        ]  # fmt: skip
     limit = _limits_command(limits)
-    return [*args, "--", *drop, *limit[:-1], f"--cpu={cpu_seconds}", "--", *argv]
+    return [*args, "--", *_drop(uid), *limit[:-1], f"--cpu={cpu_seconds}", "--", *argv]

@@ -8,6 +8,8 @@ Shared by the grading tests (``test_grading.py``, ``test_hostile_class.py``,
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from hashlib import sha256
 from pathlib import Path
 
@@ -98,3 +100,41 @@ def digest(folder: Path) -> dict[str, tuple[str, int]]:
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
+
+
+# --- the grader as an ordinary account ------------------------------------------------------
+
+#: The uid (and gid) an ordinary-account grader runs as in the tests: no account, no capability.
+ORDINARY_UID = 42421  # not 4242: other checks on a shared machine use that one
+
+
+def _blocked_ancestor(path: Path) -> Path | None:
+    """The highest folder above ``path`` that other users cannot enter (root's home, say)."""
+    for parent in reversed(path.parents):
+        if parent != Path("/") and not parent.stat().st_mode & 0o001:
+            return parent
+    return None
+
+
+def as_ordinary_user(command: list[str]) -> list[str]:
+    """``command`` run as ``ORDINARY_UID``, without capabilities (only as root).
+
+    Where the Python installation lies under a folder other users cannot enter (pyenv in
+    root's home, as on the test machine), a root-started bwrap shows that folder's one entry
+    holding it, read-only, in a mount namespace of the command's own; nothing else changes,
+    and everything the grader then does it does as the ordinary uid.
+    """
+    drop = ["setpriv", f"--reuid={ORDINARY_UID}", f"--regid={ORDINARY_UID}", "--clear-groups"]
+    python = Path(sys.base_prefix).resolve()
+    blocked = _blocked_ancestor(python)
+    if blocked is None:
+        return [*drop, *command]
+    entry = blocked / python.relative_to(blocked).parts[0]
+    view = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(blocked)]
+    return [*view, "--ro-bind", str(entry), str(entry), "--", *drop, *command]
+
+
+def hand_to_ordinary_user(folder: Path) -> None:
+    """Make ``folder`` and everything in it the ordinary uid's (``folder`` must lie where
+    others may enter, as ``tempfile.mkdtemp()`` makes it: root's own temporary folders do not)."""
+    subprocess.run(["chown", "-R", f"{ORDINARY_UID}:{ORDINARY_UID}", str(folder)], check=True)

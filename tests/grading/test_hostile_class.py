@@ -1,34 +1,57 @@
-"""A hostile class cannot break grading, or anybody else's grade (issue 12).
+"""A hostile class cannot break grading, reach anybody else, or cost the host (issues 12, 19).
 
-One class of the fast fixture lesson: three honest students (full marks, blank, half done) and
-seven hostile ones, each a full-marks notebook with one more cell at the end:
+One class of the fast fixture lesson: four honest students (full marks, blank, half done, and
+``cpu_honest``: full marks plus a first cell that computes for 1.5 s of CPU time) and hostile
+ones, each a full-marks notebook with more code:
 
 - vandal: deletes the folders above it, the output folder, the submissions and the course, and
   tries to write into the venv;
 - reader: walks the folders around it and prints every hidden-test and solution line it finds;
 - writer: appends to another student's original and to the gradebook;
 - fork bomb: forks until it cannot (bounded at 2,000 so a broken limit cannot take the machine;
-  its children exit at once but are never reaped, so the run does not depend on their timing);
+  its children exit at once but are never reaped);
 - lingerer: starts a process in a session of its own, to outlive its kernel;
 - memory hog: asks for 10 GiB;
-- network: connects to a port this test listens on, on 127.0.0.1.
+- network: connects to a port this test listens on, on 127.0.0.1;
+- classkiller: kills every kernel and grader it finds in ``/proc``, then ``kill -9 -1``;
+- graderkiller: kills its parent and every process above it, pid 1, and ``kill -9 -1``;
+- zombies: a fork-and-exit loop whose pid keeps moving (no process-list sweep can catch it),
+  and children never reaped up to the process limit;
+- cpu_hog: a first cell running 16 busy processes, each in a session of its own (so, with the
+  scheduler's autogroups, each a CPU share of its own), beside ``cpu_honest`` (``--jobs 2`` runs
+  the two together: they sort next to each other);
+- hogs: 4 processes of 900 MiB each, each within its address-space limit, together over the
+  sandbox's memory (``--memory 2``);
+- filler: 100 MiB into each of ``/tmp``, its home, ``/dev/shm`` and its runtime folder, and
+  30,000 files (``--tmp-size 64``: each private folder holds 64 MiB);
+- display: one 100 MiB ``display`` message (the cap is 32 MiB);
+- sleeper: nine cells each sleeping just under the cell limit (``--timeout 8``);
+- graderreader: imports ``course_grading`` and reads its files at the grader's own paths.
 
-The class is graded twice (``--jobs 2``, then ``--jobs 1``) and the honest students once more on
-their own. Each hostile row must be flagged with its reason, each honest row must equal its row
-graded alone, every original must be byte-identical, both reports identical, no feedback may
-hold instructor material, nothing may reach the port, and no process may be left. The same
-checks run on a small class graded ``--no-sandbox`` must fail: they can tell.
+Sizes are the smallest that prove each limit (the issue's attacks were 1.5 GB and 600 MiB; 4 ×
+900 MiB under ``--memory 1``; ``--memory 2`` here so that the 100 MiB message can be built in a
+kernel's address space). The class is graded ``--jobs 2`` as root, again ``--jobs 1``, its honest
+students alone, and ``--jobs 2`` as an ordinary uid (user namespaces instead of dropped uids, no
+cgroup). Each hostile row must be flagged with its reason, each honest row must equal its row
+graded alone, every original must be byte-identical, both root reports identical, no feedback
+may hold instructor material, nothing may reach the port or another sandbox or the grader, no
+process may be left, and neither the host's disk nor the grader's memory may take what the
+students tried to put there. The same checks run on a small class graded ``--no-sandbox`` must
+fail: they can tell.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import csv
+import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -36,22 +59,36 @@ import nbformat
 import pytest
 from class_builders import (
     FIXTURE,
+    ORDINARY_UID,
+    as_ordinary_user,
     digest,
     filled,
     fixture_course,
+    hand_to_ordinary_user,
     sandbox_problem,
     set_source,
     write,
 )
 
+import course_grading
 from course_grading import course as wc
 from course_grading.leaks import instructor_lines, leaked, own_lines, visible_text
 from course_grading.processes import running
 from course_grading.sandbox import MAX_SLOTS, UID_BASE
 
 REPORTS = ("report.csv", "report.md", "scores.csv")
-HONEST = ("blank", "half", "honest")
-STUDENT_TIMEOUT = 30  # seconds a cell of student code may run (generous: a busy machine)
+HONEST = ("blank", "half", "honest", "cpu_honest")
+STUDENT_TIMEOUT = 8  # seconds of CPU time a cell of student code may use (the issue's case)
+MEMORY_GIB = 2  # the sandbox's memory, and each of its processes' address space
+TMP_MIB = 64  # each private folder (/tmp, home); /dev/shm is 64 MiB, the runtime folder 1 MiB
+FLOOR = 45  # seconds: the notebook budget's floor (5 × the solution's time is less here)
+OPTIONS = (
+    *("--max-processes", "64", "--memory", str(MEMORY_GIB), "--tmp-size", str(TMP_MIB)),
+    *("--notebook-floor", str(FLOOR)),
+)
+GRADER = Path(course_grading.__file__).parent
+GRADER_FILES = [str(GRADER / "sandbox.py"), str(GRADER / "items" / "lesson_99.py")]
+NEXT_CELL = "\n# --- next cell ---\n"  # hostile code split into cells
 
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
@@ -122,6 +159,141 @@ HOSTILE = {
         "    s.sendall(b'hello from a student')",
         [r"uses the network \(socket", r"raised (ConnectionRefusedError|OSError)"],
     ),
+    "classkiller": (
+        "import os, signal\n"
+        "killed = []\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    if int(pid) in (1, os.getpid()):\n"
+        "        continue\n"
+        "    try:\n"
+        "        command = open(f'/proc/{{pid}}/cmdline', 'rb').read()\n"
+        "        if b'ipykernel' in command or b'course_grading' in command:\n"
+        "            os.kill(int(pid), signal.SIGKILL)\n"
+        "            killed.append(pid)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "try:\n"
+        "    os.kill(-1, signal.SIGKILL)\n"
+        "except OSError:\n"
+        "    pass\n"
+        "print('KILLED', len(killed))",
+        [r"exits the kernel \(os\.kill\)"],
+    ),
+    "graderkiller": (
+        "import os, signal\n"
+        "pid, failed = os.getppid(), []\n"
+        "while pid > 1:\n"
+        "    status = dict(l.split(':', 1) for l in open(f'/proc/{{pid}}/status') if ':' in l)\n"
+        "    try:\n"
+        "        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError:\n"
+        "        failed.append(pid)\n"
+        "    pid = int(status['PPid'])\n"
+        "for target in (1, -1):\n"
+        "    try:\n"
+        "        os.kill(target, signal.SIGKILL)\n"
+        "    except OSError:\n"
+        "        failed.append(target)\n"
+        "print('STILL HERE')",
+        [r"exits the kernel \(os\.kill\)"],
+    ),
+    "zombies": (
+        "import os\n"
+        "if os.fork() == 0:  # a loop whose pid keeps moving: each child forks, then exits\n"
+        "    os.setsid()\n"
+        "    while True:\n"
+        "        try:\n"
+        "            if os.fork():\n"
+        "                os._exit(0)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "made = 0\n"
+        "for _ in range(2000):  # children never reaped, up to the process limit\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            os._exit(0)\n"
+        "        made += 1\n"
+        "    except OSError:\n"
+        "        break\n"
+        "print('ZOMBIES', made)",
+        [r"starts processes \(os\.fork\)", r"left processes running after its kernel"],
+    ),
+    "hogs": (
+        "import subprocess, sys\n"
+        "code = 'import time; b = bytearray(900 * 2**20); time.sleep(3)'\n"
+        "hogs = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(4)]\n"
+        "print('HOGS', [hog.wait() for hog in hogs])",
+        [rf"its sandbox reached its memory limit of {MEMORY_GIB} GiB"],
+    ),
+    "filler": (
+        "import os\n"
+        "from ipykernel.connect import get_connection_file\n"
+        "written = {{}}\n"
+        "for folder in ('/tmp', os.path.expanduser('~'), '/dev/shm',\n"
+        "               os.path.dirname(get_connection_file())):\n"
+        "    written[folder] = 0\n"
+        "    try:\n"
+        "        with open(os.path.join(folder, 'filler'), 'wb') as out:\n"
+        "            for _ in range(100):\n"
+        "                out.write(b'x' * 2**20)\n"
+        "                out.flush()\n"
+        "                written[folder] += 2**20\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "files = 0\n"
+        "for n in range(30000):\n"
+        "    try:\n"
+        "        open(f'/tmp/f{{n}}', 'w').close()\n"
+        "        files += 1\n"
+        "    except OSError:\n"
+        "        break\n"
+        "print('FILLED', written, files)",
+        [r"writes files"],
+    ),
+    "display": (
+        "from IPython.display import display\n"
+        "display({{'text/plain': 'x' * (100 * 2**20)}}, raw=True)",
+        [r"sent a message over 32 MiB; it was refused unread"],
+    ),
+    "sleeper": (
+        NEXT_CELL.join([f"import time\ntime.sleep({STUDENT_TIMEOUT - 0.1})"] * 9),
+        [
+            r"ran over its time budget \(5 times the lesson's solution's time in this run, "
+            rf"at least {FLOOR} s"
+        ],
+    ),
+}
+#: Cells put first (so that the two run side by side); ``cpu_hog`` is hostile, the other honest.
+FIRST_CELLS = {
+    "cpu_hog": (
+        "import subprocess, sys\n"
+        "burners = [  # each in a session of its own: a scheduler group of its own, too\n"
+        "    subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)\n"
+        "    for _ in range(16)\n"
+        "]\n"
+        "for burner in burners:\n"
+        "    burner.wait()",
+        [r"reached their time limit \(their CPU time, or 4 times that in wall-clock time\)"],
+    ),
+    "cpu_honest": (
+        "import time\n"
+        "start = time.process_time()\n"
+        "while time.process_time() - start < 1.5:  # 1.5 s of CPU time\n"
+        "    pass",
+        [],
+    ),
+}
+#: Hostile students whose attack leaves nothing to flag: what they printed is checked instead.
+PROBING = {
+    "graderreader": (
+        "import importlib.util\n"
+        "print('IMPORTABLE', importlib.util.find_spec('course_grading') is not None)\n"
+        "for path in {grader_files!r}:\n"
+        "    try:\n"
+        "        print('READ', path, len(open(path).read()))\n"
+        "    except OSError as err:\n"
+        "        print('NOT READ', path, type(err).__name__)"
+    ),
 }
 
 
@@ -129,11 +301,14 @@ HOSTILE = {
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    """A course root holding the fixture lesson only, and its student version."""
-    tmp = tmp_path_factory.mktemp("hostile")
-    root, work = fixture_course(tmp)
-    return {"tmp": tmp, "root": root, "work": work}
+def course():
+    """A course root holding the fixture lesson only, and its student version, in a folder an
+    ordinary uid may enter (pytest's own temporary folders are root's alone)."""
+    base = Path(tempfile.mkdtemp(prefix="shapes-hostile-"))
+    base.chmod(0o755)
+    root, work = fixture_course(base)
+    yield {"tmp": base, "root": root, "work": work}
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +346,13 @@ def honest_notebooks(work: wc.WorkCourse) -> dict[str, nbformat.NotebookNode]:
     return {"honest": good, "half": half, "blank": blank}
 
 
+def _with_cells(nb, code: str, first: bool = False) -> nbformat.NotebookNode:
+    nb = copy.deepcopy(nb)
+    cells = [nbformat.v4.new_code_cell(part) for part in code.split(NEXT_CELL)]
+    nb.cells = [*cells, *nb.cells] if first else [*nb.cells, *cells]
+    return nb
+
+
 def build_class(course: dict, subs: Path, out: Path, port: int) -> None:
     """Honest and hostile students in ``subs`` (flat LMS layout); hostile cells know the paths."""
     honest = honest_notebooks(course["work"])
@@ -183,46 +365,105 @@ def build_class(course: dict, subs: Path, out: Path, port: int) -> None:
         "victim": str(subs / f"honest_{FIXTURE}.ipynb"),
         "gradebook": str(out / "course" / "gradebook.db"),
         "port": port,
+        "grader_files": GRADER_FILES,
     }
     for name, (code, _) in HOSTILE.items():
-        nb = copy.deepcopy(honest["honest"])
-        nb.cells.append(nbformat.v4.new_code_cell(code.format(**paths)))
-        write(subs / f"{name}_{FIXTURE}.ipynb", nb)
+        write(subs / f"{name}_{FIXTURE}.ipynb", _with_cells(honest["honest"], code.format(**paths)))
+    for name, code in PROBING.items():
+        write(subs / f"{name}_{FIXTURE}.ipynb", _with_cells(honest["honest"], code.format(**paths)))
+    for name, (code, _) in FIRST_CELLS.items():
+        write(subs / f"{name}_{FIXTURE}.ipynb", _with_cells(honest["honest"], code, first=True))
 
 
-def grade_cli(subs: Path, out: Path, root: Path, *options: str) -> dict:
-    """Run ``python -m course_grading``; return its process, report rows and sandbox uids."""
+class DiskWatch:
+    """While a run lasts, the most bytes and files its temporary folder held (sampled)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.most_bytes, self.most_files = folder, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.3):
+            size = files = 0
+            for folder, _, names in os.walk(self.folder):
+                for name in names:
+                    try:
+                        size += os.lstat(os.path.join(folder, name)).st_size
+                        files += 1
+                    except OSError:
+                        continue
+            self.most_bytes = max(self.most_bytes, size)
+            self.most_files = max(self.most_files, files)
+
+    def __enter__(self) -> DiskWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def grade_cli(subs: Path, out: Path, root: Path, *options: str, ordinary: bool = False) -> dict:
+    """Run ``python -m course_grading`` (as root, or as an ordinary uid); return its process,
+    report rows, sandbox uids, and what its temporary folder held at most."""
     command = [sys.executable, "-m", "course_grading", str(subs), "--out", str(out)]
-    command += ["--root", str(root), "--timeout", str(STUDENT_TIMEOUT), *options]
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wc.nbgrader_env()
-    )
-    stdout, stderr = proc.communicate(timeout=900)
+    command += ["--root", str(root), "--timeout", str(STUDENT_TIMEOUT), *OPTIONS, *options]
+    scratch = Path(tempfile.mkdtemp(prefix="shapes-scratch-"))  # short: IPC socket paths
+    home = out.parent / f"{out.name}-home"
+    home.mkdir()
+    if ordinary:
+        command = as_ordinary_user(command)
+        for folder in (scratch, home, out.parent):
+            hand_to_ordinary_user(folder)
+    env = {**wc.nbgrader_env(), "TMPDIR": str(scratch), "HOME": str(home)}
+    with DiskWatch(scratch) as disk:
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        stdout, stderr = proc.communicate(timeout=1200)
+    shutil.rmtree(scratch, ignore_errors=True)
     rows = []
     if (out / "report.csv").is_file():
         with open(out / "report.csv", newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
     uids = range(UID_BASE + proc.pid * MAX_SLOTS, UID_BASE + (proc.pid + 1) * MAX_SLOTS)
-    return {"rc": proc.returncode, "stdout": stdout, "stderr": stderr, "rows": rows, "uids": uids}
+    logs = "".join(p.read_text() for p in sorted((out / "course").glob("worker-*.log")))
+    return {
+        "rc": proc.returncode,
+        "stdout": stdout,
+        "stderr": stderr,
+        "rows": rows,
+        "uids": uids,
+        "out": out,
+        "disk": (disk.most_bytes, disk.most_files),
+        "worker_logs": logs,
+    }
 
 
 @pytest.fixture(scope="module")
 def graded(course, listener):
-    """The hostile class graded twice, and its honest students alone."""
+    """The hostile class graded as root twice, its honest students alone, and as an ordinary
+    uid once."""
     tmp, root = course["tmp"], course["root"]
     port, seen = listener
     subs, out = tmp / "class", tmp / "out"
     build_class(course, subs, out, port)
     before = digest(subs)
-    limits = ("--max-processes", "64", "--memory", "4")
-    first = grade_cli(subs, out, root, "--jobs", "2", *limits)
+    first = grade_cli(subs, out, root, "--jobs", "2")
     first_reports = {name: (out / name).read_bytes() for name in REPORTS if (out / name).exists()}
-    second = grade_cli(subs, tmp / "out2", root, "--jobs", "1", *limits)
+    second = grade_cli(subs, tmp / "out2", root, "--jobs", "1")
     alone_subs = tmp / "alone"
     alone_subs.mkdir()
     for name in HONEST:
         shutil.copy(subs / f"{name}_{FIXTURE}.ipynb", alone_subs / f"{name}_{FIXTURE}.ipynb")
-    alone = grade_cli(alone_subs, tmp / "out_alone", root, "--jobs", "1", *limits)
+    alone = grade_cli(alone_subs, tmp / "out_alone", root, "--jobs", "1")
+    ordinary_subs = tmp / "ordinary" / "class"
+    shutil.copytree(subs, ordinary_subs)
+    ordinary_before = digest(ordinary_subs)
+    ordinary_out = tmp / "ordinary" / "out"
+    ordinary = grade_cli(ordinary_subs, ordinary_out, root, "--jobs", "2", ordinary=True)
     return {
         **course,
         "subs": subs,
@@ -233,6 +474,9 @@ def graded(course, listener):
         "second": second,
         "second_out": tmp / "out2",
         "alone": alone,
+        "ordinary": ordinary,
+        "ordinary_subs": ordinary_subs,
+        "ordinary_before": ordinary_before,
         "seen": seen,
     }
 
@@ -281,19 +525,40 @@ def secret(course):
     return instructor_lines(work.source_notebook(FIXTURE), work.release_notebook(FIXTURE))
 
 
-# --- the sandboxed run --------------------------------------------------------------------------
+# --- the sandboxed runs: as root and as an ordinary uid -----------------------------------------
+
+BOTH = pytest.mark.parametrize("mode", ["first", "ordinary"])  # --jobs 2, root / ordinary uid
+SUBS = {"first": "subs", "ordinary": "ordinary_subs"}
+
+
+def _printed(run: dict, student: str) -> str:
+    """What ``student``'s kernel printed, from its graded notebook."""
+    graded = run["out"] / "course" / "autograded" / student / FIXTURE / f"{FIXTURE}.ipynb"
+    if not graded.is_file():
+        return f"(no graded notebook at {graded})"
+    nb = nbformat.read(str(graded), as_version=4)
+    return "\n".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
+
+
+def _logged(run: dict, pattern: str) -> list[float]:
+    """Every number the workers' logs give after ``pattern`` (``execute._summary``)."""
+    return [float(n) for n in re.findall(pattern + r" ([0-9.]+)", run["worker_logs"])]
 
 
 def test_the_runs_finish(graded):
-    for run in ("first", "second", "alone"):
+    for run in ("first", "second", "alone", "ordinary"):
         assert graded[run]["rc"] == 0, graded[run]["stderr"][-3000:]
         assert {r["sandbox"] for r in graded[run]["rows"]} == {"bubblewrap"}
 
 
-def test_each_hostile_student_is_flagged_with_its_reason(graded):
-    rows = _rows(graded["first"])
+@BOTH
+def test_each_hostile_student_is_flagged_with_its_reason(graded, mode):
+    rows = _rows(graded[mode])
     wrong = []
-    for name, (_, reasons) in HOSTILE.items():
+    hostile = {**HOSTILE, "cpu_hog": FIRST_CELLS["cpu_hog"]}
+    for name, (_, reasons) in hostile.items():
         row = rows.get(name, {"status": "no row", "reasons": ""})
         if row["status"] not in ("flagged", "not graded"):
             wrong.append(f"{name}: status {row['status']}")
@@ -302,36 +567,51 @@ def test_each_hostile_student_is_flagged_with_its_reason(graded):
     assert not wrong, "\n".join(wrong)
 
 
-def test_honest_students_get_what_they_get_alone(graded):
-    assert not honest_problems(graded["first"], graded["alone"])
-    rows = _rows(graded["first"])
-    assert float(rows["honest"]["auto_score"]) == float(rows["honest"]["auto_max"]) == 3
+@BOTH
+def test_honest_students_get_what_they_get_alone(graded, mode):
+    assert not honest_problems(graded[mode], graded["alone"])
+    rows = _rows(graded[mode])
+    for name in ("honest", "cpu_honest"):
+        assert float(rows[name]["auto_score"]) == float(rows[name]["auto_max"]) == 3
     assert float(rows["half"]["auto_score"]) == 1 and float(rows["blank"]["auto_score"]) == 0
 
 
 def test_originals_are_byte_identical(graded):
     assert not original_problems(graded["subs"], graded["before"])
+    assert not original_problems(graded["ordinary_subs"], graded["ordinary_before"])
 
 
 def test_a_second_run_gives_the_same_report(graded):
     second = {name: (graded["second_out"] / name).read_bytes() for name in REPORTS}
-    assert graded["first_reports"] == second  # --jobs 2 then --jobs 1
+    differ = [
+        f"{name}: {a!r} / {b!r}"
+        for name in REPORTS
+        for a, b in zip(
+            graded["first_reports"][name].decode().splitlines(), second[name].decode().splitlines()
+        )
+        if a != b
+    ]
+    assert not differ, "\n".join(differ)  # --jobs 2 then --jobs 1
+    assert graded["first_reports"] == second
 
 
-def test_nothing_escaped(graded, secret):
+@BOTH
+def test_nothing_escaped(graded, secret, mode):
     assert graded["seen"] == [], "a sandboxed kernel reached the host's 127.0.0.1"
     stray = Path(sys.prefix) / "shapes-vandal-was-here"
     written = stray.exists()
     stray.unlink(missing_ok=True)
     assert not written, "the vandal wrote into the venv"
-    assert not reader_problems(graded["out"], secret)
+    assert not reader_problems(graded[mode]["out"], secret)
 
 
-def test_feedback_holds_no_instructor_material(graded, secret):
-    pages = sorted((graded["out"] / "feedback").rglob("*.html"))
-    assert len(pages) >= len(HONEST) + len(HOSTILE) - 1  # all but the fork bomb's, at most
+@BOTH
+def test_feedback_holds_no_instructor_material(graded, secret, mode):
+    pages = sorted((graded[mode]["out"] / "feedback").rglob("*.html"))
+    students = len(HONEST) + len(HOSTILE) + len(PROBING) + 1  # and cpu_hog
+    assert len(pages) >= students - 2  # all but the sleeper's and the fork bomb's, at most
     for page in pages:
-        own = own_lines(graded["subs"] / f"{page.parent.name}_{FIXTURE}.ipynb")
+        own = own_lines(graded[SUBS[mode]] / f"{page.parent.name}_{FIXTURE}.ipynb")
         assert not leaked(page, secret, own), page
         assert "### BEGIN HIDDEN TESTS" not in visible_text(page.read_text(encoding="utf-8"))
 
@@ -339,6 +619,56 @@ def test_feedback_holds_no_instructor_material(graded, secret):
 def test_no_process_is_left(graded):
     uids = {*graded["first"]["uids"], *graded["second"]["uids"], *graded["alone"]["uids"]}
     assert running(uids) == []
+    assert running({ORDINARY_UID}) == []  # the ordinary grader's own, and its sandboxes'
+
+
+@BOTH
+def test_nobody_reaches_a_classmate_or_the_grader(graded, mode):
+    # in its own PID namespace a kernel finds no other kernel, and kill -9 -1 or a kill of its
+    # parent (the namespace's init) reaches nothing outside; the grader lived (every row)
+    assert re.search(r"^KILLED 0$", _printed(graded[mode], "classkiller"), re.M)
+    assert re.search(r"^STILL HERE$", _printed(graded[mode], "graderkiller"), re.M)
+    assert "ZOMBIES" in _printed(graded[mode], "zombies")
+    assert len(graded[mode]["rows"]) == len(HONEST) + len(HOSTILE) + len(PROBING) + 1
+
+
+@BOTH
+def test_the_grader_cannot_be_read_inside(graded, mode):
+    printed = _printed(graded[mode], "graderreader")
+    assert re.search(r"^IMPORTABLE False$", printed, re.M), printed
+    for path in GRADER_FILES:
+        assert f"NOT READ {path} FileNotFoundError" in printed, printed
+        assert Path(path).is_file()  # it is there, outside
+
+
+@BOTH
+def test_private_folders_hold_their_size_and_the_host_disk_nothing(graded, mode):
+    found = re.search(r"^FILLED (\{.*\}) (\d+)$", _printed(graded[mode], "filler"), re.M)
+    assert found, _printed(graded[mode], "filler")
+    written = ast.literal_eval(found.group(1))  # what the filler wrote into each folder
+    mib = 2**20
+    assert written["/tmp"] <= TMP_MIB * mib and written["/home/student"] <= TMP_MIB * mib
+    assert written["/dev/shm"] <= 64 * mib and written["/run/shapes/runtime"] <= mib
+    most_bytes, most_files = graded[mode]["disk"]  # the grader's temporary folder, sampled
+    assert most_bytes < 32 * mib and most_files < 3000, graded[mode]["disk"]
+    out = graded[mode]["out"]
+    assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < 64 * mib
+
+
+@BOTH
+def test_memory_stays_bounded(graded, mode):
+    run = graded[mode]
+    assert re.search(r"^HOGS \[.*-9.*\]$", _printed(run, "hogs"), re.M), _printed(run, "hogs")
+    limit = MEMORY_GIB * 1024
+    cgroup, watched = _logged(run, "memory cgroup peak"), _logged(run, "memory watched peak")
+    assert cgroup or watched, run["worker_logs"][-2000:]
+    assert all(peak <= limit for peak in cgroup), cgroup  # the kernel's own bound
+    assert all(peak <= 1.25 * limit for peak in watched), watched  # sampled: it can overshoot
+    if mode == "ordinary":
+        assert not cgroup  # cgroup v1 is root's alone: the watch bounds it
+    # the 100 MiB message was refused before the worker read it (read, it took a worker from
+    # about 50 MiB to 351 MiB)
+    assert max(_logged(run, "worker peak RSS")) < 150, run["worker_logs"][-2000:]
 
 
 # --- the same checks fail without the sandbox ------------------------------------------------

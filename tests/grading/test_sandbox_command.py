@@ -1,31 +1,38 @@
-"""The sandbox's command line and its refusal to fall back silently (no kernel started here).
+"""The sandbox's command line and its refusal to fall back silently.
 
 ``test_hostile_class.py`` checks from inside real kernels that the sandbox holds; these check
-what is asked of bwrap, and that a machine without it stops the grading command in one line.
+what is asked of bwrap, that a machine without it stops the grading command in one line, and,
+from inside a sandbox built for a regular (non-editable) install, that the grader's package can
+be neither imported nor read there.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+from class_builders import sandbox_problem
 
+import course_grading
 from course_grading import sandbox
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
 from course_grading.run import grade
 
 REPO = Path(__file__).resolve().parents[2]
-KERNEL = ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+KERNEL = ["python", "-m", "ipykernel_launcher", "-f", sandbox.KERNEL_CONNECTION]
 
 
 def _argv(tmp_path, uid=None, limits=None):
     return sandbox.kernel_argv(
         bwrap="bwrap",
         stage=tmp_path / "stage",
-        runtime=tmp_path / "runtime",
+        connection=tmp_path / "runtime" / "kernel.json",
         lesson="99_fixture",
         uid=uid,
         limits=limits or sandbox.Limits(),
@@ -41,35 +48,175 @@ def _binds(argv: list[str]) -> list[tuple[str, str, str]]:
     ]
 
 
-def test_the_kernel_sees_no_repository_and_writes_only_its_runtime(tmp_path):
+def _tmpfs(argv: list[str]) -> dict[str, int | None]:
+    """Each ``--tmpfs`` folder and the ``--size`` given just before it (``None``: none)."""
+    found, size = {}, None
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--size":
+            size = int(argv[i + 1])
+        elif arg == "--tmpfs":
+            found[argv[i + 1]], size = size, None
+    return found
+
+
+def test_the_kernel_sees_no_repository_and_writes_no_host_folder(tmp_path):
     argv = _argv(tmp_path)
     binds = _binds(argv)
-    writable = [dest for kind, _, dest in binds if kind == "--bind"]
-    assert writable == [str(tmp_path / "runtime")]
+    assert [dest for kind, _, dest in binds if kind == "--bind"] == []  # nothing writable
     bound = {src for _, src, _ in binds}
     assert str(REPO) not in bound and str(REPO / "solutions") not in bound
     assert str(REPO / "course_lib") in bound  # the package folder alone (editable install)
-    for flag in ("--unshare-net", "--unshare-ipc", "--die-with-parent", "--new-session"):
+    assert (str(tmp_path / "runtime" / "kernel.json"), sandbox.CONNECTION) in [
+        (src, dest) for _, src, dest in binds
+    ]  # the connection file alone, read-only
+    for flag in ("--unshare-net", "--unshare-ipc", "--unshare-pid", "--die-with-parent"):
         assert flag in argv
-    assert "--unshare-pid" not in argv  # ipykernel quits inside a PID namespace
+    assert "--new-session" in argv
     assert argv.index("--clearenv") < argv.index("--setenv")
+    assert "JPY_PARENT_PID" not in argv  # its parent check would end the kernel
 
 
-def test_tmp_is_mounted_before_the_runtime_folder_under_it(tmp_path):
+def test_every_writable_folder_is_a_private_tmpfs_of_bounded_size(tmp_path):
+    limits = sandbox.Limits(tmpfs_bytes=64 * 2**20, shm_bytes=8 * 2**20)
+    argv = _argv(tmp_path, limits=limits)
+    tmpfs = _tmpfs(argv)
+    assert tmpfs["/tmp"] == tmpfs[sandbox.HOME] == 64 * 2**20
+    assert tmpfs["/dev/shm"] == 8 * 2**20 and tmpfs[sandbox.RUNTIME] == sandbox.RUNTIME_BYTES
+    shm = argv.index("/dev/shm")
+    remount = argv.index("--remount-ro")
+    assert argv.index("--dev") < shm < remount and argv[remount + 1] == "/dev"  # all but shm
+    script = argv[argv.index("-c") + 1]
+    assert f"cp {sandbox.CONNECTION} {sandbox.KERNEL_CONNECTION}" in script
+
+
+def test_tmp_is_mounted_before_the_binds_under_it(tmp_path):
     argv = _argv(tmp_path)
-    tmpfs = argv.index("/tmp", argv.index("--tmpfs"))
-    runtime = argv.index(str(tmp_path / "runtime"))
-    assert tmpfs < runtime  # a later mount would hide the runtime folder
+    tmp = argv.index("/tmp", argv.index("--tmpfs"))
+    first_bind = argv.index("--ro-bind", argv.index("--remount-ro"))
+    assert tmp < first_bind  # a later tmpfs would hide a folder bound under /tmp
 
 
-def test_limits_and_the_dropped_uid_reach_the_kernel_command(tmp_path):
+def test_a_root_grader_drops_to_the_slot_uid(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
     limits = sandbox.Limits(memory_bytes=2**30, processes=64)
     argv = _argv(tmp_path, uid=2_000_000_123, limits=limits)
     script = argv[argv.index("-c") + 1]
     assert "setpriv --reuid=2000000123" in script and "--no-new-privs" in script
+    assert "--unshare-user" not in argv
     assert f"--as={2**30}" in argv and "--nproc=64" in argv
     assert argv[-len(KERNEL) :] == KERNEL
-    assert "setpriv" not in _argv(tmp_path)[_argv(tmp_path).index("-c") + 1]
+
+
+def test_an_ordinary_grader_maps_the_slot_uid_in_a_user_namespace(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 4242)
+    argv = _argv(tmp_path, uid=2_000_000_123)
+    assert "setpriv" not in argv[argv.index("-c") + 1]
+    at = argv.index("--unshare-user")
+    assert argv[at : at + 6] == [
+        "--unshare-user", "--disable-userns", "--uid", "2000000123", "--gid", "2000000123",
+    ]  # fmt: skip
+
+
+def test_slots_get_distinct_uids_and_a_bad_slot_is_refused():
+    uids = {sandbox.sandbox_uid(slot) for slot in range(sandbox.MAX_SLOTS)}
+    assert len(uids) == sandbox.MAX_SLOTS and min(uids) >= sandbox.UID_BASE
+    assert max(uids) < 2**32 - 1
+    with pytest.raises(ValueError, match="use fewer --jobs"):
+        sandbox.sandbox_uid(sandbox.MAX_SLOTS)
+
+
+def test_the_memory_cgroup_is_joined_before_bwrap(tmp_path):
+    procs = tmp_path / "cgroup.procs"
+    argv = sandbox.kernel_argv(
+        bwrap="bwrap",
+        stage=tmp_path / "stage",
+        connection=tmp_path / "kernel.json",
+        lesson="l",
+        uid=None,
+        limits=sandbox.Limits(),
+        kernel=KERNEL,
+        cgroup_procs=procs,
+    )
+    assert argv[:5] == ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), "bwrap"]
+
+
+# --- a regular install: the grader's package is in the venv the kernel reads -------------------
+
+LOOK = """
+import json, os, sys
+try:
+    import course_grading
+    imported = True
+except ImportError:
+    imported = False
+paths = json.loads(sys.argv[1])
+print(json.dumps({"imported": imported, "read": [p for p in paths if os.path.exists(p)]}))
+"""
+
+BUILD = """
+import json, subprocess, sys
+from pathlib import Path
+from course_grading import sandbox
+here = Path(sys.argv[1])
+package = Path(sandbox.package_folders(("course_grading",))[0])
+paths = [str(package / "sandbox.py"), str(package / "items" / "lesson_99.py")]
+argv = sandbox.kernel_argv(
+    bwrap="bwrap", stage=here / "stage", connection=here / "kernel.json", lesson="l",
+    uid=sandbox.sandbox_uid(0), limits=sandbox.Limits(),
+    kernel=[sys.executable, "-c", sys.argv[2], json.dumps(paths)],
+)
+if sys.argv[3] == "uncovered":  # the same command without the covers, to show the check tells
+    at = [i for i, a in enumerate(argv) if a == "--tmpfs" and argv[i + 1] == str(package)][0]
+    argv = argv[: at - 2] + argv[at + 7 :]
+print(json.dumps({"package": str(package), "paths": paths}))
+sys.stdout.flush()
+subprocess.run(argv, check=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def regular_install(tmp_path_factory) -> Path:
+    """A scratch venv holding copies of both packages as pip puts them (site-packages), the
+    project's dependencies reached through a ``.pth`` line; its python."""
+    venv = tmp_path_factory.mktemp("regular") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    for name in ("course_grading", "course_lib"):
+        source = REPO / name
+        shutil.copytree(source, site / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "shapes-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "python"
+
+
+def _look(python: Path, tmp_path: Path, covered: str) -> tuple[dict, dict]:
+    (tmp_path / "stage").mkdir(exist_ok=True)
+    (tmp_path / "kernel.json").write_text("{}")
+    out = subprocess.run(
+        [str(python), "-c", BUILD, str(tmp_path), LOOK, covered],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout.splitlines()
+    return json.loads(out[0]), json.loads(out[-1])
+
+
+@pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
+def test_a_regular_install_of_the_grader_cannot_be_imported_or_read_inside(
+    regular_install, tmp_path
+):
+    where, inside = _look(regular_install, tmp_path, "covered")
+    assert where["package"].startswith(str(regular_install.parents[1]))  # in the venv
+    assert all(Path(p).is_file() for p in where["paths"])  # there, outside
+    assert inside == {"imported": False, "read": []}
+    _, uncovered = _look(regular_install, tmp_path, "uncovered")
+    assert uncovered == {"imported": True, "read": where["paths"]}  # the check can tell
+
+
+def test_the_grader_is_not_where_the_kernel_looks_in_this_install():
+    """The editable install of this checkout: its package folder is in no bound folder."""
+    package = Path(course_grading.__file__).resolve().parent
+    assert not any(p == package or p in package.parents for p in sandbox.readonly_paths())
 
 
 def test_no_bwrap_stops_the_command_in_one_line(monkeypatch, tmp_path):
@@ -100,5 +247,65 @@ def test_help_needs_no_sandbox_and_lists_the_new_options():
         text=True,
         check=True,
     ).stdout
-    for option in ("--jobs", "--no-sandbox", "--memory", "--max-processes", "--notebook-timeout"):
+    options = ("--jobs", "--no-sandbox", "--memory", "--max-processes", "--notebook-timeout")
+    for option in (*options, "--budget-factor", "--notebook-floor", "--tmp-size"):
         assert option in out
+
+
+# --- the pieces the limits rest on ------------------------------------------------------------
+
+
+def test_a_memory_cgroup_holds_a_process_to_its_limit():
+    from course_grading.cgroup import MemoryCgroup
+
+    group = MemoryCgroup.make("shapes-test-cgroup", 64 * 2**20)
+    if group is None:
+        pytest.skip("no memory cgroup can be made here (not root, or no cgroup v1)")
+    hog = [sys.executable, "-c", "b = bytearray(256 * 2**20)"]
+    try:
+        joined = subprocess.run(
+            ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group.procs), *hog], check=False
+        )
+        assert joined.returncode == -9 and group.oom_kills() >= 1
+        assert 0 < group.peak() <= 64 * 2**20
+    finally:
+        group.remove()
+    assert not group.path.exists()
+    assert subprocess.run(hog, check=False).returncode == 0  # outside it, the same runs
+
+
+def test_a_trees_cpu_time_keeps_what_its_ended_children_used():
+    from course_grading import processes
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
+    code = (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.run([sys.executable, '-c', {burn!r}])\n"  # a child that ends, reaped
+        "print('ready', flush=True)\n"
+        "time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        used = processes.usage(parent.pid)
+        assert used.pids == [parent.pid]  # the child is gone...
+        assert used.cpu >= 0.5  # ...but its CPU time is still counted
+        assert processes.tree(parent.pid) == [parent.pid] and processes.children(parent.pid) == []
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_budget_follows_the_solution_within_floor_and_cap():
+    from course_grading.budgets import budget_of
+    from course_grading.jobs import Outcome
+
+    def solution(seconds):
+        return Outcome(status="ok", seconds=seconds)
+
+    assert budget_of(solution(10.0), 5, 120, 1800).seconds == 120  # the floor
+    assert budget_of(solution(60.3), 5, 120, 1800).seconds == 302  # 301.5, rounded up
+    assert budget_of(solution(1000.0), 5, 120, 1800).seconds == 1800  # the cap
+    assert budget_of(solution(3.1), 5, 30, 1800).why == budget_of(solution(4.7), 5, 30, 1800).why
+    failed = budget_of(Outcome(status="error", reason="NameError: x"), 5, 120, 1800)
+    assert failed.seconds == 1800 and failed.problem == "NameError: x"

@@ -63,8 +63,12 @@ class SandboxedExecute(Execute):
         bwrap = sandbox.check_available() if self.sandbox else None
         if bwrap is None:
             self.log.warning("SandboxedExecute.sandbox is False: %s runs unsandboxed", student)
+        # nbgrader autogrades one submission at a time: its kernel may use every core, as
+        # `python -m course_grading --jobs 1` gives it (the sandbox's default is one thread).
         limits = sandbox.Limits(
-            memory_bytes=int(self.memory_gib * 2**30), processes=self.max_processes
+            memory_bytes=int(self.memory_gib * 2**30),
+            processes=self.max_processes,
+            threads=os.cpu_count() or 1,
         )
         runnable = items.strip_hidden_tests(nb)
         with tempfile.TemporaryDirectory(prefix="shapes-autograde-") as tmp:

@@ -7,6 +7,9 @@ They live here, not in ``conftest.py``: a test module imports them by name, and 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import nbformat
 import torch
 
 from course_lib.batch import IGNORE_INDEX
@@ -41,3 +44,31 @@ def micro_batch(gen: torch.Generator, rows: list[tuple[int, int]]) -> dict:
         labels[r, p : p + c] = input_ids[r, p : p + c]
         input_ids[r, p + c :] = PAD_ID
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+# A written answer in a student's own words (never the model answer, which a submission may not
+# hold: the grader flags it and withholds its feedback).
+WRITTEN_ANSWER = (
+    "A bigger effective batch gives cleaner gradients but fewer optimiser updates per epoch; "
+    "on a small dataset the run ends before the model has had enough steps to learn."
+)
+
+
+def answered(release: Path, solution: Path) -> nbformat.NotebookNode:
+    """The student notebook ``release`` with every answer cell answered, as an honest student who
+    got everything right hands it in: each code answer is the solution's code (its solution markers
+    gone), each written answer in a student's own words."""
+    nb = nbformat.read(str(release), as_version=4)
+    source = nbformat.read(str(solution), as_version=4)
+    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("solution"):
+            continue
+        if cell.cell_type == "code":
+            lines = by_id[meta["grade_id"]].source.split("\n")
+            markers = ("### BEGIN SOLUTION", "### END SOLUTION")
+            cell.source = "\n".join(x for x in lines if not x.strip().startswith(markers))
+        else:
+            cell.source = WRITTEN_ANSWER
+    return nb

@@ -6,12 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+from helpers import answered  # noqa: F401 (the classroom test's solved submission)
 from hub_pages import LESSON
-
-WRITTEN_ANSWER = (
-    "A bigger effective batch gives cleaner gradients but fewer optimiser updates per epoch; "
-    "on a small dataset the run ends before the model has had enough steps to learn."
-)
 
 
 def lesson_facts(solution: Path, release: Path) -> dict:
@@ -36,25 +32,6 @@ def lesson_facts(solution: Path, release: Path) -> dict:
                 hidden.append(line.strip())
     assert manual, f"{solution} has no manually graded answer"
     return {"auto_max": auto_max, "manual": manual, "hidden": hidden}
-
-
-def answered(release: Path, solution: Path) -> nbformat.NotebookNode:
-    """The fetched student notebook with every answer cell answered: code as the solution's,
-    the written answer in a student's own words."""
-    nb = nbformat.read(str(release), as_version=4)
-    source = nbformat.read(str(solution), as_version=4)
-    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("solution"):
-            continue
-        if cell.cell_type == "code":
-            lines = by_id[meta["grade_id"]].source.split("\n")
-            markers = ("### BEGIN SOLUTION", "### END SOLUTION")
-            cell.source = "\n".join(x for x in lines if not x.strip().startswith(markers))
-        else:
-            cell.source = WRITTEN_ANSWER
-    return nb
 
 
 def scores(gradebook_url: str) -> dict[str, dict]:

@@ -3,8 +3,9 @@
 Every lesson ``solutions/<lesson>/<lesson>.ipynb`` is released once into a temporary nbgrader
 course (``nbgrader generate_assignment``, one process for all lessons). The drift test compares
 that release, in its normal form, with the committed ``notebooks/``. The round trip then submits,
-for every lesson, the blank student notebook as student ``blank`` and the instructor notebook as
-student ``solution``, runs one ``nbgrader autograde`` over everything, and reads the scores from
+for every lesson, the blank student notebook as student ``blank`` and the student notebook
+answered with the solution's code as student ``solution``, runs one ``nbgrader autograde`` over
+everything, and reads the scores from
 the gradebook (``nbgrader validate``'s exit status is 0 even on failure, so it proves nothing).
 
 ``SHAPES_COURSE_ROOT=tests/grading/fixtures`` runs the same tests on the one-lesson fixture course.
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import answered
 
 from course_grading import course as wc
 from course_grading import release as rel
@@ -178,13 +180,16 @@ def round_trip(release):
 
     work, _ = release
     for lesson in work.lessons:
-        for student, notebook in (
-            ("blank", work.release_notebook(lesson)),
-            ("solution", work.source_notebook(lesson)),
-        ):
+        blank, source = work.release_notebook(lesson), work.source_notebook(lesson)
+        for student in ("blank", "solution"):
             dest = work.submitted / student / lesson
             dest.mkdir(parents=True)
-            shutil.copyfile(notebook, dest / f"{lesson}.ipynb")
+            shutil.copyfile(blank, dest / f"{lesson}.ipynb")
+        # "solution": an honest student who got every answer right (no solution markers, written
+        # answers in their own words; a copy of the instructor's notebook is flagged instead).
+        nbformat.write(
+            answered(blank, source), str(work.submitted / "solution" / lesson / f"{lesson}.ipynb")
+        )
     proc = work.run("autograde", "*", "--force")
     scores = {}
     with Gradebook(work.db_url) as gb:

@@ -59,22 +59,28 @@ def course_root(tmp: Path, lesson: str) -> Path:
 
 
 def build_class(root: Path, tmp: Path, lesson: str, students: int) -> Path:
-    """``students`` submissions in turn: full marks (the instructor's own file, which nbgrader
-    grades as full marks), half done (the first answer cell answered), and blank."""
+    """``students`` submissions in turn: full marks (every answer cell answered with the
+    solution's code, written answers in the student's own words), half done (the first answer
+    cell answered), and blank. None is a copy of the instructor's file: the grader flags those."""
     work = wc.make_work_course(root, tmp / "release")
     wc.generate_assignments(work)
-    full = nbformat.read(str(work.source_notebook(lesson)), as_version=4)
+    source = nbformat.read(str(work.source_notebook(lesson)), as_version=4)
     blank = nbformat.read(str(work.release_notebook(lesson)), as_version=4)
-    half = nbformat.from_dict(blank)
-    answered = {
-        c.metadata["nbgrader"]["grade_id"]: c.source
-        for c in full.cells
+    markers = ("### BEGIN SOLUTION", "### END SOLUTION")
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: "\n".join(
+            line for line in c.source.split("\n") if not line.strip().startswith(markers)
+        )
+        for c in source.cells
         if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"
     }
-    first = next(
-        c for c in half.cells if c.metadata.get("nbgrader", {}).get("grade_id") in answered
-    )
-    first.source = answered[first.metadata["nbgrader"]["grade_id"]]
+    full, half = nbformat.from_dict(blank), nbformat.from_dict(blank)
+    for cell in full.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            cell.source = answers.get(meta["grade_id"], "My own words: not graded here.")
+    first = next(c for c in half.cells if c.metadata.get("nbgrader", {}).get("grade_id") in answers)
+    first.source = answers[first.metadata["nbgrader"]["grade_id"]]
     subs = tmp / "class"
     subs.mkdir()
     for n in range(students):

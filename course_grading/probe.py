@@ -7,6 +7,11 @@ listens on must be unreachable, it must be pid 2 of a PID namespace holding noth
 its slot's uid, with ``/dev`` read-only, its tmpfs folders no larger than their limits, and its
 resource limits in force. If one check fails, the job's result says which (``SandboxBroken``) and
 the grader stops: there is no silent fallback.
+
+The port check is decided on the grader's side: the kernel sends a random token down any
+connection it makes, and only a connection carrying that token counts as the kernel reaching
+the host. Any other process on the machine may connect to the listener meanwhile (it is an
+ordinary port on 127.0.0.1); such a connection must not stop a class's grading.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from __future__ import annotations
 import ast
 import json
 import os
+import secrets
 import socket
 import sys
+import time
 
 from course_grading import sandbox
 from course_grading.jobs import JobSpec
 
 PROBE = """
-def _shapes_probe(hidden, venv, port, folders):
+def _shapes_probe(hidden, venv, port, token, folders):
     import importlib, json, os, resource, socket
     def importable(name):
         try:
@@ -41,6 +48,7 @@ def _shapes_probe(hidden, venv, port, folders):
     probe.settimeout(2)
     try:
         probe.connect(("127.0.0.1", port))
+        probe.sendall(token.encode())
         network = True
     except OSError:
         network = False
@@ -80,35 +88,75 @@ def folder_limits(limits: sandbox.Limits) -> dict[str, int]:
     }
 
 
+class Listener:
+    """A port on the host's 127.0.0.1 that a sandboxed kernel must not reach, and the token a
+    connection from the kernel carries (see module)."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.socket.getsockname()[1]
+        self.token = secrets.token_hex(16)
+
+    def reached(self, wait: float = 1.0) -> bool:
+        """Whether a connection carrying the token arrived; other connections are read and
+        dropped. ``wait``: seconds one connection may take to send its first bytes."""
+        self.socket.setblocking(False)
+        while True:
+            try:
+                conn, _ = self.socket.accept()
+            except BlockingIOError:
+                return False
+            with conn:
+                if _read(conn, len(self.token), wait) == self.token.encode():
+                    return True
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def _read(conn: socket.socket, size: int, wait: float) -> bytes:
+    """Up to ``size`` bytes from ``conn``, for at most ``wait`` seconds in all."""
+    data, deadline = b"", time.monotonic() + wait
+    while len(data) < size and (left := deadline - time.monotonic()) > 0:
+        conn.settimeout(left)
+        try:
+            more = conn.recv(size - len(data))
+        except OSError:
+            break
+        if not more:
+            break
+        data += more
+    return data
+
+
 async def run_probe(client, spec: JobSpec) -> dict:
     """Ask ``client``'s kernel, before any cell, what it can see and reach (``PROBE``)."""
-    listener = socket.create_server(("127.0.0.1", 0))
+    listener = Listener()
     folders = list(folder_limits(sandbox.Limits(**spec.limits)))
     try:
-        port = listener.getsockname()[1]
         # the grader's files by their own paths, and through this process's /proc entry
         hidden = [*spec.hidden, f"/proc/{os.getpid()}/root{spec.hidden[0]}"]
         hidden += [str(p) for p in sandbox.package_folders(sandbox.GRADER_PACKAGES)]
-        call = f"_shapes_probe({hidden!r}, {sys.prefix!r}, {port}, {folders!r})"
+        call = probe_call(hidden, sys.prefix, listener, folders)
         msg_id = client.kc.execute(
             PROBE, silent=True, store_history=False, user_expressions={"probe": call}
         )
         reply = await client.async_wait_for_reply(msg_id)
         client.kc.execute("del _shapes_probe", silent=True, store_history=False)
-        listener.setblocking(False)
-        try:
-            listener.accept()
-            reached = True
-        except BlockingIOError:
-            reached = False
+        reached = listener.reached()
     finally:
         listener.close()
     found = reply["content"].get("user_expressions", {}).get("probe", {})
     if found.get("status") != "ok":
         return {"error": found.get("evalue") or "the probe did not run"}
     probe = json.loads(ast.literal_eval(found["data"]["text/plain"]))
-    probe["network"] = probe["network"] or reached
+    probe["reached_host"] = reached
     return probe
+
+
+def probe_call(hidden: list[str], venv: str, listener: Listener, folders: list[str]) -> str:
+    """The expression that runs ``PROBE``'s function once it is defined."""
+    return f"_shapes_probe({hidden!r}, {venv!r}, {listener.port}, {listener.token!r}, {folders!r})"
 
 
 def probe_failure(probe: dict | None, spec: JobSpec) -> str:
@@ -125,7 +173,8 @@ def probe_failure(probe: dict | None, spec: JobSpec) -> str:
         (probe["visible"], f"the kernel can see {(probe['visible'] or [''])[0]}"),
         (probe["grader_importable"], "the kernel can import course_grading"),
         (probe["venv_writable"], "the kernel can write to the venv"),
-        (probe["network"], "the kernel can reach a port on 127.0.0.1"),
+        (probe.get("reached_host"), "the kernel can reach a port on the host's 127.0.0.1"),
+        (probe["network"], "the kernel can connect to a port on 127.0.0.1"),
         (probe["pid"] != 2, f"the kernel is pid {probe['pid']}, not 2 of its own namespace"),
         (probe["processes_seen"] != [1, 2], f"the kernel sees pids {probe['processes_seen'][:5]}"),
         (probe["uid"] != spec.uid, f"the kernel runs as uid {probe['uid']}, not {spec.uid}"),

@@ -30,6 +30,10 @@ IMPORTS = (
     "from decimal import Decimal\n"
 )
 MIN_DIGITS = 2  # a single digit (2, 4) is in any text: it says nothing, so it is not looked for
+#: A measured median with its range, as the lessons print times and speed-ups
+#: (``17.1 [9.0–12.3]``, ``1.02× (0.98–1.10×)``): it changes from run to run, so no answer can be
+#: read from it, and an answer that happens to equal one of its numbers is not a spoiler.
+MEASURED = re.compile(r"\d[\d,]*(?:\.\d+)?×? [\[(]\d[\d,]*(?:\.\d+)?×?–\d[\d,]*(?:\.\d+)?×?[\])]")
 
 # --- right answers in other forms --------------------------------------------------------------
 

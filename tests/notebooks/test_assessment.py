@@ -25,7 +25,7 @@ import nbformat
 import pytest
 from assessment import ROOT, Probe, Tried, is_answer, lesson_paths, nbgrader_meta, run_lesson
 from assessment import shortcut_pattern as named_by
-from probes import SHORTCUTS, printed_answers
+from probes import MEASURED, SHORTCUTS, printed_answers
 
 from course_grading import items as trusted
 from course_grading import visible
@@ -269,14 +269,15 @@ def lets_wrong_through(probe: Probe) -> list[str]:
 
 def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -> list[str]:
     """Every graded answer's printed form found in what a student reads on the blank notebook,
-    outside the contexts each item allows (``Item.shown``); ``forms``: answer cell -> value
-    name -> form."""
+    outside the contexts each item allows (``Item.shown``) and measured medians with their range
+    (``probes.MEASURED``); ``forms``: answer cell -> value name -> form."""
     found = []
     for gid, probe in _new(run).items():
         answers = dict(probe.right)
         for args, _, result in _calls(probe):
             answers[f"{gid}{args}"] = result
         for where, text in run.texts:
+            text = MEASURED.sub(" ", text)
             for context in shown.get(gid, {}):
                 text = text.replace(context, " ")
             for name, value in answers.items():
@@ -380,7 +381,11 @@ def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
 
     class Fake:
         probes = {"q": Probe("q", migrated=True, right={"predicted_ratio": 16.0})}
-        texts = [("cell setup-9", "score ratio: 16×"), ("cell setup-3", "16 × 1024 -> 16,384")]
+        texts = [
+            ("cell setup-9", "score ratio: 16×"),
+            ("cell setup-3", "16 × 1024 -> 16,384"),
+            ("cell setup-cost", " 1    17.1 [16.0–18.3]   packed 1.02× (0.98–16.0×)"),
+        ]
 
     found = spoilers_of(Fake, {"q": {"16 × 1024": "the worked example"}}, {})
     assert found == ["predicted_ratio shows as '16' in cell setup-9"], found

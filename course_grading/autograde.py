@@ -156,27 +156,17 @@ def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[
         message = f"its folder is {size / 2**20:.0f} MiB: too large for a {room:g} MiB sandbox"
         sub.flag(message, gradable=False)
         return None
-    limits = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
-    return JobSpec(
-        lesson=sub.lesson,
-        sandbox=options.sandbox,
-        bwrap=bwrap,
-        limits=options.limits.as_dict(),
-        cell_timeouts=[limits(cell) for cell in runnable.cells],
-        notebook_timeout=options.notebook_timeout,
-        hidden=[str(job / "in.ipynb"), *hidden],
-        values=sorted({n for item in items_of(sub.lesson).values() for n in item.values}),
-        wall_factor=options.wall_factor,
-    ), {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
+    values = sorted({n for item in items_of(sub.lesson).values() for n in item.values})
+    spec = _job_spec(work, sub.lesson, runnable, job, options, hidden, bwrap, values)
+    return spec, {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
 
 
-def solution_job(work, lesson: str, job: Path, options: Options, hidden: list[str], bwrap):
-    """The job that runs ``lesson``'s solution notebook, to measure it (``budgets.py``)."""
-    for folder in ("stage", "runtime"):
-        (job / folder).mkdir(parents=True)
-    runnable = strip_hidden_tests(nbformat.read(str(work.source_notebook(lesson)), as_version=4))
-    nbformat.write(runnable, str(job / "in.ipynb"))
-    stage_folder([work.release / lesson, work.source / lesson], job / "stage")
+def _job_spec(
+    work, lesson: str, runnable, job: Path, options: Options, hidden: list[str], bwrap,
+    values: list[str] | None = None,
+) -> JobSpec:  # fmt: skip
+    """The spec of a job running ``runnable`` (written to ``job/in.ipynb``) under ``options``;
+    ``values``: the names taken out after its last cell."""
     limits = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
     return JobSpec(
         lesson=lesson,
@@ -186,8 +176,19 @@ def solution_job(work, lesson: str, job: Path, options: Options, hidden: list[st
         cell_timeouts=[limits(cell) for cell in runnable.cells],
         notebook_timeout=options.notebook_timeout,
         hidden=[str(job / "in.ipynb"), *hidden],
+        values=values or [],
         wall_factor=options.wall_factor,
     )
+
+
+def solution_job(work, lesson: str, job: Path, options: Options, hidden: list[str], bwrap):
+    """The job that runs ``lesson``'s solution notebook, to measure it (``budgets.py``)."""
+    for folder in ("stage", "runtime"):
+        (job / folder).mkdir(parents=True)
+    runnable = strip_hidden_tests(nbformat.read(str(work.source_notebook(lesson)), as_version=4))
+    nbformat.write(runnable, str(job / "in.ipynb"))
+    stage_folder([work.release / lesson, work.source / lesson], job / "stage")
+    return _job_spec(work, lesson, runnable, job, options, hidden, bwrap)
 
 
 def _plain(outcome: Outcome) -> str:

@@ -1,4 +1,5 @@
-"""Shared test helpers: a tiny seeded TinyGPT and padded micro-batches (``from helpers import``).
+"""Shared test helpers: a tiny seeded TinyGPT and padded micro-batches, the answered student
+notebook, and how the browser tests start Chromium (``from helpers import``).
 
 They live here, not in ``conftest.py``: a test module imports them by name, and several
 ``conftest.py`` files (one per test folder) would shadow each other as a module called
@@ -15,6 +16,19 @@ import torch
 from course_lib.batch import IGNORE_INDEX
 from course_lib.data import PAD_ID, VOCAB_SIZE
 from course_lib.model import TinyGPT, TinyGPTConfig
+
+#: Debian's Chromium, which the browser tests drive (never a downloaded browser).
+CHROMIUM = Path("/usr/bin/chromium")
+#: Headless, and without requests of its own (updates, sync, background networking).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def tiny_config(**overrides) -> TinyGPTConfig:

@@ -42,23 +42,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import CHROMIUM, CHROMIUM_ARGS
 from hub_pages import LESSON, formgrader_button, in_list, lab, login, open_assignments
 from lesson_checks import answered, lesson_facts, scores
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "classroom" / "run.py"
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "classroom"
 MANUAL_POINTS = 1.5
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def _why_not() -> str:

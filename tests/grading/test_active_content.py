@@ -46,22 +46,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from class_builders import FIXTURE, filled, find, fixture_course, sandbox_problem, write
+from helpers import CHROMIUM, CHROMIUM_ARGS
 from nbconvert.exporters import HTMLExporter
 from nbgrader.api import Gradebook
 
 from course_grading import course as wc
 from course_grading.safe_pages import FEEDBACK_CSP, with_policy
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 HOSTILE = ("html_script", "js_output", "md_img")
 #: A file a student left beside their notebook, which formgrader serves from their folder.
 STUDENT_FILE = "student_file"

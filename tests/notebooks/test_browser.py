@@ -27,20 +27,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "browser"
 LESSONS = sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 pytestmark = [
     pytest.mark.browser,

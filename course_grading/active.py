@@ -8,7 +8,11 @@ session. The rules, applied by ``safe_pages.py`` wherever such a page is built:
 - HTML (``text/html`` outputs, raw cells, every markdown cell once rendered) keeps only an
   allow-list of tags, attributes, URL schemes (``http``, ``https``, ``mailto``; ``data:`` only
   for a raster image's ``src``) and CSS properties (values without ``url()``, ``expression()``
-  or escapes). Scripts, event handlers, ``javascript:`` URLs, frames, forms, ``<base>``,
+  or escapes). An image's ``src`` must be such a ``data:`` image: any URL, even a path on the
+  page's own site, is fetched as the page opens, with the instructor's cookies
+  (``<img src="/hub/logout">`` would log them out of JupyterHub; another site would learn when
+  the page was read), so it is dropped. Links stay: they load nothing until clicked.
+  Scripts, event handlers, ``javascript:`` URLs, frames, forms, ``<base>``,
   ``<meta>``, SVG, MathML and ``<style>`` never pass. The allow-list is nh3 (the Rust
   ``ammonia`` sanitiser), so what passes is what it parsed, not what a pattern matched.
 - An output holding anything active is not cleaned silently: it is shown as text, with a line
@@ -119,6 +123,8 @@ def too_costly(markup: str) -> str:
 
 
 def _active_url(tag: str, name: str, value: str) -> bool:
+    if tag == "img" and name in ("src", "srcset", "lowsrc", "dynsrc"):  # loaded as it shows
+        return not (name == "src" and _RASTER_URL.match(value.strip()))
     match = _SCHEME.match(value.translate(_CONTROL))
     if match is None or match.group(1).lower() in SAFE_SCHEMES:
         return False
@@ -165,8 +171,10 @@ def _safe_style(value: str) -> str | None:
 def _attribute(tag: str, name: str, value: str) -> str | None:
     if name == "style":
         return _safe_style(value)
+    if tag == "img" and name == "src":  # an image loads its URL: only data: rasters stay
+        return value if _RASTER_URL.match(value.strip()) else None
     if name in _URL_ATTRS and value.strip().lower().startswith("data:"):
-        return value if tag == "img" and name == "src" and _RASTER_URL.match(value) else None
+        return None
     return value
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 import time
 
 import nbformat
@@ -53,6 +54,9 @@ PAYLOADS = {
     "meta refresh": '<meta http-equiv="refresh" content="0;url=javascript:fetch(1)">',
     "css expression": '<p style="width: expression(fetch(1))">x</p>',
     "css url": '<p style="background-image: url(javascript:fetch(1))">x</p>',
+    "image from the page's own site": '<img src="/hub/logout">',
+    "image by a relative path": '<img src="../../../hub/logout" alt="plot">',
+    "image from another site": '<img src="https://example.com/pixel.png?who=me">',
 }
 # What must not survive cleaning, as a browser would read it (lower case).
 ACTIVE_MARKS = (
@@ -70,9 +74,14 @@ TABLE = (
 )
 
 
+#: An image that loads a URL as the page shows (only a data: raster loads nothing).
+LOADING_IMAGE = re.compile(r"<img[^>]*\ssrc\s*=\s*[\"']?(?!data:image/)", re.I)
+
+
 def _marks(markup: str) -> list[str]:
     lowered = markup.lower()
-    return [mark for mark in ACTIVE_MARKS if mark in lowered]
+    found = [mark for mark in ACTIVE_MARKS if mark in lowered]
+    return found + (["<img src=URL"] if LOADING_IMAGE.search(lowered) else [])
 
 
 def _live(markup: str) -> list[str]:
@@ -166,6 +175,17 @@ def test_honest_content_is_kept():
     shown = SafeMarkdown(parent=HTMLExporter())({}, md)
     assert '<a href="https://example.com/a" rel="noopener noreferrer">link</a>' in shown
     assert f'<img src="data:image/png;base64,{PNG}" alt="a plot">' in shown
+
+
+def test_a_markdown_image_keeps_only_a_data_url():
+    """Markdown's own image syntax goes through the same rule as raw HTML."""
+    render = SafeMarkdown(parent=HTMLExporter())
+    for url in ("/hub/logout", "../logout", "https://example.com/x.png", "plot.png"):
+        shown = render({}, f"My plot: ![plot]({url})")
+        assert url not in shown and _marks(shown) == [], shown
+    assert _marks(HTMLExporter().markdown2html({}, "![p](/hub/logout)")), "nbconvert keeps it"
+    kept = render({}, f"![p](data:image/png;base64,{PNG})")
+    assert f'src="data:image/png;base64,{PNG}"' in kept
 
 
 def test_markdown_raw_html_is_cleaned():

@@ -17,6 +17,7 @@ tmpfs pages are not resident memory (they are bounded by the tmpfs sizes instead
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -24,6 +25,8 @@ from course_grading import processes
 
 #: Seconds between two samples.
 PERIOD = 0.2
+#: Walks of the process tree after the last cell, and the seconds between them (``finish``).
+FINAL_LOOKS, FINAL_GAP = 5, 0.005
 
 
 @dataclass
@@ -89,8 +92,20 @@ class Watch:
             await asyncio.sleep(PERIOD)
 
     def finish(self) -> Watched:
-        """Stop sampling; count what is still running besides the kernel."""
+        """Stop sampling; count what is still running besides the kernel.
+
+        One walk of the process tree can miss a process whose pid keeps moving (it forks and
+        exits: its child is under neither the parent the walk already read nor, yet, the
+        sandbox's init), so the tree is walked up to ``FINAL_LOOKS`` times, a few ms apart,
+        until something is found.
+        """
         if self._task is not None:
             self._task.cancel()
-        self.seen.left_running = len(self.extras())
+        found = self.extras()
+        for _ in range(FINAL_LOOKS - 1):
+            if found:
+                break
+            time.sleep(FINAL_GAP)
+            found = self.extras()
+        self.seen.left_running = len(found)
         return self.seen

@@ -58,7 +58,8 @@ def free_names(source: str) -> frozenset[str]:
     tree = cell_tree(source)
     if tree is None:
         return frozenset()
-    loaded, stored = set(), set()
+    loaded: set[str] = set()
+    stored: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
@@ -88,7 +89,7 @@ def _imports(tree: ast.AST) -> dict[str, str]:
 
 def _bindings(statements: list[ast.stmt]) -> list[tuple[str, ast.AST, ast.stmt]]:
     """(name, target, statement) for every module-level binding, blocks included."""
-    found = []
+    found: list[tuple[str, ast.AST, ast.stmt]] = []
     for stmt in statements:
         targets: list[ast.AST] = []
         if isinstance(stmt, ast.Assign):

@@ -188,7 +188,7 @@ def _forms_namespace() -> dict[str, object]:
     return {name: getattr(forms, name) for name in forms.__dict__ if name[:1].isupper()}
 
 
-def _form(node: ast.AST, known: dict[str, object]) -> object:
+def _form(node: ast.expr, known: dict[str, object]) -> object:
     """The form an expression builds (``Sig(3)``, or a name the cell bound to one)."""
     if isinstance(node, ast.Name) and node.id in known:
         return known[node.id]
@@ -198,12 +198,12 @@ def _form(node: ast.AST, known: dict[str, object]) -> object:
         return None
 
 
-def _calls(source: str) -> list[tuple[str, list[ast.AST], dict[str, object]]]:
+def _calls(source: str) -> list[tuple[str, list[ast.expr], dict[str, object]]]:
     """(function, arguments, forms bound so far) of every visible-check call in ``source``."""
     from course_grading.names import cell_tree
 
     tree = cell_tree(source)
-    found: list[tuple[str, list[ast.AST], dict[str, object]]] = []
+    found: list[tuple[str, list[ast.expr], dict[str, object]]] = []
     known: dict[str, object] = {}
     for stmt in tree.body if tree is not None else []:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:

@@ -42,7 +42,7 @@ BOMBS = {
     ),
     "values reply: base64 of 16 MiB of {list: [0,0,...]}": (
         "reply-b64",
-        'data = b\'{"values": {"x": {"list": [\' + b"0," * (8 * 2**20 - 32) + b"0]}}}\'',
+        'data = b\'{"values": {"x": {"list": [\' + b"0," * (8 * 2**20 - 32) + b"0]}}}"',
     ),
     "set holding a tuple holding a list": (
         "load",
@@ -118,8 +118,8 @@ print(json.dumps({{"outcome": outcome, "seconds": took, "rss": rss}}))
 
 def _modules(rev: str | None, folder: Path) -> None:
     """``plain.py`` and ``evidence.py`` of ``rev`` (``None``: the working tree) in ``folder``."""
-    folder.mkdir(parents=True)
-    for name in ("plain.py", "evidence.py"):
+    (folder / "sandboxed").mkdir(parents=True)
+    for name in ("plain.py", "evidence.py", "sandboxed/encode.py"):
         if rev is None:
             text = (ROOT / "course_grading" / name).read_text()
         else:

@@ -235,3 +235,37 @@ def test_the_evaluation_scan_can_fail(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("import ast\nx = ast.literal_eval(t)\ny = eval(t)\nm.eval()\n")
     assert _evaluations(sample) == [2, 3]
+
+
+# --- NaN never equals ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", [0, 1, 5])
+def test_logits_with_a_nan_anywhere_are_not_the_model_s(where):
+    from course_grading.items.lesson_02 import Logits
+
+    flat = [0.5] * 6
+    student = list(flat)
+    student[where] = float("nan")  # before: a NaN after the first value was passed over
+    form = Logits()
+    want = plain.Tensor("float32", (1, 2, 3), tuple(flat))
+    assert form.same(want, want)
+    assert not form.same(plain.Tensor("float32", (1, 2, 3), tuple(student)), want)
+
+
+def test_no_form_calls_nan_equal():
+    from course_lib import forms
+
+    nan = float("nan")
+    for form in (forms.Exact(), forms.Integer(), forms.Sig(3), forms.Truth()):
+        try:
+            assert not form.same(nan, nan)
+        except forms.Unreadable:
+            pass
+
+
+def test_a_form_refuses_a_fraction_a_float_cannot_hold():
+    from course_lib import forms
+
+    with pytest.raises(forms.Unreadable, match="large"):
+        forms.Sig(3).value(Fraction(2**1329 - 1, 3))  # OverflowError escaped before

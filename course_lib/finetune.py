@@ -19,12 +19,12 @@ unless ``checkpointing`` fixes it; then the fewest tokens per step that reach
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from . import _checks
 from ._checks import Checkpointing, checkpointing_mode, one_of, positive_int
 from .finetune_report import FinetunePlan, Predictor
-from .fit import find_largest, largest_or_zero
 from .hf.arch import architecture, config_dict
 from .hf.cards import card_memory, card_name
 from .hf.families import lora_targets_for
@@ -216,22 +216,62 @@ def _search(p: FinetunePlan, fixed: Checkpointing | None) -> None:
     recipe's choice (module docstring)."""
     found: dict[Checkpointing, int] = {}
     for mode in (fixed,) if fixed else MODES:
-        start = max(1, found.get("off", 1))
 
-        def fits(rows: int, m: Checkpointing = mode) -> bool:
-            return p.predictor(m, rows).device_bytes <= p.memory_budget
+        def need(rows: int, m: Checkpointing = mode) -> int:
+            return p.predictor(m, rows).device_bytes
 
-        found[mode] = _largest(fits, start)
+        found[mode] = _largest(need, p.memory_budget, found.get("off", 0))
     p.max_micro_batch_by_mode = found
     mode = fixed or ("off" if found["off"] else "blocks")
     p.choose(mode, _accumulate(p, found[mode]) if found[mode] else 1, searched=True)
 
 
-def _largest(fits: Any, start: int) -> int:
-    """:func:`course_lib.fit.find_largest` from ``start`` (0 when not even one row fits)."""
-    if start == 1:
-        return largest_or_zero(fits, MAX_ROWS)
-    return find_largest(fits, start=start, limit=MAX_ROWS).batch_size
+def _largest(need: Callable[[int], int], budget: int, known: int = 0) -> int:
+    """The largest micro-batch whose ``need(rows)`` (bytes on the device) is within ``budget``
+    (0: not even one row), ``known`` rows already known to fit.
+
+    From two rows on every byte of the step is affine in the rows and the peak is the largest
+    of such lines (:mod:`course_lib.hf.scaling`): the line through the last two fits, carried
+    on, lands on the answer or just above it, and inside a bracket the secant narrows it (a
+    bisection after two secant steps, so a bent curve cannot slow it). Each probe is a whole
+    prediction; this takes about five where doubling then bisecting takes about ten.
+
+    Args:
+        need: the bytes on the device at a micro-batch (memoised by the caller).
+        budget: the card's memory in bytes.
+        known: a micro-batch already known to fit (0: none).
+
+    Returns:
+        The largest micro-batch within the budget, up to :data:`MAX_ROWS`; 0 when one row
+        does not fit.
+    """
+    fits = [n for n in (1, 2, 3) if n <= known] or []
+    for rows in (1, 2, 3):
+        if rows > known:
+            if need(rows) > budget:
+                return rows - 1
+            fits.append(rows)
+    if known > 3:
+        fits.append(known)
+    hi, tries = 0, 0  # hi: the smallest micro-batch known not to fit (0: none yet)
+    while not hi or hi - fits[-1] > 1:
+        lo, prev = fits[-1], fits[-2]
+        if not hi:
+            slope = max(1, (need(lo) - need(prev)) // (lo - prev))
+            guess = min(MAX_ROWS, max(lo + 1, lo + (budget - need(lo)) // slope))
+        elif tries >= 2:
+            guess = (lo + hi) // 2
+        else:
+            tries += 1
+            rise = max(1, need(hi) - need(lo))
+            guess = min(hi - 1, max(lo + 1, lo + (budget - need(lo)) * (hi - lo) // rise))
+        if need(guess) > budget:
+            hi = guess
+        else:
+            fits.append(guess)
+            if guess == MAX_ROWS:
+                return guess
+    return fits[-1]
 
 
 def _accumulate(p: FinetunePlan, m_max: int) -> int:

@@ -4,8 +4,8 @@ the expected one.
 Two ways to batch documents without padding (position ids reset per document):
 
 * **packed rows** (``capacity`` given): the course's best-fit-decreasing packer
-  (:func:`course_lib.packing.pack_lengths`) fills rows of ``capacity`` tokens from a sample of
-  the distribution; a micro-batch is ``micro_batch`` such rows.
+  (:func:`course_lib.bins.pack_lengths`, numpy only: no torch) fills rows of ``capacity``
+  tokens from a sample of the distribution; a micro-batch is ``micro_batch`` such rows.
 * **padding-free** (``capacity=None``, ``DataCollatorWithFlattening``): a micro-batch is
   ``micro_batch`` documents laid end to end in one row.
 
@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..bins import pack_lengths
 from .memory import HFMemory, predict_hf_memory
 
 
@@ -156,8 +157,6 @@ def pack_sample(
     docs = document_lengths(lengths, sample, seed, scale)
     if capacity is None:
         return Packed(None, np.sort(docs)[::-1], np.ones(len(docs), dtype=np.int64), len(docs))
-    from ..packing import pack_lengths
-
     rows = pack_lengths(docs, capacity, split="chunk")
     fills = np.array([sum(min(int(docs[i]), capacity) for i in row) for row in rows])
     counts = np.array([len(row) for row in rows])

@@ -169,13 +169,27 @@ def test_the_example_plans_in_well_under_a_second_of_cpu():
     assert time.process_time() - start < 1.0
 
 
-def test_the_command_line_imports_no_torch():
-    code = ("import sys; from course_lib.cli import main; main(" + repr(HF_EXAMPLE) + ")"
-            "; print('torch' in sys.modules)")  # fmt: skip
+# Every planner path the command line takes for --model, packing included: none may import torch
+# (about 1.5 s here) or transformers. The case that fails it: --packing before bins.py imported
+# torch through course_lib.packing.
+NO_TORCH_PATHS = [
+    [],
+    ["--json"],
+    ["--packing", "--lengths", "wikipedia_512"],
+    ["--packing", "padding-free", "--lengths", "squad_1_1_384", "--attention", "flash"],
+    ["--finetune", "qlora", "--micro-batch", "2"],
+    ["--finetune", "full", "--devices", "8", "--sharding", "fsdp", "--checkpointing", "on"],
+]
+
+
+@pytest.mark.parametrize("extra", NO_TORCH_PATHS, ids=lambda a: " ".join(a) or "the example")
+def test_no_planner_path_imports_torch_or_transformers(extra):
+    code = ("import sys; from course_lib.cli import main; main(" + repr(HF_EXAMPLE + extra) + ")"
+            "; print(sorted({'torch', 'transformers'} & set(sys.modules)))")  # fmt: skip
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": path}, timeout=120)  # fmt: skip
-    assert out.stdout.strip().endswith("False"), out.stderr
+    assert out.stdout.strip().endswith("[]"), (out.stdout[-300:], out.stderr[-2000:])
 
 
 def hf_args(**changes):

@@ -120,10 +120,11 @@ def measured_bytes(row: dict) -> tuple[int, str]:
     return int(row[f"peak_{kind}_mib"] * MIB), kind
 
 
-def planner(row: dict) -> int:
+def planner_memory(row: dict):
+    """The planner's :class:`~course_lib.hf.memory.HFMemory` for the row's setting."""
     s = row["setting"]
     extra = {"lora_targets": s["lora_targets"]} if s.get("lora_targets") else {}
-    p = predict_hf_memory(
+    return predict_hf_memory(
         row["config"], s["batch_size"], s["seq_len"], lora_rank=s["lora_rank"],
         dtype=s["dtype"], attn_impl=s["attn_impl"], checkpointing=s["checkpointing"],
         loop=s["loop"], weights=s["weights"],
@@ -132,6 +133,11 @@ def planner(row: dict) -> int:
         devices=s.get("devices", 1), sharding=s.get("sharding", "none"),
         loss=s.get("loss", "standard"), kbit_prepare=s.get("kbit_prepare"), **extra,
     )  # fmt: skip
+
+
+def planner(row: dict) -> int:
+    """The planner's figure for what the row measured (module docstring)."""
+    p = planner_memory(row)
     return {"allocated": p.peak_bytes, "active": p.peak_bytes, "reserved": p.reserved_bytes,
             "device": p.device_bytes, "capacity": p.device_bytes}[row["measured_kind"]]  # fmt: skip
 
@@ -280,6 +286,26 @@ def print_split(rows: list[dict], ratios: dict[str, dict[int, float]]) -> None:
               f"worst {worst:.1%} ({verdict[worst <= 0.15]} 15%)")  # fmt: skip
 
 
+def print_band(rows: list[dict]) -> None:
+    """Where the planner gives the device as a band (``device_bytes_low`` / ``_high``), how many
+    held-out device-level rows (nvidia-smi, capacity) fall inside it, and how many above it."""
+    inside = above = n = 0
+    for row in rows:
+        if not row.get("setting") or row["measured_kind"] not in ("device", "capacity"):
+            continue
+        p = planner_memory(row)
+        if not hasattr(p, "device_bytes_high") or row["role"]["planner"] != "held-out":
+            continue
+        measured, _ = measured_bytes(row)
+        n += 1
+        inside += p.device_bytes_low <= measured <= p.device_bytes_high
+        above += measured > p.device_bytes_high
+    if n:
+        print(
+            f"  device band: {inside} of {n} held-out device-level rows inside it, {above} above it"
+        )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reserve", action="store_true")
@@ -302,6 +328,7 @@ def main(argv=None) -> int:
     if importlib.util.find_spec("fitcheck") is None:
         print("  fitcheck-llm: not installed (pip install -e '.[bench]')")
     print_split(rows, ratios)
+    print_band(rows)
     under = sorted((r, rows[i]["model"].split("/")[-1], rows[i]["source_id"])
                    for i, r in ratios["planner"].items() if r < 0.95)  # fmt: skip
     print(

@@ -118,3 +118,23 @@ def test_no_calibration_row_reaches_the_held_out_figures(bench, rows):
                     assert rows[round(e * 1e6) - 1]["role"][tool] == role
         n = sum(len(v) for groups in split.values() for v in groups.values())
         assert n == len(ratios)
+
+
+def test_the_band_counts_held_out_device_rows_inside_and_above(bench, monkeypatch, capsys):
+    class Band:
+        device_bytes_low = 900 * 2**20
+        device_bytes_high = 1100 * 2**20
+
+    rows = []
+    for mib, role in ((1000.0, "held-out"), (1200.0, "held-out"), (1000.0, "calibration")):
+        row = good_row()
+        row.update(measured_kind="device", peak_device_mib=mib)
+        row["role"]["planner"] = role
+        rows.append(row)
+    monkeypatch.setattr(bench, "planner_memory", lambda row: Band())
+    bench.print_band(rows)
+    assert "1 of 2 held-out device-level rows inside it, 1 above it" in capsys.readouterr().out
+    # no band yet (the planner's point device figure): nothing printed
+    monkeypatch.setattr(bench, "planner_memory", lambda row: object())
+    bench.print_band(rows)
+    assert capsys.readouterr().out == ""

@@ -1,17 +1,25 @@
-"""The memory planner against published measured GPU peaks, beside the peer tools.
+"""The memory planner against published measured GPU peaks, beside its peers, held-out rows apart.
 
-    python benchmarks/planner_vs_published.py            # every row, then the summaries
+    python benchmarks/planner_vs_published.py            # every row, then the tables
     python benchmarks/planner_vs_published.py --reserve  # also reserved / allocated per backend
 
-Rows come from ``published_peaks.json`` beside this file, each with its source, the card, the
-setting and what was measured (``measured_kind``: ``allocated`` = ``max_memory_allocated``,
-``reserved`` = ``max_memory_reserved``, ``device`` = what the process holds, as nvidia-smi
-shows it; ``capacity`` = the card's memory, for the longest run that still fit it). For every
-row the planner expresses it prints, side by side:
+Rows come from ``published_peaks.json`` beside this file. Each row must carry (``validate_row``
+refuses it otherwise, naming the field):
+
+* ``source`` and ``source_id`` (the short name the tables group by) and ``citation``: the URL and
+  where in it the number is;
+* ``measured_kind``: ``allocated`` = ``max_memory_allocated``, ``reserved`` =
+  ``max_memory_reserved``, ``active`` = active bytes, ``device`` = what the process holds as
+  nvidia-smi shows it, ``capacity`` = the card's memory for the longest run that still fit it,
+  ``unstated`` (only on a row that is not expressed: nothing to compare with);
+* ``role``: per tool (``planner``, ``fitcheck``, ``accelerate``), ``calibration`` when a constant or
+  term of that tool was set from the row, else ``held-out``.
+
+For every row the planner expresses it prints, side by side, the ratio predicted / measured of:
 
 * the planner: :func:`course_lib.hf.memory.predict_hf_memory`, its ``peak_bytes`` against an
-  allocated figure, its ``reserved_bytes`` against a reserved one, its ``device_bytes``
-  against a process / nvidia-smi one and against a card's capacity;
+  allocated or active figure, its ``reserved_bytes`` against a reserved one, its
+  ``device_bytes`` against a process / nvidia-smi one and against a card's capacity;
 * ``fitcheck-llm`` 0.3.1 (the ``bench`` extra), run offline: its ``estimate()`` from a
   ``ModelConfig`` built here (the one embedded in each fitcheck row; else fitcheck's own
   ``config.json`` parser and parameter formula on the row's config, since its
@@ -20,9 +28,10 @@ row the planner expresses it prints, side by side:
   with a process figure;
 * accelerate's ``estimate-memory`` figure (weights only, for 16-bit rows).
 
-Rows the planner cannot express are listed with the reason. The summaries give the median and
-worst |predicted / measured - 1| per tool over the rows each expresses, and on the rows both
-the planner and each peer express.
+Rows the planner cannot express are listed with the reason. The tables give, per source and
+per tool, the rows, median and worst |predicted / measured - 1|, calibration and held-out rows
+apart (``split_errors`` reads each row's ``role``, nothing else), then the held-out total per
+tool and on the held-out rows both the planner and a peer express.
 """
 
 from __future__ import annotations
@@ -47,25 +56,90 @@ FITCHECK_OPTIMIZER = {"adamw": "adamw", "adamw-8bit": "adam8bit", "sgd": "sgd",
                       "sgd-momentum": "sgd-momentum"}  # fmt: skip
 
 
+TOOLS = ("planner", "fitcheck", "accelerate")
+ROLES = ("calibration", "held-out")
+KINDS = ("allocated", "reserved", "active", "device", "capacity", "unstated")
+REQUIRED = ("source", "source_id", "citation", "measured_kind", "role")
+
+
+def validate_row(i: int, row: dict) -> None:
+    """Refuse a row that does not say where it comes from, what it measured and whether a
+    tool was calibrated on it (module docstring); an expressed row must hold its number.
+
+    Raises:
+        ValueError: naming the row and the missing or bad field.
+    """
+    name = f"row {i} ({row.get('model', '?')})"
+    for field in REQUIRED:
+        if not row.get(field):
+            raise ValueError(f"{name}: no {field!r}; every row needs {', '.join(REQUIRED)}")
+    if row["measured_kind"] not in KINDS:
+        raise ValueError(f"{name}: measured_kind {row['measured_kind']!r} is none of {KINDS}")
+    role = row["role"]
+    if not isinstance(role, dict) or set(role) != set(TOOLS):
+        raise ValueError(f"{name}: role must give each of {TOOLS} its role, got {role!r}")
+    for tool, value in role.items():
+        if value not in ROLES:
+            raise ValueError(f"{name}: role[{tool!r}] = {value!r} is none of {ROLES}")
+    if row.get("setting"):
+        kind = row["measured_kind"]
+        if kind == "unstated":
+            raise ValueError(f"{name}: an expressed row must say what was measured")
+        if not isinstance(row.get(f"peak_{kind}_mib"), (int, float)):
+            raise ValueError(f"{name}: measured_kind {kind!r} but no number peak_{kind}_mib")
+    elif row.get("expressible") is not False or not row.get("why_not"):
+        raise ValueError(f"{name}: a row without a setting needs expressible false and why_not")
+
+
+def load_rows(path: Path = HERE / "published_peaks.json") -> list[dict]:
+    """The published rows, each checked by :func:`validate_row`.
+
+    Raises:
+        ValueError: the first bad row.
+    """
+    rows = json.loads(path.read_text())["rows"]
+    for i, row in enumerate(rows):
+        validate_row(i, row)
+    return rows
+
+
+def split_errors(rows: list[dict], ratios: dict[int, float], tool: str) -> dict:
+    """|ratio - 1| of one tool's rows, by the role the row gives that tool, then by source
+    and measured kind: ``{role: {(source_id, kind): [errors]}}``.
+    """
+    out: dict[str, dict[tuple[str, str], list[float]]] = {role: {} for role in ROLES}
+    for i, ratio in ratios.items():
+        row = rows[i]
+        key = (row["source_id"], row["measured_kind"])
+        out[row["role"][tool]].setdefault(key, []).append(abs(ratio - 1))
+    return out
+
+
 def measured_bytes(row: dict) -> tuple[int, str]:
-    kind = row.get("measured_kind", "allocated")
+    kind = row["measured_kind"]
     return int(row[f"peak_{kind}_mib"] * MIB), kind
 
 
-def planner(row: dict) -> int:
+def planner_memory(row: dict):
+    """The planner's :class:`~course_lib.hf.memory.HFMemory` for the row's setting."""
     s = row["setting"]
-    p = predict_hf_memory(
+    extra = {"lora_targets": s["lora_targets"]} if s.get("lora_targets") else {}
+    return predict_hf_memory(
         row["config"], s["batch_size"], s["seq_len"], lora_rank=s["lora_rank"],
         dtype=s["dtype"], attn_impl=s["attn_impl"], checkpointing=s["checkpointing"],
-        lora_targets=s["lora_targets"], loop=s["loop"], weights=s["weights"],
+        loop=s["loop"], weights=s["weights"],
         double_quant=s["double_quant"], optimizer=s["optimizer"],
         card=row["card"] if row["card"] in CARDS else None,
         devices=s.get("devices", 1), sharding=s.get("sharding", "none"),
-        loss=s.get("loss", "standard"), kbit_prepare=s.get("kbit_prepare"),
+        loss=s.get("loss", "standard"), kbit_prepare=s.get("kbit_prepare"), **extra,
     )  # fmt: skip
-    kind = row.get("measured_kind", "allocated")
-    return {"allocated": p.peak_bytes, "reserved": p.reserved_bytes, "device": p.device_bytes,
-            "capacity": p.device_bytes}[kind]  # fmt: skip
+
+
+def planner(row: dict) -> int:
+    """The planner's figure for what the row measured (module docstring)."""
+    p = planner_memory(row)
+    return {"allocated": p.peak_bytes, "active": p.peak_bytes, "reserved": p.reserved_bytes,
+            "device": p.device_bytes, "capacity": p.device_bytes}[row["measured_kind"]]  # fmt: skip
 
 
 def fitcheck_model_config(row: dict):
@@ -120,9 +194,10 @@ def fitcheck(row: dict) -> int | None:
         report = estimate(config, training, gpu)
     except ValueError:
         return None
-    kind = row.get("measured_kind", "allocated")
+    kind = row["measured_kind"]
     mib = {
         "allocated": report.total_mib - report.overhead_mib,
+        "active": report.total_mib - report.overhead_mib,
         "reserved": report.total_mib - 500.0,
         "device": report.total_mib,
         "capacity": report.total_mib,
@@ -148,87 +223,124 @@ def accelerate_weights(row: dict) -> int | None:
 
 def summary(name: str, errors: list[float]) -> str:
     if not errors:
-        return f"  {name:<34} rows   0"
-    return (f"  {name:<34} rows {len(errors):>3}  median {statistics.median(errors):6.1%}  "
+        return f"  {name:<44} rows   0"
+    return (f"  {name:<44} rows {len(errors):>3}  median {statistics.median(errors):6.1%}  "
             f"worst {max(errors):6.1%}")  # fmt: skip
+
+
+def print_rows(rows: list[dict], ratios: dict[str, dict[int, float]]) -> None:
+    print(f"{'model':<24} {'setting':<38} {'kind':<9} {'measured':>8} {'planner':>7} "
+          f"{'fitchk':>7} {'accel.':>7} role(P/F) source")  # fmt: skip
+    for i, row in enumerate(rows):
+        if not row.get("setting"):
+            continue
+        s = row["setting"]
+        measured, kind = measured_bytes(row)
+        cells = {t: f"{ratios[t][i]:7.3f}" if i in ratios[t] else f"{'-':>7}" for t in TOOLS}
+        lora = f"r{s['lora_rank']}" if s["lora_rank"] else "full"
+        dev = f" x{s['devices']} {s['sharding']}" if s.get("devices", 1) > 1 else ""
+        label = (f"{s['weights']} {lora} {s['attn_impl']} {s['batch_size']}x{s['seq_len']} "
+                 f"{s['dtype']}{dev}")  # fmt: skip
+        role = "/".join("cal" if row["role"][t] == "calibration" else "out"
+                        for t in ("planner", "fitcheck"))  # fmt: skip
+        print(f"{row['model'].split('/')[-1][:24]:<24} {label[:38]:<38} {kind:<9} "
+              f"{measured / MIB:>8.0f} {cells['planner']} {cells['fitcheck']} "
+              f"{cells['accelerate']} {role:<9} {row['source_id']}")  # fmt: skip
+
+
+def print_split(rows: list[dict], ratios: dict[str, dict[int, float]]) -> None:
+    """Per source (and measured kind) and per tool: calibration rows, then held-out rows."""
+    for role in ROLES:
+        print(f"\n{role} rows, per source and measured kind, per tool:")
+        for tool in TOOLS:
+            for (source, kind), errors in sorted(
+                split_errors(rows, ratios[tool], tool)[role].items()
+            ):
+                print(summary(f"{tool}: {source} [{kind}]", errors))
+    print(
+        "\nheld-out total (targets: median <= 7%, worst <= 15%, below every peer on the same rows):"
+    )
+    held = {
+        t: {i: r for i, r in ratios[t].items() if rows[i]["role"][t] == "held-out"} for t in TOOLS
+    }
+    for tool in TOOLS:
+        print(
+            summary(
+                f"{tool}: every held-out row it expresses",
+                [abs(r - 1) for r in held[tool].values()],
+            )
+        )
+    for peer in ("fitcheck", "accelerate"):
+        both = sorted(set(held["planner"]) & set(held[peer]))
+        print(
+            summary(
+                f"planner on the rows {peer} expresses", [abs(held["planner"][i] - 1) for i in both]
+            )
+        )
+        print(summary(f"{peer} on the same rows", [abs(held[peer][i] - 1) for i in both]))
+    errors = [abs(r - 1) for r in held["planner"].values()]
+    if errors:
+        median, worst = statistics.median(errors), max(errors)
+        verdict = {True: "meets", False: "misses"}
+        print(f"  planner held-out: median {median:.1%} ({verdict[median <= 0.07]} 7%), "
+              f"worst {worst:.1%} ({verdict[worst <= 0.15]} 15%)")  # fmt: skip
+
+
+def print_band(rows: list[dict]) -> None:
+    """Where the planner gives the device as a band (``device_bytes_low`` / ``_high``), how many
+    held-out device-level rows (nvidia-smi, capacity) fall inside it, and how many above it."""
+    inside = above = n = 0
+    for row in rows:
+        if not row.get("setting") or row["measured_kind"] not in ("device", "capacity"):
+            continue
+        p = planner_memory(row)
+        if not hasattr(p, "device_bytes_high") or row["role"]["planner"] != "held-out":
+            continue
+        measured, _ = measured_bytes(row)
+        n += 1
+        inside += p.device_bytes_low <= measured <= p.device_bytes_high
+        above += measured > p.device_bytes_high
+    if n:
+        print(
+            f"  device band: {inside} of {n} held-out device-level rows inside it, {above} above it"
+        )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reserve", action="store_true")
     args = parser.parse_args(argv)
-    rows = json.loads((HERE / "published_peaks.json").read_text())["rows"]
-    tools = ("planner", "fitcheck", "accelerate")
-    ratios: dict[str, dict[int, float]] = {t: {} for t in tools}
-    reserve: dict[str, list[float]] = {}
-    print(f"{'model':<26} {'setting':<40} {'kind':<9} {'measured':>8} {'planner':>7} "
-          f"{'fitchk':>7} {'accel.':>7}  source")  # fmt: skip
+    rows = load_rows()
+    ratios: dict[str, dict[int, float]] = {t: {} for t in TOOLS}
+    fns = {"planner": planner, "fitcheck": fitcheck, "accelerate": accelerate_weights}
     for i, row in enumerate(rows):
-        if not row.get("setting"):
-            continue
-        s = row["setting"]
-        measured, kind = measured_bytes(row)
-        cells = {}
-        for tool, fn in (("planner", planner), ("fitcheck", fitcheck),
-                         ("accelerate", accelerate_weights)):  # fmt: skip
-            value = fn(row)
-            if value:
-                ratios[tool][i] = value / measured
-                cells[tool] = f"{value / measured:7.3f}"
-            else:
-                cells[tool] = f"{'-':>7}"
-        if row.get("peak_reserved_mib") and kind == "allocated":
-            ratio = row["peak_reserved_mib"] / row["peak_allocated_mib"]
-            reserve.setdefault(s["attn_impl"], []).append(ratio)
-        lora = f"r{s['lora_rank']}" if s["lora_rank"] else "full"
-        dev = f" x{s['devices']} {s['sharding']}" if s.get("devices", 1) > 1 else ""
-        label = (f"{s['weights']} {lora} {s['attn_impl']} {s['batch_size']}x{s['seq_len']} "
-                 f"{s['dtype']}{dev}")  # fmt: skip
-        print(f"{row['model'].split('/')[-1][:26]:<26} {label[:40]:<40} {kind:<9} "
-              f"{measured / MIB:>8.0f} {cells['planner']} {cells['fitcheck']} "
-              f"{cells['accelerate']}  {row['source'].split(',')[0][:40]}")  # fmt: skip
+        if row.get("setting"):
+            measured, _ = measured_bytes(row)
+            for tool, fn in fns.items():
+                value = fn(row)
+                if value:
+                    ratios[tool][i] = value / measured
+    print_rows(rows, ratios)
     print("\nrows the planner cannot express:")
     for row in rows:
         if row.get("expressible") is False:
-            print(f"  {row['model']} on {row['card']} ({row['source']}): {row['why_not']}")
-    print("\nsummary: |predicted / measured - 1| over the rows each tool expresses")
-    for tool in tools:
-        print(summary(tool, [abs(r - 1) for r in ratios[tool].values()]))
-    print("on the rows both the planner and a peer express:")
-    for peer in ("fitcheck", "accelerate"):
-        both = sorted(set(ratios["planner"]) & set(ratios[peer]))
-        print(summary(f"planner (rows {peer} expresses)", [abs(ratios["planner"][i] - 1)
-                                                           for i in both]))  # fmt: skip
-        print(summary(peer, [abs(ratios[peer][i] - 1) for i in both]))
+            print(f"  [{row['source_id']}] {row['model']} on {row['card']}: {row['why_not']}")
     if importlib.util.find_spec("fitcheck") is None:
         print("  fitcheck-llm: not installed (pip install -e '.[bench]')")
-    print("by source:")
-    for tool in ("planner", "fitcheck"):
-        by_source: dict[str, list[float]] = {}
-        for i, r in ratios[tool].items():
-            key = rows[i]["source"].split(" ")[0]
-            by_source.setdefault(key, []).append(abs(r - 1))
-        for key, errors in by_source.items():
-            print(summary(f"{tool}: {key}", errors))
-    print(
-        "by what was measured (allocated: the tensors; device: what the process holds, "
-        "compared with device_bytes; capacity: the card a run just fit):"
-    )
-    for tool in ("planner", "fitcheck"):
-        by_kind: dict[str, list[float]] = {}
-        for i, r in ratios[tool].items():
-            by_kind.setdefault(measured_bytes(rows[i])[1], []).append(abs(r - 1))
-        for key, errors in by_kind.items():
-            print(summary(f"{tool}: {key}", errors))
-    t4 = [abs(r - 1) for i, r in ratios["planner"].items() if rows[i]["card"] == "T4"]
-    print(f"  T4 rows within +-5%: {sum(e <= 0.05 for e in t4)} of {len(t4)}")
-    under = sorted((r, rows[i]["model"].split("/")[-1], rows[i]["source"].split(" ")[0])
+    print_split(rows, ratios)
+    print_band(rows)
+    under = sorted((r, rows[i]["model"].split("/")[-1], rows[i]["source_id"])
                    for i, r in ratios["planner"].items() if r < 0.95)  # fmt: skip
     print(
         f"  rows the planner under-predicts by more than 5% (the direction that runs out of "
         f"memory): {len(under)}" + "".join(f"\n    {r:.3f} {m} ({src})" for r, m, src in under)
     )
     if args.reserve:
+        reserve: dict[str, list[float]] = {}
+        for row in rows:
+            if row.get("peak_reserved_mib") and row["measured_kind"] == "allocated":
+                ratio = row["peak_reserved_mib"] / row["peak_allocated_mib"]
+                reserve.setdefault(row["setting"]["attn_impl"], []).append(ratio)
         for attn, r in reserve.items():
             print(f"  reserved / allocated, {attn}: median {statistics.median(r):.3f} "
                   f"(range {min(r):.2f}-{max(r):.2f})")  # fmt: skip

@@ -1,0 +1,140 @@
+"""The published-peaks table and its benchmark's split (no network, no GPU, no peer tool).
+
+Every row of ``benchmarks/published_peaks.json`` must say where it comes from, what was measured
+and, per tool, whether that tool was calibrated on it; the benchmark's held-out figures must be
+computed from those roles alone, so a calibration row can never reach them.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "planner_vs_published.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("planner_vs_published", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def rows(bench):
+    return bench.load_rows()
+
+
+def good_row() -> dict:
+    return {
+        "source": "a page",
+        "source_id": "page",
+        "citation": "https://example.org/page, table 1",
+        "model": "m",
+        "measured_kind": "allocated",
+        "peak_allocated_mib": 1000.0,
+        "setting": {"batch_size": 1},
+        "role": {"planner": "held-out", "fitcheck": "held-out", "accelerate": "held-out"},
+    }
+
+
+def test_every_row_names_source_citation_kind_and_role(bench, rows):
+    assert len(rows) >= 100
+    for row in rows:
+        for field in bench.REQUIRED:
+            assert row[field], (row["model"], field)
+        assert row["measured_kind"] in bench.KINDS
+        assert set(row["role"]) == set(bench.TOOLS)
+        assert row["citation"].startswith("https://"), row["citation"]
+
+
+def test_the_t4_rows_the_planner_was_set_from_are_calibration(rows):
+    t4 = [r for r in rows if r["source_id"] == "fitcheck-llm T4"]
+    assert len(t4) == 69
+    assert all(r["role"]["planner"] == "calibration" for r in t4)
+    # fitcheck's own manifest: 49 fitted rows and 8 repeats of them, 12 held out
+    assert sum(r["role"]["fitcheck"] == "held-out" for r in t4) == 12
+    others = [r for r in rows if r["source_id"] != "fitcheck-llm T4"]
+    assert others and all(r["role"]["planner"] == "held-out" for r in others)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.pop("citation"), "no 'citation'"),
+        (lambda r: r.pop("source_id"), "no 'source_id'"),
+        (lambda r: r.pop("measured_kind"), "no 'measured_kind'"),
+        (lambda r: r.pop("role"), "no 'role'"),
+        (lambda r: r.update(measured_kind="nvidia"), "none of"),
+        (lambda r: r.update(measured_kind="unstated"), "must say what was measured"),
+        (lambda r: r.update(measured_kind="reserved"), "no number peak_reserved_mib"),
+        (lambda r: r["role"].pop("accelerate"), "each of"),
+        (lambda r: r["role"].update(planner="train"), "none of"),
+        (lambda r: r.pop("setting"), "expressible false and why_not"),
+    ],
+)
+def test_a_row_without_its_fields_is_refused(bench, change, message):
+    bench.validate_row(0, good_row())  # the good row passes
+    row = good_row()
+    change(row)
+    with pytest.raises(ValueError, match=message):
+        bench.validate_row(7, row)
+
+
+def test_load_rows_refuses_a_file_with_one_bad_row(bench, tmp_path):
+    row = good_row()
+    del row["citation"]
+    path = tmp_path / "peaks.json"
+    path.write_text('{"rows": [' + json.dumps(row) + "]}")
+    with pytest.raises(ValueError, match="row 0 .* no 'citation'"):
+        bench.load_rows(path)
+
+
+def test_split_follows_each_tools_role(bench):
+    cal, held = good_row(), good_row()
+    cal["role"] = {"planner": "calibration", "fitcheck": "held-out", "accelerate": "held-out"}
+    split = bench.split_errors([cal, held], {0: 1.5, 1: 1.02}, "planner")
+    assert split["calibration"] == {("page", "allocated"): [pytest.approx(0.5)]}
+    assert split["held-out"] == {("page", "allocated"): [pytest.approx(0.02)]}
+    # the same row is held out for fitcheck, which was not set from it
+    split = bench.split_errors([cal, held], {0: 1.5, 1: 1.02}, "fitcheck")
+    assert split["calibration"] == {}
+    assert sorted(split["held-out"][("page", "allocated")]) == pytest.approx([0.02, 0.5])
+
+
+def test_no_calibration_row_reaches_the_held_out_figures(bench, rows):
+    # ratio 1 + 1e-6 * (i + 1) tags each row, so every error names the row it came from
+    ratios = {i: 1 + 1e-6 * (i + 1) for i, r in enumerate(rows) if r.get("setting")}
+    for tool in bench.TOOLS:
+        split = bench.split_errors(copy.deepcopy(rows), ratios, tool)
+        for role, groups in split.items():
+            for errors in groups.values():
+                for e in errors:
+                    assert rows[round(e * 1e6) - 1]["role"][tool] == role
+        n = sum(len(v) for groups in split.values() for v in groups.values())
+        assert n == len(ratios)
+
+
+def test_the_band_counts_held_out_device_rows_inside_and_above(bench, monkeypatch, capsys):
+    class Band:
+        device_bytes_low = 900 * 2**20
+        device_bytes_high = 1100 * 2**20
+
+    rows = []
+    for mib, role in ((1000.0, "held-out"), (1200.0, "held-out"), (1000.0, "calibration")):
+        row = good_row()
+        row.update(measured_kind="device", peak_device_mib=mib)
+        row["role"]["planner"] = role
+        rows.append(row)
+    monkeypatch.setattr(bench, "planner_memory", lambda row: Band())
+    bench.print_band(rows)
+    assert "1 of 2 held-out device-level rows inside it, 1 above it" in capsys.readouterr().out
+    # no band yet (the planner's point device figure): nothing printed
+    monkeypatch.setattr(bench, "planner_memory", lambda row: object())
+    bench.print_band(rows)
+    assert capsys.readouterr().out == ""

@@ -44,40 +44,41 @@ c.Execute.timeout = 60
 
 # --- autograde: trusted verdicts, never the kernel's cell status -----------------------------
 # Every autograded point is decided by trusted code outside the student's kernel
-# (course_grading/items/), on plain data only: values taken out of the sandboxed kernel after the
-# last cell, and graded functions re-created from the submitted file's source in a fresh sandbox.
-# nbgrader's own `nbgrader autograde` (and formgrader's Autograde button) go the same way: its
-# `Execute` step is replaced by a sandboxed run with every hidden-test region removed, and its
-# `SaveAutoGrades` by the trusted checks. Neither falls back to the old cell-status verdicts.
+# (course_grading/judge/items/), on plain data only: values taken out of the sandboxed kernel
+# after the last cell, and graded functions re-created from the submitted file's source in a
+# fresh sandbox. nbgrader's own `nbgrader autograde` (and formgrader's Autograde button) go the
+# same way: its `Execute` step is replaced by a sandboxed run with every hidden-test region
+# removed, and its `SaveAutoGrades` by the trusted checks. Neither falls back to the old
+# cell-status verdicts.
 c.Autograde.autograde_preprocessors = [
-    "course_grading.nbgrader_steps.SandboxedExecute",
+    "course_grading.nbgrader.steps.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "course_grading.verdicts.SaveTrustedGrades",
+    "course_grading.judge.verdicts.SaveTrustedGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
-    "course_grading.safe_pages.NeutraliseActiveContent",  # the stored copy's outputs: inert
+    "course_grading.pages.safe_pages.NeutraliseActiveContent",  # the stored copy's outputs: inert
 ]
 
 # --- feedback without hidden tests ---------------------------------------------------------
 # nbgrader 0.9 puts hidden tests back into the autograded notebook and, by default, shows them in
 # the HTML feedback (jupyter/nbgrader#917). There is no switch for it: the feedback converter's
 # preprocessor list is configurable, so the hidden region is removed again before rendering.
-# `course_grading.feedback.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step:
+# `course_grading.pages.feedback.HideHiddenTests` is nbgrader's ClearHiddenTests plus one more step:
 # the traceback of a failed hidden assert (which quotes the hidden line) is cut down to its last
 # line.
-# `course_grading.feedback.WithholdInstructorMaterial` then refuses to render a notebook in
+# `course_grading.pages.feedback.WithholdInstructorMaterial` then refuses to render a notebook in
 # which any other hidden-test, solution or mark-scheme line shows (a student's code that printed
 # the cells it saw run): that student gets no feedback file, nbgrader's log and exit status say
 # why, and `withheld_feedback/<student>/<lesson>/` records the lines. This holds for formgrader's
 # Generate Feedback button too. The names are imported only when feedback is generated.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "course_grading.feedback.HideHiddenTests",
-    "course_grading.feedback.WithholdInstructorMaterial",
+    "course_grading.pages.feedback.HideHiddenTests",
+    "course_grading.pages.feedback.WithholdInstructorMaterial",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "course_grading.safe_pages.NeutraliseActiveContent",
+    "course_grading.pages.safe_pages.NeutraliseActiveContent",
 ]
 
 # --- no active content in any page built from a submission ----------------------------------
@@ -85,12 +86,12 @@ c.GenerateFeedback.preprocessors = [
 # output or <img onerror=...> in markdown; opened by the instructor, it would run with their
 # Jupyter session. Every HTML page nbgrader builds with this configuration (feedback, and
 # formgrader's manual-grading view, whose HTMLExporter is made from it) goes through the
-# allow-list of course_grading/active.py: outputs holding anything active are shown as text,
+# allow-list of course_grading/pages/active.py: outputs holding anything active are shown as text,
 # HTML and markdown keep only inert markup, and feedback pages carry a Content-Security-Policy
-# that lets them run nothing (course_grading/safe_pages.py). Formgrader's own pages get theirs
-# from the server extension course_grading.formgrader_csp. HTMLExporter.sanitize_html is left
+# that lets them run nothing (course_grading/pages/safe_pages.py). Formgrader's own pages get theirs
+# from the server extension course_grading.pages.formgrader_csp. HTMLExporter.sanitize_html is left
 # off: it would add bleach's pure-Python parse of every output, and formgrader's and the
 # feedback's templates ignore it for markdown cells anyway.
-c.HTMLExporter.preprocessors = ["course_grading.safe_pages.NeutraliseActiveContent"]
-c.HTMLExporter.filters = {"markdown2html": "course_grading.safe_pages.SafeMarkdown"}
-c.GenerateFeedback.exporter_class = "course_grading.safe_pages.FeedbackExporter"
+c.HTMLExporter.preprocessors = ["course_grading.pages.safe_pages.NeutraliseActiveContent"]
+c.HTMLExporter.filters = {"markdown2html": "course_grading.pages.safe_pages.SafeMarkdown"}
+c.GenerateFeedback.exporter_class = "course_grading.pages.safe_pages.FeedbackExporter"

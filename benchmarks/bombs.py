@@ -116,22 +116,41 @@ print(json.dumps({{"outcome": outcome, "seconds": took, "rss": rss}}))
 """
 
 
+#: Each copied file: where it lives now and before the grader was grouped in wings, and where the
+#: copied ``evidence.py`` looks for it (relative to the folder on ``sys.path``).
+FILES = [
+    ("judge/plain.py", "plain.py", "plain.py", "plain.py"),
+    ("judge/evidence.py", "evidence.py", "evidence.py", "evidence.py"),
+    ("sandbox/inside/encode.py", "sandboxed/encode.py", "../sandbox/inside/encode.py",
+     "sandboxed/encode.py"),
+]  # fmt: skip
+
+
+def _source(rev: str | None, path: str) -> str | None:
+    """``course_grading/path`` at ``rev`` (``None``: the working tree), or ``None``: not there."""
+    if rev is None:
+        file = ROOT / "course_grading" / path
+        return file.read_text() if file.is_file() else None
+    done = subprocess.run(
+        ["git", "show", f"{rev}:course_grading/{path}"], cwd=ROOT, capture_output=True, text=True
+    )
+    return done.stdout if done.returncode == 0 else None
+
+
 def _modules(rev: str | None, folder: Path) -> None:
-    """``plain.py`` and ``evidence.py`` of ``rev`` (``None``: the working tree) in ``folder``."""
-    (folder / "sandboxed").mkdir(parents=True)
-    for name in ("plain.py", "evidence.py", "sandboxed/encode.py"):
-        if rev is None:
-            text = (ROOT / "course_grading" / name).read_text()
-        else:
-            text = subprocess.run(
-                ["git", "show", f"{rev}:course_grading/{name}"],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-        text = text.replace("from course_grading import plain", "import plain")
-        (folder / name).write_text(text)
+    """``plain.py``, ``evidence.py`` and the encoder of ``rev`` (``None``: the working tree),
+    laid out in and beside ``folder`` as the copied ``evidence.py`` expects."""
+    for now, before, put_now, put_before in FILES:
+        text, put = _source(rev, now), put_now
+        if text is None:
+            text, put = _source(rev, before), put_before
+        if text is None:
+            raise SystemExit(f"neither course_grading/{now} nor {before} at {rev or 'the tree'}")
+        for old in ("from course_grading.judge import plain", "from course_grading import plain"):
+            text = text.replace(old, "import plain")
+        target = (folder / put).resolve()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
 
 
 def _run(folder: Path, name: str, cap: int, timeout: float) -> dict:
@@ -168,7 +187,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60, help="seconds per bomb")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folders = {"before": Path(tmp, "before"), "now": Path(tmp, "now")}
+        folders = {"before": Path(tmp, "before", "py"), "now": Path(tmp, "now", "py")}
         _modules(args.before, folders["before"])
         _modules(None, folders["now"])
         for name in BOMBS:

@@ -35,13 +35,13 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
-from course_grading import course as wc
 from course_grading.autograde import Options
-from course_grading.feedback import WITHHELD
-from course_grading.items import strip_hidden_tests
-from course_grading.jobs import JobSpec, Worker
+from course_grading.judge.items import strip_hidden_tests
+from course_grading.nbgrader import course as wc
+from course_grading.pages.feedback import WITHHELD
 from course_grading.run import grade
-from course_grading.sandbox import Limits, check_available
+from course_grading.sandbox.bwrap import Limits, check_available
+from course_grading.sandbox.jobs import JobSpec, Worker
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_ROOT = REPO / "tests" / "grading" / "fixtures"

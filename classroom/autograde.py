@@ -9,7 +9,7 @@ that), after ``nbgrader collect``:
 2. the grades it recorded (``grading/course/gradebook.db``: the trusted checks' verdicts, a
    deleted test scoring 0) and the graded notebooks (``grading/course/autograded/``) are then
    recorded in the class gradebook (``SHAPES_GRADEBOOK_URL``) and the course's ``autograded/``
-   by the grader itself (``course_grading.class_gradebook``), exactly where ``nbgrader
+   by the grader itself (``course_grading.nbgrader.class_gradebook``), exactly where ``nbgrader
    autograde`` would have put them. Formgrader (manual grading), ``generate_feedback`` and
    ``export`` work from there; manual scores already entered are kept.
 
@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course_grading.class_gradebook import merge_into_class_gradebook
+from course_grading.nbgrader.class_gradebook import merge_into_class_gradebook
 
 WORKSPACE = Path("grading")
 

@@ -11,7 +11,7 @@ Each role gets a folder on ``JUPYTER_CONFIG_PATH`` (set per user by ``jupyterhub
 - ``etc/instructor``: ``nbgrader_config.py`` pointing nbgrader (CLI and formgrader) at the
   course folder, the exchange and the PostgreSQL gradebook, and the server extension that
   puts formgrader's pages under a strict Content-Security-Policy
-  (``course_grading.formgrader_csp``);
+  (``course_grading.pages.formgrader_csp``);
 - ``etc/student``: the exchange and the course id only, and the instructor-only extensions
   (formgrader, create-assignment, course list) switched off, as nbgrader's guide advises.
 
@@ -60,10 +60,10 @@ INSTRUCTOR_ONLY_SERVER = [
     "nbgrader.server_extensions.formgrader",
     "nbgrader.server_extensions.course_list",
     # Formgrader's Content-Security-Policy; it lives in the grader, which students cannot see.
-    "course_grading.formgrader_csp",
+    "course_grading.pages.formgrader_csp",
 ]
 #: Switched on for the instructor whatever the environment's own configuration says.
-INSTRUCTOR_SERVER = {"course_grading.formgrader_csp": True}
+INSTRUCTOR_SERVER = {"course_grading.pages.formgrader_csp": True}
 QUIET_LAB = {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}
 # Lab settings defaults for everyone in the classroom (a user's own settings still win): no
 # "get notified about Jupyter news?" toast, no update check.

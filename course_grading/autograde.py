@@ -25,19 +25,19 @@ from pathlib import Path
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
-from course_grading import gradebook
-from course_grading.budgets import give, measure
-from course_grading.cheats import scan
-from course_grading.course import WorkCourse, ignored
 from course_grading.errors import GradingError
-from course_grading.functions import FunctionSandbox
-from course_grading.inspection import review_autograded
-from course_grading.items import is_test_cell, items_of, strip_hidden, strip_hidden_tests
-from course_grading.jobs import JobSpec, Outcome, held_slots, run_jobs
-from course_grading.lesson import LessonSpec
-from course_grading.sandbox import Limits
+from course_grading.judge.functions import FunctionSandbox
+from course_grading.judge.items import is_test_cell, items_of, strip_hidden, strip_hidden_tests
+from course_grading.judge.lesson import LessonSpec
+from course_grading.judge.verdicts import payload_of
+from course_grading.nbgrader import gradebook
+from course_grading.nbgrader.course import WorkCourse, ignored
+from course_grading.review.cheats import scan
+from course_grading.review.inspection import review_autograded
+from course_grading.sandbox.budgets import CellTimeouts, give, measure
+from course_grading.sandbox.bwrap import Limits
+from course_grading.sandbox.jobs import JobSpec, Outcome, held_slots, run_jobs
 from course_grading.submissions import Submission
-from course_grading.verdicts import payload_of
 
 
 @dataclass(frozen=True)
@@ -53,49 +53,6 @@ class Options:
     jobs: int = 1  # notebooks run at once
     sandbox: bool = True
     limits: Limits = field(default_factory=Limits)
-
-
-class CellTimeouts:
-    """``Execute.timeout_func`` for grading: one limit for student code, one for the lesson's
-    (seconds of CPU time in the grader's own runs, ``watch.py``; of wall-clock time in
-    nbgrader's).
-
-    nbgrader applies a single per-cell limit to every cell, and when one of the lesson's own
-    cells (a measurement sweep on a busy machine) overruns it, the kernel may not answer the
-    interrupt in time and nbgrader discards the whole submission. Student code (answer cells,
-    cells the student added or changed) gets ``student`` seconds, so an infinite loop costs
-    little; the lesson's cells (locked, tests, or unmarked cells whose source is the lesson's)
-    get ``lesson`` seconds.
-    """
-
-    def __init__(self, course: str | Path, student: int, lesson: int) -> None:
-        self.course, self.student, self.lesson = Path(course), int(student), int(lesson)
-        self._lesson_sources: set[str] | None = None
-
-    def lesson_sources(self) -> set[str]:
-        """Sources of every non-answer cell in the work course's source and release notebooks."""
-        if self._lesson_sources is None:
-            self._lesson_sources = set()
-            for path in [
-                *self.course.glob("source/*/*.ipynb"),
-                *self.course.glob("release/*/*.ipynb"),
-            ]:
-                for cell in nbformat.read(str(path), as_version=4).cells:
-                    if not cell.metadata.get("nbgrader", {}).get("solution"):
-                        self._lesson_sources.add(cell.source)
-        return self._lesson_sources
-
-    def is_students(self, cell: NotebookNode) -> bool:
-        """Whether ``cell`` holds student code rather than the lesson's own code."""
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            return True
-        if meta.get("grade") or meta.get("locked"):
-            return False  # nbgrader restores these from the gradebook
-        return cell.source not in self.lesson_sources()
-
-    def __call__(self, cell: NotebookNode) -> int:
-        return self.student if self.is_students(cell) else self.lesson
 
 
 # --- one submission -------------------------------------------------------------------------
@@ -134,14 +91,52 @@ def stage_folder(bases: list[Path], stage: Path) -> None:
                 shutil.copyfile(path, stage / rel)
 
 
-def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[str], bwrap):
+@dataclass(frozen=True)
+class GradingRun:
+    """One run's settings, handed to every step of it (in place of a list of arguments).
+
+    Attributes:
+        work: the work course the run grades in.
+        options: the run's options.
+        config: nbgrader's configuration of the work course (``gradebook.load_config``).
+        hidden: folders the sandbox check makes sure no kernel can see.
+        bwrap: the bubblewrap binary (``None``: ``--no-sandbox``).
+        functions: how graded functions run (``judge.functions.FunctionSandbox``).
+    """
+
+    work: WorkCourse
+    options: Options
+    config: object
+    hidden: tuple[str, ...]
+    bwrap: str | None
+    functions: FunctionSandbox
+
+    @property
+    def timeouts(self) -> CellTimeouts:
+        """The per-cell limits: one for student code, one for the lesson's."""
+        options = self.options
+        return CellTimeouts(self.work.root, options.cell_timeout, options.lesson_timeout)
+
+
+def _prepare(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path):
     """Record ``sub``, write its job folder; return the job's spec (its budget still to set)
     and the test cells' sources (index -> source, declarations included), or ``None`` when it
-    is not gradable."""
+    is not gradable.
+
+    Args:
+        run: the run's settings.
+        sub: the submission.
+        spec: its lesson.
+        job: its job folder (made here).
+
+    Returns:
+        ``(JobSpec, {cell index: source})``, or ``None``: not gradable (``sub`` says why).
+    """
+    work, options = run.work, run.options
     submitted = gradebook.submitted_folder(work, sub) / f"{sub.lesson}.ipynb"
     _flag_findings(sub, nbformat.read(str(submitted), as_version=4), spec, options.sandbox)
     try:
-        nb = gradebook.sanitize(work, sub, config)
+        nb = gradebook.sanitize(work, sub, run.config)
     except Exception as err:  # nbgrader's own checks (metadata, gradebook) refused it
         sub.flag(f"could not grade it: {type(err).__name__}: {err}", gradable=False)
         return None
@@ -157,38 +152,58 @@ def _prepare(work, sub, spec, config, job: Path, options: Options, hidden: list[
         sub.flag(message, gradable=False)
         return None
     values = sorted({n for item in items_of(sub.lesson).values() for n in item.values})
-    spec = _job_spec(work, sub.lesson, runnable, job, options, hidden, bwrap, values)
-    return spec, {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
+    job_spec = _job_spec(run, sub.lesson, runnable, job, values)
+    return job_spec, {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
 
 
 def _job_spec(
-    work, lesson: str, runnable, job: Path, options: Options, hidden: list[str], bwrap,
+    run: GradingRun, lesson: str, runnable: NotebookNode, job: Path,
     values: list[str] | None = None,
 ) -> JobSpec:  # fmt: skip
-    """The spec of a job running ``runnable`` (written to ``job/in.ipynb``) under ``options``;
-    ``values``: the names taken out after its last cell."""
-    limits = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
+    """The spec of a job running ``runnable`` (written to ``job/in.ipynb``) in ``run``.
+
+    Args:
+        run: the run's settings.
+        lesson: the lesson the notebook is of.
+        runnable: the notebook as the kernel gets it (hidden tests removed).
+        job: the job folder.
+        values: the names taken out after its last cell.
+
+    Returns:
+        The job's spec, its time budget still to set.
+    """
+    options, limits = run.options, run.timeouts
     return JobSpec(
         lesson=lesson,
         sandbox=options.sandbox,
-        bwrap=bwrap,
+        bwrap=run.bwrap,
         limits=options.limits.as_dict(),
         cell_timeouts=[limits(cell) for cell in runnable.cells],
         notebook_timeout=options.notebook_timeout,
-        hidden=[str(job / "in.ipynb"), *hidden],
+        hidden=[str(job / "in.ipynb"), *run.hidden],
         values=values or [],
         wall_factor=options.wall_factor,
     )
 
 
-def solution_job(work, lesson: str, job: Path, options: Options, hidden: list[str], bwrap):
-    """The job that runs ``lesson``'s solution notebook, to measure it (``budgets.py``)."""
+def solution_job(run: GradingRun, lesson: str, job: Path) -> JobSpec:
+    """The job that runs ``lesson``'s solution notebook, to measure it (``budgets.py``).
+
+    Args:
+        run: the run's settings.
+        lesson: the lesson.
+        job: the job folder (made here).
+
+    Returns:
+        The job's spec.
+    """
+    work = run.work
     for folder in ("stage", "runtime"):
         (job / folder).mkdir(parents=True)
     runnable = strip_hidden_tests(nbformat.read(str(work.source_notebook(lesson)), as_version=4))
     nbformat.write(runnable, str(job / "in.ipynb"))
     stage_folder([work.release / lesson, work.source / lesson], job / "stage")
-    return _job_spec(work, lesson, runnable, job, options, hidden, bwrap)
+    return _job_spec(run, lesson, runnable, job)
 
 
 def _plain(outcome: Outcome) -> str:
@@ -228,9 +243,21 @@ def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
         )
 
 
-def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, functions) -> None:
-    """Turn one finished job into grades and report lines (``job``: folder, test sources)."""
-    job, tests = job
+def _record(
+    run: GradingRun, sub: Submission, spec: LessonSpec, job: Path, tests: dict[int, str],
+    outcome: Outcome,
+) -> None:  # fmt: skip
+    """Turn one finished job into grades and report lines.
+
+    Args:
+        run: the run's settings.
+        sub: the submission.
+        spec: its lesson.
+        job: its job folder.
+        tests: its test cells' sources as recorded (index -> source, declarations included).
+        outcome: what the job's worker reported.
+    """
+    work, options = run.work, run.options
     outcome.stop_if_sandbox_failed()
     _flag_limits(sub, outcome, options)
     if outcome.status != "ok":
@@ -240,14 +267,18 @@ def _record(work, sub, spec, config, job, outcome: Outcome, options: Options, fu
     for index, source in tests.items():  # the test cells as recorded, declarations included
         executed.cells[index].source = source
     graded, verdicts = gradebook.record(
-        work, sub, executed, config, values=payload_of(job / "values.json"), sandbox=functions
+        work,
+        sub,
+        executed,
+        run.config,
+        values=payload_of(job / "values.json"),
+        sandbox=run.functions,
     )
     sub.verdicts = verdicts.verdicts
     for flag in verdicts.review:
         sub.flag(f"for review: {flag}")
     sub.graded = True
-    timeouts = CellTimeouts(work.root, options.cell_timeout, options.lesson_timeout)
-    review_autograded(sub, spec, graded, timeouts)
+    review_autograded(sub, spec, graded, run.timeouts)
     if outcome.hidden_errors:
         sub.flag(
             f"cell(s) {_cells(outcome.hidden_errors)} failed but hid the error from the output "
@@ -286,9 +317,10 @@ def autograde(
     ``hidden`` are folders the sandbox check makes sure the kernels cannot see; ``bwrap`` is
     ``sandbox.check_available()``'s answer (``None`` with ``--no-sandbox``).
     """
-    config = gradebook.load_config(work)
-    hidden_paths = [str(path) for path in hidden]
     functions = FunctionSandbox.default(sandboxed=bwrap is not None, limits=options.limits)
+    run = GradingRun(
+        work, options, gradebook.load_config(work), tuple(map(str, hidden)), bwrap, functions
+    )
     with (
         tempfile.TemporaryDirectory(prefix="shapes-grading-", ignore_cleanup_errors=True) as tmp,
         _nbgrader_log(work),
@@ -298,10 +330,7 @@ def autograde(
         lessons = sorted({sub.lesson for sub in subs})
         solutions = [(lesson, Path(tmp) / f"solution-{n}") for n, lesson in enumerate(lessons)]
         budgets = measure(
-            [
-                (lesson, job, solution_job(work, lesson, job, options, hidden_paths, bwrap))
-                for lesson, job in solutions
-            ],
+            [(lesson, job, solution_job(run, lesson, job)) for lesson, job in solutions],
             options,
             workers,
             work.root,
@@ -310,8 +339,7 @@ def autograde(
         def jobs():
             for number, sub in enumerate(subs):
                 job = Path(tmp) / str(number)
-                args = (work, sub, specs[sub.lesson], config, job, options, hidden_paths, bwrap)
-                if (prepared := _prepare(*args)) is not None:
+                if (prepared := _prepare(run, sub, specs[sub.lesson], job)) is not None:
                     spec, tests = prepared
                     if problem := give(spec, budgets[sub.lesson]):
                         sub.flag(problem)
@@ -320,9 +348,7 @@ def autograde(
         def done(key, outcome: Outcome) -> None:
             sub, job, tests = key
             try:
-                _record(
-                    work, sub, specs[sub.lesson], config, (job, tests), outcome, options, functions
-                )
+                _record(run, sub, specs[sub.lesson], job, tests, outcome)
             except GradingError:
                 raise  # the sandbox does not hold: the run stops
             except Exception as err:  # only a damaged workspace gets here (--no-sandbox)

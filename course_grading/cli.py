@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from course_grading.autograde import Options
-from course_grading.course import SOURCE_DIR
 from course_grading.errors import GradingError
+from course_grading.nbgrader.course import SOURCE_DIR
 from course_grading.run import grade
-from course_grading.sandbox import MAX_SLOTS, Limits
+from course_grading.sandbox.bwrap import MAX_SLOTS, Limits
 
 NO_SANDBOX_WARNING = (
     "WARNING: --no-sandbox: student code runs as {user}, unsandboxed: it can read, change and "
@@ -192,7 +192,7 @@ def _item_digest(argv: list[str]) -> int:
     """Print ``check(label, values, DIGEST)`` for every visible digest of one registered item."""
     import importlib
 
-    from course_grading import items, visible
+    from course_grading.judge import items, visible
 
     if len(argv) != 2:
         raise GradingError("usage: python -m course_grading digest --item LESSON TEST_ID")
@@ -208,7 +208,7 @@ def _item_digest(argv: list[str]) -> int:
     item = registered[grade_id]
     digests = [c for c in visible.checks(item) if isinstance(c, visible.Digest)]
     if not digests:
-        raise GradingError(f"{grade_id} declares no visible digest (course_grading.visible)")
+        raise GradingError(f"{grade_id} declares no visible digest (course_grading.judge.visible)")
     for found in digests:
         names = ", ".join(found.names)
         print(f'check("{found.label}", ({names}), "{visible.digest_of(item, found)}")')

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from course_grading.lesson import LessonSpec
+from course_grading.judge.lesson import LessonSpec
 from course_grading.submissions import Skipped, Submission
 
 #: The first lines of report.md when student code ran without a sandbox.

@@ -38,17 +38,17 @@ from pathlib import Path
 import nbformat
 from nbgrader.utils import parse_utc
 
-from course_grading import course as wc
 from course_grading.autograde import Options, autograde
 from course_grading.errors import GradingError
-from course_grading.feedback import WITHHELD, withheld_record
-from course_grading.inspection import inspect, repaired_copy
-from course_grading.items import check_notebook
-from course_grading.leaks import instructor_lines, leaked, own_lines, unchecked
-from course_grading.lesson import LessonSpec
+from course_grading.judge.items import check_notebook
+from course_grading.judge.lesson import LessonSpec
+from course_grading.nbgrader import course as wc
 from course_grading.notebook_file import NotRead, read_no_follow
+from course_grading.pages.feedback import WITHHELD, withheld_record
 from course_grading.report import Row, rows_of, write_reports
-from course_grading.sandbox import check_available
+from course_grading.review.inspection import inspect, repaired_copy
+from course_grading.review.leaks import instructor_lines, leaked, own_lines, unchecked
+from course_grading.sandbox.bwrap import check_available
 from course_grading.submissions import TIMESTAMP, Skipped, Submission, add_missing, collect
 from course_grading.workspace import prepare_workspace
 
@@ -80,7 +80,7 @@ def _build_course(
 ) -> tuple[wc.WorkCourse, dict[str, LessonSpec]]:
     """The work course with every lesson released, and each lesson's spec."""
     config = [
-        "from course_grading.autograde import CellTimeouts",
+        "from course_grading.sandbox.budgets import CellTimeouts",
         f"c.Execute.timeout_func = CellTimeouts({str(work_dir)!r}, student={timeouts[0]}, "
         f"lesson={timeouts[1]})",
         "c.Execute.iopub_timeout = 30  # let an interrupted torch kernel answer",

@@ -1,8 +1,8 @@
 """The student's side of grading: instant feedback on an answer without giving the answer away.
 
 The grade is decided outside the student's kernel, by the course's trusted checks
-(``course_grading.items``). The test cell under an answer gives instant feedback only, in one of
-two ways, and says which:
+(``course_grading.judge.items``). The test cell under an answer gives instant feedback only,
+in one of two ways, and says which:
 
 * **a property check** says ``plausible``: it reads the answer as the grader does
   (:func:`read_answer`, one normalisation for both sides, :mod:`course_lib.forms`), checks what

@@ -2,16 +2,16 @@
 
 An answer is compared in two places: in the student's kernel by the visible test
 (:mod:`course_lib.answers`), for instant feedback, and in the grader's process by the item's
-trusted check (``course_grading.items``), which decides the points. Both read it here, the same
-way, so that a right answer in any reasonable form passes both and the visible test can never
-call "right" a value the grade rejects.
+trusted check (``course_grading.judge.items``), which decides the points. Both read it here,
+the same way, so that a right answer in any reasonable form passes both and the visible test
+can never call "right" a value the grade rejects.
 
 **Reading.** :func:`plain` turns what a student may reasonably hand in into a plain value of an
 exact type: Python ``int``, ``float``, ``str``, ``bool``, ``fractions.Fraction``,
 ``decimal.Decimal``, and ``list``/``tuple``/``set``/``frozenset`` of them; a numpy scalar, a 0-d
 numpy array or a 0-d torch tensor becomes its Python scalar. Anything else, a subclass of any of
 these included (an ``int`` whose ``__eq__`` always says yes), is "not a plain value": the grader
-takes values out of the kernel by the same rules (``course_grading/sandboxed/encode.py``).
+takes values out of the kernel by the same rules (``course_grading/sandbox/inside/encode.py``).
 
 **Comparing.** A :class:`Form` says how one answer is compared, as the canonical text both sides
 compare (and the visible digest hashes)::

@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from course_grading import course as wc
-from course_grading import release as rel
+from course_grading.nbgrader import course as wc
+from course_grading.nbgrader import release as rel
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -283,7 +283,7 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         for command in (
             ["ls", str(grader)],
             ["ls", str(ROOT / "course_grading")],
-            [sys.executable, "-c", "import course_grading.items"],
+            [sys.executable, "-c", "import course_grading.judge.items"],
         ):
             peek = subprocess.run([*as_student, *command], capture_output=True, text=True)
             assert peek.returncode != 0, f"a student reaches the grader: {command}: {peek.stdout}"
@@ -291,7 +291,8 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         found = subprocess.run(
             ["nsenter", f"--target={hub_pid}", "--mount", f"--setuid={teacher_account.pw_uid}",
              f"--setgid={teacher_account.pw_gid}", "env", f"PYTHONPATH={grader}", sys.executable,
-             "-c", "import course_grading.items, sys; print(course_grading.items.__file__)"],
+             "-c",
+             "import course_grading.judge.items as i; print(i.__file__)"],
             capture_output=True, text=True,
         )  # fmt: skip
         assert found.returncode == 0 and str(grader) in found.stdout, found.stdout + found.stderr

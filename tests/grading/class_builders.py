@@ -15,9 +15,9 @@ from pathlib import Path
 
 import nbformat
 
-from course_grading import course as wc
 from course_grading.errors import GradingError
-from course_grading.sandbox import check_available
+from course_grading.nbgrader import course as wc
+from course_grading.sandbox.bwrap import check_available
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"

@@ -50,8 +50,8 @@ from helpers import CHROMIUM, CHROMIUM_ARGS
 from nbconvert.exporters import HTMLExporter
 from nbgrader.api import Gradebook
 
-from course_grading import course as wc
-from course_grading.safe_pages import FEEDBACK_CSP, with_policy
+from course_grading.nbgrader import course as wc
+from course_grading.pages.safe_pages import FEEDBACK_CSP, with_policy
 
 HOSTILE = ("html_script", "js_output", "md_img")
 #: A file a student left beside their notebook, which formgrader serves from their folder.
@@ -393,7 +393,7 @@ def test_without_sanitiser_and_policy_every_payload_runs(unsanitised, browser, c
     control, feedback, _ = unsanitised
     canary.hits.clear()
     before = grades(control)
-    off = "--ServerApp.jpserver_extensions=course_grading.formgrader_csp=False"
+    off = "--ServerApp.jpserver_extensions=course_grading.pages.formgrader_csp=False"
     with instructor_server(control, off) as url:
         seen, _ = visit(browser, _formgrader_pages(url, control) + feedback, settle=3)
     assert all(s["csp"] is None or "nonce" not in s["csp"] for s in seen)

@@ -1,4 +1,4 @@
-"""The static reading of student code (``course_grading.cheats``), on the fixture lesson.
+"""The static reading of student code (``course_grading.review.cheats``), on the fixture lesson.
 
 It is a pointer for review, never a judge: a finding names the code and the later test cells it
 could have aimed at, and changes no grade (``tests/grading/test_cheating_class.py`` grades the
@@ -16,9 +16,9 @@ import nbformat
 import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT, filled, set_source
 
-from course_grading import course as wc
-from course_grading.cheats import scan
-from course_grading.lesson import LessonSpec
+from course_grading.judge.lesson import LessonSpec
+from course_grading.nbgrader import course as wc
+from course_grading.review.cheats import scan
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"

@@ -41,7 +41,7 @@ from class_builders import (
 )
 
 import course_grading
-from course_grading import course as wc
+from course_grading.nbgrader import course as wc
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
 
@@ -390,7 +390,7 @@ def test_the_old_cell_status_verdicts_need_nbgraders_own_steps(tmp_path):
     )
     mixed = (
         "\nc.Autograde.autograde_preprocessors = ['nbgrader.preprocessors.Execute', "
-        "'course_grading.verdicts.SaveTrustedGrades']\n"
+        "'course_grading.judge.verdicts.SaveTrustedGrades']\n"
     )
     for config, expected in ((stock, {"test_tokens": 2, "test_ratio": 1}), (mixed, None)):
         folder = tmp_path / ("stock" if config is stock else "mixed")

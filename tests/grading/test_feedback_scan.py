@@ -1,4 +1,4 @@
-"""The feedback scan (``course_grading.leaks``) and the feedback preprocessor, on the fixture.
+"""The feedback scan (``course_grading.review.leaks``) and the feedback preprocessor, on a fixture.
 
 No nbgrader run: the instructor lines are read from the fixture's two versions, and the pages
 are small HTML strings written the way nbconvert writes code (tokens in ``<span>``s). The scan
@@ -22,16 +22,16 @@ import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT
 from traitlets.config import Config
 
-from course_grading import course as wc
-from course_grading import leaks, page_text
-from course_grading.feedback import (
+from course_grading.judge.items import items_of
+from course_grading.nbgrader import course as wc
+from course_grading.pages.feedback import (
     FeedbackWithheld,
     HideHiddenTests,
     WithholdInstructorMaterial,
     withheld_record,
 )
-from course_grading.items import items_of
-from course_grading.leaks import (
+from course_grading.review import leaks, page_text
+from course_grading.review.leaks import (
     found_in,
     instructor_lines,
     leaked,
@@ -40,7 +40,7 @@ from course_grading.leaks import (
     unchecked,
     visible_text,
 )
-from course_grading.unmask import fold
+from course_grading.review.unmask import fold
 
 SOURCE = FIXTURE_ROOT / wc.SOURCE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
 RELEASE = FIXTURE_ROOT / wc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"

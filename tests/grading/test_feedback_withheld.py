@@ -22,9 +22,9 @@ import nbformat
 import pytest
 from class_builders import FIXTURE, filled, fixture_course, sandbox_problem, write
 
-from course_grading import course as wc
-from course_grading.feedback import WITHHELD, withheld_record
-from course_grading.leaks import instructor_lines, leaked, own_lines
+from course_grading.nbgrader import course as wc
+from course_grading.pages.feedback import WITHHELD, withheld_record
+from course_grading.review.leaks import instructor_lines, leaked, own_lines
 
 # The withholding holds either way; where bwrap cannot run, grade without it.
 NO_SANDBOX = ["--no-sandbox"] if sandbox_problem() else []

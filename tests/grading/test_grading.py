@@ -26,11 +26,11 @@ import nbformat
 import pytest
 from class_builders import FIXTURE, FIXTURE_ROOT, digest, drop, filled, find, set_source, write
 
-from course_grading import course as wc
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
-from course_grading.feedback import HideHiddenTests
-from course_grading.lesson import LessonSpec
+from course_grading.judge.lesson import LessonSpec
+from course_grading.nbgrader import course as wc
+from course_grading.pages.feedback import HideHiddenTests
 from course_grading.run import grade
 from course_grading.submissions import collect
 from course_grading.workspace import MARKER, prepare_workspace

@@ -71,10 +71,10 @@ from class_builders import (
 )
 
 import course_grading
-from course_grading import course as wc
-from course_grading.leaks import instructor_lines, leaked, own_lines, visible_text
-from course_grading.processes import running
-from course_grading.sandbox import MAX_SLOTS, UID_BASE
+from course_grading.nbgrader import course as wc
+from course_grading.review.leaks import instructor_lines, leaked, own_lines, visible_text
+from course_grading.sandbox.bwrap import MAX_SLOTS, UID_BASE
+from course_grading.sandbox.processes import running
 
 REPORTS = ("report.csv", "report.md", "scores.csv")
 HONEST = ("blank", "half", "honest", "cpu_honest")
@@ -87,7 +87,10 @@ OPTIONS = (
     *("--notebook-floor", str(FLOOR)),
 )
 GRADER = Path(course_grading.__file__).parent
-GRADER_FILES = [str(GRADER / "sandbox.py"), str(GRADER / "items" / "lesson_99.py")]
+GRADER_FILES = [
+    str(GRADER / "sandbox" / "bwrap.py"),
+    str(GRADER / "judge" / "items" / "lesson_99.py"),
+]
 NEXT_CELL = "\n# --- next cell ---\n"  # hostile code split into cells
 
 

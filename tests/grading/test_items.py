@@ -20,14 +20,14 @@ import pytest
 import torch
 from class_builders import FIXTURE, FIXTURE_ROOT, sandbox_problem
 
-from course_grading import course as wc
-from course_grading import functions, items, plain, visible
 from course_grading.errors import GradingError
-from course_grading.items import Evidence, Reject, call
-from course_grading.names import Bindings
+from course_grading.judge import functions, items, plain, visible
+from course_grading.judge.items import Evidence, Reject, call
+from course_grading.nbgrader import course as wc
 from course_grading.report import Row, csv_text, markdown_text, write_reports
-from course_grading.sandboxed.encode import encode
-from course_grading.uses import uses
+from course_grading.review.names import Bindings
+from course_grading.review.uses import uses
+from course_grading.sandbox.inside.encode import encode
 
 REPO = Path(__file__).resolve().parents[2]
 LESSONS = [(REPO, lesson) for lesson in wc.find_lessons(REPO)] + [(FIXTURE_ROOT, FIXTURE)]
@@ -412,7 +412,7 @@ def test_an_installed_copy_of_the_grader_is_covered(tmp_path, monkeypatch):
     import importlib.util
     from importlib.machinery import ModuleSpec
 
-    from course_grading import sandbox
+    from course_grading.sandbox import bwrap as sandbox
 
     bwrap = sandbox.check_available()
     venv = tmp_path / "venv"
@@ -626,7 +626,7 @@ ADDED = "cell 9 (added by the student)"
     ],
 )  # fmt: skip
 def test_a_value_copied_from_a_cell_that_used_course_lib_is_named(cells, answer, found):
-    from course_grading.uses import borrowed
+    from course_grading.review.uses import borrowed
 
     earlier = [(ADDED, source, frozenset()) for source in cells]
     got = borrowed(answer, earlier, LESSON_IMPORTS)

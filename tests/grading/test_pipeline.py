@@ -22,10 +22,10 @@ import nbformat
 import pytest
 from helpers import answered
 
-from course_grading import course as wc
-from course_grading import release as rel
-from course_grading.leaks import instructor_lines, leaked
-from course_grading.lesson import LessonSpec
+from course_grading.judge.lesson import LessonSpec
+from course_grading.nbgrader import course as wc
+from course_grading.nbgrader import release as rel
+from course_grading.review.leaks import instructor_lines, leaked
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = (REPO / os.environ.get("SHAPES_COURSE_ROOT", ".")).resolve()
@@ -63,7 +63,7 @@ def release(tmp_path_factory):
         ROOT,
         tmp / "course",
         extra_config=[
-            "from course_grading.autograde import CellTimeouts",
+            "from course_grading.sandbox.budgets import CellTimeouts",
             f"c.Execute.timeout_func = CellTimeouts({str(tmp / 'course')!r}, "
             f"student={TIMEOUTS[0]}, lesson={TIMEOUTS[1]})",
             "c.Execute.iopub_timeout = 30",

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from course_grading import evidence, plain
-from course_grading.probe import probe_reply
+from course_grading.judge import evidence, plain
+from course_grading.sandbox.probe import probe_reply
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
@@ -68,7 +68,7 @@ def peak():  # VmHWM: ru_maxrss keeps the forking parent's peak through exec
     return int(status.split("VmHWM:")[1].split()[0]) * 1024
 
 sys.path.insert(0, {root!r})
-from course_grading import plain
+from course_grading.judge import plain
 {build}
 try:
     value = plain.load(data, tensors=True)
@@ -202,7 +202,7 @@ def test_the_probe_reply_is_read_the_same_way():
 
 #: Files allowed an ``eval``, and why: neither reads student text.
 EVAL_ALLOWED = {
-    "course_grading/visible.py": "the lesson's own visible test cells, from the source notebook",
+    "course_grading/judge/visible.py": "the lesson's own visible test cells, from its source",
     "course_grading/cli.py": "the instructor's command-line argument to `digest`",
 }
 
@@ -226,7 +226,7 @@ def test_nothing_in_the_grader_evaluates_text():
         if lines and where not in EVAL_ALLOWED:
             found[where] = lines
     assert not found, f"eval or literal_eval of text in {found}"
-    for source in ("evidence.py", "probe.py", "plain.py"):
+    for source in ("judge/evidence.py", "sandbox/probe.py", "judge/plain.py"):
         text = (ROOT / "course_grading" / source).read_text()
         assert not re.search(r"literal_eval|\beval\(", text)
 
@@ -242,7 +242,7 @@ def test_the_evaluation_scan_can_fail(tmp_path):
 
 @pytest.mark.parametrize("where", [0, 1, 5])
 def test_logits_with_a_nan_anywhere_are_not_the_model_s(where):
-    from course_grading.items.lesson_02 import Logits
+    from course_grading.judge.items.lesson_02 import Logits
 
     flat = [0.5] * 6
     student = list(flat)

@@ -7,8 +7,6 @@ without the network namespace, and ``probe_failure`` is shown each broken field.
 
 from __future__ import annotations
 
-import ast
-import json
 import shutil
 import socket
 import subprocess
@@ -17,8 +15,9 @@ import threading
 
 import pytest
 
-from course_grading import probe, sandbox
-from course_grading.jobs import JobSpec
+from course_grading.sandbox import bwrap as sandbox
+from course_grading.sandbox import probe
+from course_grading.sandbox.jobs import JobSpec
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -52,7 +51,8 @@ def _probe_in_bwrap(namespaces: list[str]) -> dict:
             [*argv, "--", sys.executable, "-c", code], capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, done.stderr
-        found = json.loads(ast.literal_eval(done.stdout.strip()))
+        found = probe.probe_reply(done.stdout.strip())  # read as the grader reads the kernel's
+        assert "error" not in found, (found, done.stdout[:200])
         found["reached_host"] = listener.reached()
     finally:
         listener.close()

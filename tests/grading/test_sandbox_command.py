@@ -19,10 +19,10 @@ import pytest
 from class_builders import sandbox_problem
 
 import course_grading
-from course_grading import sandbox
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
 from course_grading.run import grade
+from course_grading.sandbox import bwrap as sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL = ["python", "-m", "ipykernel_launcher", "-f", sandbox.KERNEL_CONNECTION]
@@ -156,10 +156,10 @@ print(json.dumps({"imported": imported, "read": [p for p in paths if os.path.exi
 BUILD = """
 import json, subprocess, sys
 from pathlib import Path
-from course_grading import sandbox
+from course_grading.sandbox import bwrap as sandbox
 here = Path(sys.argv[1])
 package = Path(sandbox.package_folders(("course_grading",))[0])
-paths = [str(package / "sandbox.py"), str(package / "items" / "lesson_99.py")]
+paths = [str(package / "sandbox" / "bwrap.py"), str(package / "judge" / "items" / "lesson_99.py")]
 argv = sandbox.kernel_argv(
     bwrap="bwrap", stage=here / "stage", connection=here / "kernel.json", lesson="l",
     uid=sandbox.sandbox_uid(0), limits=sandbox.Limits(),
@@ -256,7 +256,7 @@ def test_help_needs_no_sandbox_and_lists_the_new_options():
 
 
 def test_a_memory_cgroup_holds_a_process_to_its_limit():
-    from course_grading.cgroup import MemoryCgroup
+    from course_grading.sandbox.cgroup import MemoryCgroup
 
     group = MemoryCgroup.make("shapes-test-cgroup", 64 * 2**20)
     if group is None:
@@ -275,7 +275,7 @@ def test_a_memory_cgroup_holds_a_process_to_its_limit():
 
 
 def test_a_trees_cpu_time_keeps_what_its_ended_children_used():
-    from course_grading import processes
+    from course_grading.sandbox import processes
 
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
     code = (
@@ -297,8 +297,8 @@ def test_a_trees_cpu_time_keeps_what_its_ended_children_used():
 
 
 def test_a_budget_follows_the_solution_within_floor_and_cap():
-    from course_grading.budgets import budget_of
-    from course_grading.jobs import Outcome
+    from course_grading.sandbox.budgets import budget_of
+    from course_grading.sandbox.jobs import Outcome
 
     def solution(seconds):
         return Outcome(status="ok", seconds=seconds)

@@ -1,4 +1,4 @@
-"""The allow-list every page built from a submission goes through (``course_grading/active.py``).
+"""The allow-list every page from a submission goes through (``course_grading/pages/active.py``).
 
 Each payload class is neutralised (and the same check run on the payload left alone fails:
 the payload is live), honest content is kept, and the cost is linear on inputs that make
@@ -18,14 +18,14 @@ import pytest
 from nbconvert.exporters import HTMLExporter
 from traitlets.config import Config
 
-from course_grading.active import (
+from course_grading.pages.active import (
     active_parts,
     clean_html,
     neutralise_cell,
     neutralise_output,
     too_costly,
 )
-from course_grading.safe_pages import (
+from course_grading.pages.safe_pages import (
     FEEDBACK_CSP,
     FeedbackExporter,
     NeutraliseActiveContent,

@@ -153,8 +153,8 @@ def test_anything_else_is_not_a_plain_value(value):
 
 def test_the_visible_reader_and_the_graders_encoder_agree():
     """What the visible test reads is what the grader takes out of the kernel, and no more."""
-    from course_grading import plain as grader_plain
-    from course_grading.sandboxed.encode import encode
+    from course_grading.judge import plain as grader_plain
+    from course_grading.sandbox.inside.encode import encode
 
     for value in [*SIXTEEN, "8 x 2048", (1028, 256), [1, 2.5], {"b"}, True, Always(), Yes(1),
                   Part(1), Dec(1), np.ones(2)]:  # fmt: skip

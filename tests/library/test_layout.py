@@ -18,15 +18,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "course_lib"
+GRADER = ROOT / "course_grading"
 DOC = ROOT / "docs" / "architecture.md"
 # Listed as one row each in the table (a data package, and the instructors' package).
 LISTED_WHOLE = {"hf_configs/": PACKAGE / "hf_configs", "course_grading/": ROOT / "course_grading"}
 
 
-def modules() -> dict[str, Path]:
-    """Dotted name -> file of every module in course_lib."""
+def modules(*packages: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module in ``packages`` (default: course_lib)."""
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for package in packages or (PACKAGE,) for p in package.rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
@@ -35,9 +36,16 @@ def modules() -> dict[str, Path]:
 # --- the module table ----------------------------------------------------------------------------
 
 
+def page_section(text: str, title: str) -> str:
+    """The text under the ``## {title}`` heading, up to the next ``## `` heading."""
+    body = text[text.index(f"## {title}\n") :]
+    end = body.find("\n## ", 1)
+    return body if end < 0 else body[:end]
+
+
 def table_names(text: str) -> set[str]:
     """Every `name` written in the first column of the table under ``## Modules``."""
-    table = text[text.index("## Modules") :]
+    table = page_section(text, "Modules")
     names = set()
     for line in table.splitlines():
         if line.startswith("| `"):
@@ -59,6 +67,18 @@ def tree_names() -> set[str]:
     return names | {k for k, folder in LISTED_WHOLE.items() if folder.is_dir()}
 
 
+def grader_table_names(text: str) -> set[str]:
+    """Every `name` in the first column of the table under ``## The grader's modules``."""
+    table = page_section(text, "The grader's modules")
+    return {n for ln in table.splitlines() if ln.startswith("| `")
+            for n in re.findall(r"`([^`]+)`", ln.split("|")[1])}  # fmt: skip
+
+
+def grader_tree_names() -> set[str]:
+    """Every course_grading file, as a path below the package (``judge/functions.py``)."""
+    return {p.relative_to(GRADER).as_posix() for p in GRADER.rglob("*.py")}
+
+
 def table_drift(listed: set[str], on_disk: set[str]) -> str:
     missing, extra = sorted(on_disk - listed), sorted(listed - on_disk)
     if not missing and not extra:
@@ -74,8 +94,23 @@ def test_the_table_check_sees_a_missing_row_and_a_stale_one():
     text = DOC.read_text()
     without_fit = "\n".join(ln for ln in text.splitlines() if not ln.startswith("| `fit.py`"))
     assert "fit.py" in table_drift(table_names(without_fit), tree_names())
-    stale = text + "\n| `windows.py` | lesson 3's windows |\n"
+    stale = text.replace("| `fit.py` |", "| `windows.py` | lesson 3's windows |\n| `fit.py` |")
     assert "windows.py" in table_drift(table_names(stale), tree_names())
+
+
+def test_the_grader_table_matches_the_tree():
+    listed = grader_table_names(DOC.read_text())
+    assert not (drift := table_drift(listed, grader_tree_names())), drift
+
+
+def test_the_grader_table_check_sees_a_missing_row_and_a_stale_one():
+    text = DOC.read_text()
+    without = "\n".join(ln for ln in text.splitlines() if not ln.startswith("| `judge/plain.py`"))
+    assert "judge/plain.py" in table_drift(grader_table_names(without), grader_tree_names())
+    stale = text.replace(
+        "| `judge/plain.py` |", "| `judge/oracle.py` | answers |\n| `judge/plain.py` |"
+    )
+    assert "judge/oracle.py" in table_drift(grader_table_names(stale), grader_tree_names())
 
 
 # README's short table groups the same files by stage; it must name every top-level module and
@@ -368,13 +403,17 @@ def test_the_sections_check_sees_no_args_a_left_out_or_stale_entry_and_no_return
 # --- imports -------------------------------------------------------------------------------------
 
 
+OURS = ("course_lib", "course_grading")
+
+
 def imports_of(name: str, path: Path) -> set[str]:
-    """course_lib modules that ``name`` imports anywhere (top level or inside a function)."""
+    """Modules of ours that ``name`` imports anywhere (top level, inside a function, or only
+    for type checking: a cycle hidden behind ``TYPE_CHECKING`` is still a cycle)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("course_lib")}
+            found |= {a.name for a in node.names if a.name.startswith(OURS)}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -382,14 +421,15 @@ def imports_of(name: str, path: Path) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.startswith("course_lib"):
+            if target.startswith(OURS):
                 found.add(target)
                 found |= {f"{target}.{a.name}" for a in node.names}
     return found
 
 
 def test_imports_form_no_cycle():
-    mods = modules()
+    """No cycle within or across the two packages (course_grading imports course_lib)."""
+    mods = modules(PACKAGE, GRADER)
     graph = {n: {m for m in imports_of(n, p) if m in mods and m != n} for n, p in mods.items()}
     # A package's __init__ re-exporting its own modules is not a cycle through them.
     graph = {n: {m for m in deps if not n.startswith(m + ".")} for n, deps in graph.items()}
@@ -412,7 +452,7 @@ def test_imports_form_no_cycle():
 def test_the_cycle_check_can_fail(monkeypatch):
     fake = {"course_lib.a": PACKAGE / "a.py", "course_lib.b": PACKAGE / "b.py"}
     sources = {"a.py": "from course_lib import b\n", "b.py": "from . import a\n"}
-    monkeypatch.setattr(sys.modules[__name__], "modules", lambda: fake)
+    monkeypatch.setattr(sys.modules[__name__], "modules", lambda *packages: fake)
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: sources[self.name])
     with pytest.raises(pytest.fail.Exception, match="import cycle"):
         test_imports_form_no_cycle()

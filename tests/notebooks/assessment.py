@@ -40,13 +40,18 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from probes import IMPORTS, SHORTCUTS, result_forms, shortcuts, value_forms
 
-from course_grading import items as trusted
 from course_grading.errors import GradingError
-from course_grading.evidence import _TAKE as TAKE
-from course_grading.evidence import ENCODER
-from course_grading.functions import FunctionSandbox
-from course_grading.lesson import LessonSpec
-from course_grading.verdicts import answer_and_earlier, course_lib_review, decide, taken_values
+from course_grading.judge import items as trusted
+from course_grading.judge.evidence import _TAKE as TAKE
+from course_grading.judge.evidence import ENCODER
+from course_grading.judge.functions import FunctionSandbox
+from course_grading.judge.lesson import LessonSpec
+from course_grading.judge.verdicts import (
+    answer_and_earlier,
+    course_lib_review,
+    decide,
+    taken_values,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from assessment import run_lesson  # noqa: E402
 
-from course_grading.course import find_lessons  # noqa: E402
+from course_grading.nbgrader.course import find_lessons  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("wrong", "wrong scored", "wrong told right", "forms", "forms rejected", "shortcuts",

@@ -6,7 +6,7 @@ shortcuts are built by the pass from the registration, the solution and the libr
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.items)
+MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
 
 
 # Where a graded answer's printed form is unavoidable and says nothing about the answer.

@@ -8,7 +8,7 @@ library call below is a *right* answer reached with ``course_lib``: it must scor
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.items)
+MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
 
 
 def _weights(accum: str, full: str, ratio: str) -> str:

@@ -8,7 +8,7 @@ the card shows; the question is posed so that every one of them gives another an
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.items)
+MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
 
 
 def _predict(body: str) -> str:

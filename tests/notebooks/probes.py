@@ -1,6 +1,6 @@
 """What the assessment pass hands in for an item, besides its blank and its solution.
 
-Built from the item's registration (``course_grading.items``: its forms), the solution and the
+Built from the item's registration (``course_grading.judge.items``: its forms), the solution and the
 closest library call that ``items_NN.py`` lists, so that lessons only list what is particular to
 them (their wrong answers and wrong methods, the library call, unavoidable printed forms):
 

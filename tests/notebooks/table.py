@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probes import SHORTCUTS  # noqa: E402
 
-from course_grading import items, visible  # noqa: E402
-from course_grading.course import find_lessons  # noqa: E402
+from course_grading.judge import items, visible
+from course_grading.nbgrader.course import find_lessons  # noqa: E402
 from course_lib.answers import digest_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ the grader scores it. Per item, then: blank 0; solution full; every wrong answer
 library call and shortcut 0, each shortcut named in its verdict or the report; every right form
 accepted; the visible test never "right" where the grade is 0 and never failing a right answer;
 no answer shown anywhere on the blank notebook; and each visible digest costing at least an hour
-of brute force on one core (``course_grading.visible``).
+of brute force on one core (``course_grading.judge.visible``).
 
 Items registered the older way (no forms, no declared visible test) keep the older checks:
 blank, wrong answers and library call 0, solution full, nothing given away above the question.
@@ -27,8 +27,8 @@ from assessment import ROOT, Probe, Tried, is_answer, lesson_paths, nbgrader_met
 from assessment import shortcut_pattern as named_by
 from probes import MEASURED, SHORTCUTS, printed_answers
 
-from course_grading import items as trusted
-from course_grading import visible
+from course_grading.judge import items as trusted
+from course_grading.judge import visible
 from course_lib.answers import digest_seconds
 
 LESSONS = sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))

@@ -17,9 +17,9 @@ import pytest
 from assessment import lesson_paths, nbgrader_meta
 from items_04 import ITEMS
 
-from course_grading import items as trusted
-from course_grading.items import Evidence
-from course_grading.items.lesson_04 import _reference
+from course_grading.judge import items as trusted
+from course_grading.judge.items import Evidence
+from course_grading.judge.items.lesson_04 import _reference
 
 LESSON = "04_activation_checkpointing"
 

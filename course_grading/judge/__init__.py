@@ -1,0 +1,1 @@
+"""Deciding points: the items and their trusted checks, the call protocol, plain data, verdicts."""

@@ -1,0 +1,186 @@
+"""Trusted checks of lesson 1: tokens per step, and why attention memory is different.
+
+A point is earned by producing something that is right *and* that a lookup cannot produce, so
+the values (a prediction, three real-scale figures, a split, a check-yourself question) carry one
+point each and the derivation carries five: ``saved_per_token`` is called on block shapes drawn
+for each student, which no constant or table of the visible cases can answer, and on the shape
+the library's memory model is compared with. Each value is compared by its declared form
+(``course_lib.forms``), which the visible test reads it with too; value items are the student's
+own work (``own_work``: no ``course_lib`` in the answer cell, nor copied from a cell that used
+it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+from course_grading.judge.items import (
+    Digest,
+    Evidence,
+    Exact,
+    Integer,
+    Lesson,
+    Ordered,
+    Property,
+    Reject,
+    Shape,
+    Sig,
+    call,
+)
+
+ITEMS = Lesson("01_tokens_and_attention_memory")
+
+
+@ITEMS.item(
+    "test-predict-ratio",
+    answer="predict-ratio",
+    points=1,
+    values={"predicted_ratio": Exact()},
+    expected={"predicted_ratio": (2 * 4 * 1024**2) / (32 * 4 * 64**2)},
+    visible=Property("predicted_ratio", "every number above 1"),
+    own_work=True,
+)
+def predict_ratio(ev: Evidence) -> str:
+    """The exact factor between the score elements of 2 × 1024 and 32 × 64."""
+    return ev.expect_all()
+
+
+def _kept_per_token(d_model: int, d_mlp: int, n_heads: int, seq_len: int) -> tuple[int, int]:
+    """(other, scores): values one eager TinyGPT block keeps for backward, per token."""
+    return 8 * d_model + 2 * d_mlp + 4, n_heads * seq_len
+
+
+@cache
+def _library_block(d_model: int, n_heads: int, mlp_ratio: int, batch: int, seq_len: int) -> int:
+    """Bytes of saved activations of one eager block, from the library's memory model."""
+    from course_lib.memory import activation_bytes
+    from course_lib.model import TinyGPTConfig
+
+    one = TinyGPTConfig(
+        d_model=d_model, n_heads=n_heads, n_layers=1, max_seq_len=512, mlp_ratio=mlp_ratio
+    )
+    two = replace(one, n_layers=2)
+    return (
+        activation_bytes(two, batch, seq_len).saved_total
+        - activation_bytes(one, batch, seq_len).saved_total
+    )
+
+
+PAIR = Ordered(Integer(), Integer())
+DRAWN = 10  # block shapes drawn for each student, beyond the fixed ones
+
+
+@ITEMS.item(
+    "test-saved-per-token",
+    answer="saved-per-token",
+    points=5,
+    function="saved_per_token",
+    returns=PAIR,
+    visible=Property(
+        "saved_per_token",
+        "pairs of whole numbers whose scores double with n_heads or seq_len while the rest "
+        "does not change with them, and whose rest grows with d_model",
+    ),
+)
+def saved_per_token(ev: Evidence) -> str:
+    """The derived count, right on block shapes drawn for each student (no table holds them)
+    and matching the library's memory model of one block."""
+    cases = [(64, 256, 4, 64), (16, 16, 1, 7)]
+    for _ in range(DRAWN):
+        cases.append(
+            (
+                ev.rng.randint(1, 4096),
+                ev.rng.randint(1, 16384),
+                ev.rng.randint(1, 64),
+                ev.rng.randint(1, 32768),
+            )
+        )
+    model_case = (48, 96, 3, 300)  # the library's model of one block: 2 rows of 300 tokens
+    results = ev.call([call(*c) for c in [*cases, model_case]])
+    for case, result in zip(cases, results):
+        ev.returned(result, _kept_per_token(*case), "not what one eager block keeps per token")
+    other, scores = ev.returned(results[-1], _kept_per_token(*model_case))  # type: ignore[misc]
+    if 4 * 600 * (other + scores) != _library_block(48, 3, 2, 2, 300):
+        raise Reject(f"{results[-1].shown} does not match the library's memory model")
+    return f"saved_per_token: right on {len(cases) + 1} block shapes, {DRAWN} of them drawn for you"
+
+
+@cache
+def _real_scale() -> dict[str, float]:
+    """The 7B-class figures of section 6: 2 × 8192 tokens, 32 layers, 32 heads, bf16."""
+    per_layer = 2 * 32 * 8192**2 * 2 / 1e9  # B·H·T² probabilities of 2 bytes, in GB
+    return {
+        "scores_gb_per_layer": per_layer,
+        "scores_gb_all_layers": 32 * per_layer,
+        "fused_mb_per_layer": 2 * 32 * 8192 * 4 / 1e6,  # B·H·T fp32 log-sum-exp, in MB
+    }
+
+
+@ITEMS.item(
+    "test-real-scale",
+    answer="real-scale",
+    points=1,
+    values={name: Sig(3) for name in _real_scale()},
+    expected=_real_scale,
+    visible=Digest(
+        "real-scale",
+        ("scores_gb_per_layer", "scores_gb_all_layers", "fused_mb_per_layer"),
+        space={
+            "scores_gb_per_layer": (1e-3, 1e6),
+            "scores_gb_all_layers": 1,
+            "fused_mb_per_layer": (1e-3, 1e6),
+        },
+        why=(
+            "a guess at each figure without the arithmetic: any 3-significant-figure number "
+            "from 0.001 to a million; the all-layers figure follows from the per-layer one (× 32)"
+        ),
+    ),
+    own_work=True,
+)
+def real_scale(ev: Evidence) -> str:
+    """The three real-scale figures, each right to 3 significant figures."""
+    return ev.expect_all()
+
+
+SPLITS = [(4096 // t, t) for t in (16, 32, 64, 128, 256, 512, 1024)]
+
+
+@ITEMS.item(
+    "test-target-practice",
+    answer="target-practice",
+    points=1,
+    values={"target_batch_size": Integer(), "target_seq_len": Integer()},
+    expected={"target_batch_size": 16, "target_seq_len": 256},
+    visible=Property(
+        "target-practice",
+        f"every split of 4,096 tokens with a power-of-two row from 16 to 1,024 ({len(SPLITS)})",
+    ),
+    own_work=True,
+)
+def target_practice(ev: Evidence) -> str:
+    """The split with the longest rows whose measured peak fits in 100 MiB."""
+    batch, seq = ev.read("target_batch_size"), ev.read("target_seq_len")
+    ev.require(
+        (batch, seq) in SPLITS,
+        f"{batch} × {seq} is not one of the splits of 4,096 tokens the question offers",
+    )
+    ev.require(
+        (batch, seq) == (16, 256),
+        f"{batch} × {seq} is not the split with the longest rows that fit in 100 MiB",
+    )
+    return "target_batch_size, target_seq_len: right"
+
+
+@ITEMS.item(
+    "test-q1",
+    answer="q1",
+    points=1,
+    values={"q1_cheaper": Shape("8x2048", "2x8192"), "q1_ratio": Exact()},
+    expected={"q1_cheaper": "8x2048", "q1_ratio": (2 * 32 * 8192**2) / (8 * 32 * 2048**2)},
+    visible=Property("q1", "either shape, with any factor above 1"),
+    own_work=True,
+)
+def q1(ev: Evidence) -> str:
+    """The cheaper shape and the exact factor between the two shapes' score memory."""
+    return ev.expect_all()

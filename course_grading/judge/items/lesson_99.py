@@ -1,0 +1,41 @@
+"""Trusted checks of the fixture lesson (``tests/grading/fixtures/solutions/99_fixture``).
+
+The grading tests' fast lesson: one graded function and one value, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from course_grading.judge.items import Evidence, Lesson, call, describe
+
+ITEMS = Lesson("99_fixture")
+
+
+@ITEMS.item("test_tokens", answer="answer_tokens", points=2, function="tokens_per_batch")
+def tokens(ev: Evidence) -> str:
+    """``tokens_per_batch(b, s) == b * s`` on the visible case's sibling and fresh cases."""
+    cases = [(2, 8192), (3, 5)]
+    cases += [(ev.rng.randint(1, 64), ev.rng.randint(1, 4096)) for _ in range(4)]
+    for (b, s), result in zip(cases, ev.call([call(b, s) for b, s in cases])):
+        got = result.value()
+        ev.require(
+            type(got) in (int, float) and got == b * s,
+            f"{result.shown} returned {describe(got)}: that is not the number of tokens in a "
+            f"{b} × {s} micro-batch",
+        )
+    return f"tokens_per_batch: right on {len(cases)} micro-batch shapes"
+
+
+@ITEMS.item(
+    "test_ratio", answer="answer_ratio", points=1, values=("attention_ratio",), own_work=True
+)
+def ratio(ev: Evidence) -> str:
+    """The attention scores' growth factor, exact (``math.isclose`` at its default 1e-9), worked
+    out without ``course_lib`` in the answer cell."""
+    got = ev.number("attention_ratio")
+    ev.require(
+        math.isclose(got, 8.0),
+        f"attention_ratio: your value {describe(got)}; the check needs the exact factor",
+    )
+    return "attention_ratio: right"

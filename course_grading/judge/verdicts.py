@@ -1,0 +1,287 @@
+"""Trusted verdicts for one submission, and the nbgrader step that records them.
+
+``grade_submission`` decides every autograded item of one submission with the lesson's trusted
+checks (``items``), from plain evidence only: the values taken out of the student's kernel after
+its last cell (``evidence.py``, re-validated by ``plain``), and the answer cells' sources as
+stored in the submitted file (graded functions are re-created from them, ``functions.py``). It
+also points at every use of ``course_lib`` in the student's cells (``uses.py``), for review.
+
+``SaveTrustedGrades`` is nbgrader's ``SaveAutoGrades`` with the trusted verdicts in place of the
+cell status: the course's ``nbgrader_config.py`` puts it (and ``nbgrader_steps.SandboxedExecute``
+in place of ``Execute``) in ``Autograde.autograde_preprocessors``, and the grading command uses
+the same class (``gradebook.record``), so ``python -m course_grading``, ``nbgrader autograde``
+and formgrader's Autograde button all record the same grades. Each verdict's message is appended
+to its test cell's output (the student's feedback shows it) and becomes the automatic comment
+of the item's answer cell (formgrader shows it); review flags set formgrader's flag.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbconvert.exporters.exporter import ResourcesDict
+from nbformat.notebooknode import NotebookNode
+from nbgrader import utils
+from nbgrader.api import Gradebook
+from nbgrader.preprocessors import SaveAutoGrades
+from traitlets import Bool
+
+from course_grading.errors import GradingError
+from course_grading.judge import items as trusted
+from course_grading.judge import plain
+from course_grading.judge.functions import FunctionSandbox
+from course_grading.judge.items import Verdict
+from course_grading.judge.lesson import LessonSpec
+from course_grading.nbgrader.course import course_directory, lesson_paths
+from course_grading.review.names import Bindings
+from course_grading.review.uses import borrowed, uses
+
+#: The first words of the output a verdict appends to its test cell.
+GRADED = "Graded outside your notebook"
+
+
+@dataclass
+class Graded:
+    """The verdicts of one submission (test-cell grade id -> ``Verdict``), and review flags."""
+
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    review: list[str] = field(default_factory=list)
+
+    @property
+    def points(self) -> float:
+        return sum(v.points for v in self.verdicts.values())
+
+
+def taken_values(payload: dict | None) -> dict[str, object]:
+    """Name -> value (or ``plain.NotPlain``) from a ``values.json`` payload (``evidence.py``)."""
+    if not isinstance(payload, dict):
+        return {}
+    if "error" in payload or not isinstance(payload.get("values"), dict):
+        why = str(payload.get("error", "no values"))[:200]
+        return {"*": plain.NotPlain(f"the values could not be read from your notebook ({why})")}
+    taken: dict[str, object] = {}
+    for name, data in payload["values"].items():
+        try:
+            taken[str(name)] = plain.decode(data)
+        except plain.NotPlain as err:
+            taken[str(name)] = err
+    return taken
+
+
+def _cells_by_id(nb: NotebookNode) -> dict[str, NotebookNode]:
+    """Grade id -> cell; a repeated id gives its last copy (the one nbgrader grades)."""
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c
+        for c in nb.cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    }
+
+
+def course_lib_review(submitted: NotebookNode, spec: LessonSpec) -> list[str]:
+    """Review flags naming every use of ``course_lib`` in the student's cells (``uses.py``).
+
+    The student's cells are the answer cells and the cells they added or changed; a use the
+    lesson's own blank already holds is not theirs.
+    """
+    from course_grading.review.cheats import student_cells
+
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    flags = []
+    for index, source in student_cells(submitted, spec):
+        cell = submitted.cells[index]
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        given = {u.code for u in uses(spec.release_text.get(gid, ""), lesson)} if gid else set()
+        found = [u.code for u in uses(source, lesson) if u.code not in given]
+        if found:
+            where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
+            flags.append(f"uses course_lib in {where}: {', '.join(found[:4])}")
+    return flags
+
+
+def grade_submission(
+    *,
+    spec: LessonSpec,
+    source: NotebookNode,
+    submitted: NotebookNode,
+    student: str,
+    payload: dict | None,
+    sandbox: FunctionSandbox,
+) -> Graded:
+    """Every item of ``spec.lesson`` decided for ``submitted`` (module docstring).
+
+    ``source`` is the lesson's instructor notebook (its declarations are checked against the
+    registry first: a ``GradingError`` if they disagree); ``payload`` the values taken out of
+    the student's kernel.
+    """
+    registered = trusted.check_notebook(spec.lesson, source)
+    values = taken_values(payload)
+    if "*" in values:  # nothing could be read: every value reads as that reason
+        values = {n: values["*"] for item in registered.values() for n in item.values}
+    graded = Graded(review=course_lib_review(submitted, spec))
+    for gid, item in registered.items():
+        answer, earlier = answer_and_earlier(submitted, spec, item.answer)
+        graded.verdicts[gid] = decide(item, spec, student, values, answer, sandbox, earlier)
+    return graded
+
+
+def answer_and_earlier(
+    submitted: NotebookNode, spec: LessonSpec, answer_id: str
+) -> tuple[str | None, list[tuple[str, str, frozenset[str]]]]:
+    """The answer cell's source as submitted (``None``: no such code cell), and every cell of
+    the student's before it: ``(where, source, use codes its lesson blank already holds)``."""
+    from course_grading.review.cheats import student_cells
+
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    cells = _cells_by_id(submitted)
+    cell = cells.get(answer_id)
+    answer = cell.source if cell is not None and cell.cell_type == "code" else None
+    cells_in_order = list(submitted.cells)
+    stop = next((i for i, c in enumerate(cells_in_order) if c is cell), len(cells_in_order))
+    earlier = []
+    for index, source in student_cells(submitted, spec):
+        if index >= stop:
+            break
+        gid = submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id")
+        given = (
+            frozenset(u.code for u in uses(spec.release_text.get(gid, ""), lesson))
+            if gid
+            else frozenset()
+        )
+        where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
+        earlier.append((where, source, given))
+    return answer, earlier
+
+
+def decide(
+    item: trusted.Item,
+    spec: LessonSpec,
+    student: str,
+    values: dict[str, object],
+    answer: str | None,
+    sandbox: FunctionSandbox,
+    earlier: Sequence[tuple[str, str, frozenset[str]]] = (),
+) -> Verdict:
+    """One item's verdict from its evidence: ``values`` (name -> plain value or
+    ``plain.NotPlain``), ``answer``, the answer cell's source as submitted (``None``: no such
+    cell), and ``earlier``, the student's cells before it (``answer_and_earlier``). A
+    ``course_lib`` use in the answer that the lesson's blank does not hold, outside the item's
+    allowed modules, a name copied from a cell that computed it with ``course_lib``, and code
+    built at run time count against it (``items.verdict``)."""
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    given = {u.code for u in uses(spec.release_text.get(item.answer, ""), lesson)}
+    mine = [u for u in uses(answer or "", lesson) if u.code not in given]
+    found = [u.code for u in mine if u.definite and not u.within(item.allowed)]
+    evidence = trusted.Evidence(
+        item,
+        student,
+        values={n: values[n] for n in item.values if n in values},
+        answer_source=answer,
+        sandbox=sandbox,
+    )
+    return trusted.verdict(
+        item,
+        evidence,
+        found,
+        borrowed=borrowed(answer or "", earlier, lesson),
+        unread=[u.code for u in mine if not u.definite],
+    )
+
+
+# --- the nbgrader step ------------------------------------------------------------------------
+
+
+def _message_output(verdict: Verdict) -> NotebookNode:
+    mark = "✓" if verdict.full else "✗"
+    text = f"{mark} {GRADED}: {verdict.line()}\n"
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+class SaveTrustedGrades(SaveAutoGrades):
+    """nbgrader's ``SaveAutoGrades``, with every autograded test scored by its trusted check.
+
+    Needs the values that ``nbgrader_steps.SandboxedExecute`` (or the grading command) took out
+    of the sandboxed kernel, in ``resources["course_grading"]["values"]``: without them it stops
+    (a ``GradingError``), so no configuration can fall back to the cell status. Written answers
+    are nbgrader's as before (manual grading).
+    """
+
+    sandbox = Bool(
+        True, help="call graded functions in a bubblewrap sandbox (False: unsafe, trusted code)"
+    ).tag(config=True)
+
+    def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
+        info = resources["nbgrader"]
+        lesson, student, name = info["assignment"], info["student"], info["notebook"]
+        mine = resources.setdefault("course_grading", {})
+        if "values" not in mine:
+            raise GradingError(
+                f"{student}/{lesson}: no values from a sandboxed run; autograde with "
+                "course_grading.nbgrader.steps.SandboxedExecute in place of Execute (the "
+                "course's nbgrader_config.py does)"
+            )
+        source, release, submitted = lesson_paths(course_directory(self), lesson, name, student)
+        sandbox = mine.get("sandbox") or FunctionSandbox.default(sandboxed=self.sandbox)
+        self.graded = grade_submission(
+            spec=LessonSpec.from_notebooks(lesson, source, release),
+            source=nbformat.read(str(source), as_version=4),
+            submitted=nbformat.read(str(submitted), as_version=4),
+            student=student,
+            payload=mine["values"],
+            sandbox=sandbox,
+        )
+        self.answer_items = {}
+        for gid, verdict in self.graded.verdicts.items():
+            item = trusted.items_of(lesson)[gid]
+            self.answer_items.setdefault(item.answer, []).append(verdict)
+        mine["graded"] = self.graded
+        nb, resources = super().preprocess(nb, resources)
+        if self.graded.review:  # formgrader's flag: someone should look at it
+            with Gradebook(info["db_url"]) as gb:
+                gb.find_submission_notebook(name, lesson, student).flagged = True
+                gb.db.commit()
+        return nb, resources
+
+    def _add_score(self, cell: NotebookNode, resources: ResourcesDict) -> None:
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        if not trusted.is_test_cell(cell):
+            return super()._add_score(cell, resources)  # written answers: nbgrader's rules
+        verdict = self.graded.verdicts.get(gid)
+        if verdict is None:
+            raise GradingError(f"test cell {gid!r} has no trusted check (items.check_notebook)")
+        grade = self.gradebook.find_grade(
+            gid, self.notebook_id, self.assignment_id, self.student_id
+        )
+        grade.auto_score = verdict.points
+        grade.needs_manual_grade = grade.manual_score is not None
+        self.gradebook.db.commit()
+        cell.outputs.append(_message_output(verdict))
+
+    def _add_comment(self, cell: NotebookNode, resources: ResourcesDict) -> None:
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        verdicts = self.answer_items.get(gid)
+        if not verdicts:
+            return super()._add_comment(cell, resources)
+        comment = self.gradebook.find_comment(
+            gid, self.notebook_id, self.assignment_id, self.student_id
+        )
+        lines = [f"{GRADED}: {v.line()}" for v in verdicts]
+        lines += [f"For review: {flag}" for flag in self.graded.review if f"({gid!r})" in flag]
+        comment.auto_comment = "\n".join(lines)
+        self.gradebook.db.commit()
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        if utils.is_grade(cell) or utils.is_solution(cell) or utils.is_task(cell):
+            return super().preprocess_cell(cell, resources, cell_index)
+        return cell, resources
+
+
+def payload_of(path: Path) -> dict:
+    """A job's ``values.json`` (``evidence.py``); a reason in place of a missing file."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return {"error": f"no values were taken ({type(err).__name__})"}

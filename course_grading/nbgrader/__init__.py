@@ -1,0 +1,1 @@
+"""nbgrader's side: the work course, its preprocessors, the gradebooks, the release."""

@@ -1,0 +1,123 @@
+"""nbgrader's own ``autograde``, made to grade the way the grading command does.
+
+nbgrader 0.9's ``Autograde.autograde_preprocessors`` is configurable. The course's
+``nbgrader_config.py`` replaces two of them, so that ``nbgrader autograde`` and formgrader's
+Autograde button record the same trusted verdicts as ``python -m course_grading``:
+
+- ``Execute`` -> :class:`SandboxedExecute`: the notebook, with every hidden-test region removed,
+  runs in a sandboxed kernel exactly as the grading command runs it (``execute.py``, in a
+  process of its own), and the declared values come back as plain data;
+- ``SaveAutoGrades`` -> ``verdicts.SaveTrustedGrades``: the trusted checks score every item.
+
+Neither falls back: where bubblewrap cannot run, autograding stops with the reason (set
+``SandboxedExecute.sandbox = False`` and ``SaveTrustedGrades.sandbox = False`` to grade trusted
+notebooks unsandboxed, knowingly).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbconvert.exporters.exporter import ResourcesDict
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Float, Integer
+
+from course_grading.autograde import stage_folder
+from course_grading.errors import GradingError
+from course_grading.judge import items
+from course_grading.judge.verdicts import payload_of
+from course_grading.nbgrader.course import course_directory, lesson_paths
+from course_grading.sandbox import bwrap as sandbox
+from course_grading.sandbox.jobs import WORKER_GRACE, JobSpec, Outcome
+
+
+class SandboxedExecute(Execute):
+    """nbgrader's ``Execute`` step, run in the course's sandbox (module docstring).
+
+    Per-cell limits are ``Execute``'s own settings (``timeout``, ``timeout_func``,
+    ``iopub_timeout``); the rest are below.
+    """
+
+    sandbox = Bool(True, help="run the notebook in a bubblewrap sandbox (False: unsafe)").tag(
+        config=True
+    )
+    notebook_timeout = Integer(1800, help="seconds a whole notebook may run").tag(config=True)
+    memory_gib = Float(4, help="GiB of memory per sandboxed process").tag(config=True)
+    max_processes = Integer(256, help="processes and threads per sandbox").tag(config=True)
+
+    def _cell_limit(self, cell: NotebookNode) -> int:
+        limit = self.timeout_func(cell) if self.timeout_func is not None else self.timeout
+        return int(limit) if limit is not None else 1800
+
+    def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
+        info = resources["nbgrader"]
+        lesson, student, name = info["assignment"], info["student"], info["notebook"]
+        coursedir = course_directory(self)
+        source, release, submitted = lesson_paths(coursedir, lesson, name, student)
+        registered = items.check_notebook(lesson, nbformat.read(str(source), as_version=4))
+        names = sorted({n for item in registered.values() for n in item.values})
+        bwrap = sandbox.check_available() if self.sandbox else None
+        if bwrap is None:
+            self.log.warning("SandboxedExecute.sandbox is False: %s runs unsandboxed", student)
+        # nbgrader autogrades one submission at a time: its kernel may use every core, as
+        # `python -m course_grading --jobs 1` gives it (the sandbox's default is one thread).
+        limits = sandbox.Limits(
+            memory_bytes=int(self.memory_gib * 2**30),
+            processes=self.max_processes,
+            threads=os.cpu_count() or 1,
+        )
+        runnable = items.strip_hidden_tests(nb)
+        with tempfile.TemporaryDirectory(prefix="shapes-autograde-") as tmp:
+            os.chmod(tmp, 0o700)
+            job = Path(tmp) / "job"
+            for folder in ("stage", "runtime"):
+                (job / folder).mkdir(parents=True)
+            nbformat.write(runnable, str(job / "in.ipynb"))
+            stage_folder([release.parent, submitted.parent], job / "stage")
+            JobSpec(
+                lesson=lesson,
+                sandbox=bwrap is not None,
+                bwrap=bwrap,
+                limits=limits.as_dict(),
+                cell_timeouts=[self._cell_limit(cell) for cell in runnable.cells],
+                notebook_timeout=self.notebook_timeout,
+                hidden=[str(job / "in.ipynb"), str(Path(coursedir.root).resolve())],
+                iopub_timeout=self.iopub_timeout,
+                uid=sandbox.sandbox_uid(0) if bwrap else None,
+                values=names,
+            ).save(job)
+            with open(job / "worker.log", "wb") as log:
+                subprocess.run(
+                    [sys.executable, "-m", "course_grading.sandbox.execute", str(job)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    timeout=self.notebook_timeout + WORKER_GRACE,
+                    check=False,
+                )
+            try:
+                outcome = Outcome.load(job)
+            except (OSError, ValueError, TypeError):
+                why = (job / "worker.log").read_text(errors="replace")[-500:]
+                raise GradingError(
+                    f"{student}/{lesson}: the grading process failed: {why}"
+                ) from None
+            if outcome.status == "sandbox failed":
+                raise GradingError(
+                    f"the sandbox does not hold ({outcome.reason}); grading stopped. Check "
+                    "bubblewrap and the grader's account"
+                )
+            if outcome.status != "ok":
+                raise GradingError(f"{student}/{lesson}: could not grade it: {outcome.reason}")
+            executed = nbformat.read(str(job / "out.ipynb"), as_version=4)
+            payload = payload_of(job / "values.json")
+        for ran, original in zip(executed.cells, nb.cells):
+            ran.source = original.source  # the test cells as recorded, declarations included
+        resources.setdefault("course_grading", {})["values"] = payload
+        return executed, resources

@@ -1,0 +1,1 @@
+"""Pages a submission reaches, made inert: the allow-list, feedback, formgrader's policy."""

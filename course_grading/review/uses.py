@@ -1,0 +1,199 @@
+"""Where a student's cells use ``course_lib``: read from the submitted file, never run.
+
+A value can always be computed somewhere and typed in, so the grader does not try to prove how a
+value was made. It reads the answer cells and the cells the student added, as stored in the
+submitted file, and names every use of ``course_lib`` it finds, for the instructor's review:
+
+- an import of it (``import course_lib.memory as m``, ``from course_lib.budget import *``);
+- a name the lesson imported from it (``attention_elements(...)``), also through an alias
+  (``f = attention_elements``) or an attribute (``m.predict``);
+- a string that names it (``importlib.import_module("course_lib.memory")``,
+  ``sys.modules["course_lib.budget"]``);
+- an import or attribute lookup whose name is built at run time (``__import__(a + b)``,
+  ``getattr(m, name)``, ``importlib.import_module(x)``): it cannot be read, so it is named too.
+
+Uses of ``course_lib.answers`` (the lessons' own feedback helpers, ``check`` and
+``ensure_answered``) are not counted: they answer nothing. The first three are *definite* (an
+``own_work`` item scores 0 when its answer cell has one); the last is only pointed at. A
+determined student can hide a use from any reading (``exec`` of a decoded string): this is a
+pointer for a person, never proof.
+
+:func:`borrowed` follows names between cells: a value computed with ``course_lib`` in a cell the
+student added (or in another answer cell) and only copied by the answer cell (``predicted_ratio
+= _x``) is named, as is anything computed from it in between.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from course_grading.review.names import Bindings, cell_tree, dotted, free_names
+
+_DYNAMIC = {
+    "__import__",
+    "importlib.import_module",
+    "importlib.__import__",
+    "getattr",
+    "eval",
+    "exec",
+    "compile",
+}
+
+
+@dataclass(frozen=True)
+class Use:
+    """One use of ``course_lib`` in a cell: the code, whether it is certain, and the dotted name
+    it reaches (``course_lib.memory.predict``; ``""`` when it cannot be read)."""
+
+    code: str
+    definite: bool = True
+    origin: str = ""
+
+    def within(self, modules: tuple[str, ...]) -> bool:
+        """Whether it reaches only into ``modules`` (an item's allowed modules).
+
+        Args:
+            modules: dotted module names (``("course_lib.memory",)``); a use of one of them or
+                of anything inside it counts as within.
+
+        Returns:
+            ``True`` when the use's origin is known and lies in one of ``modules``; a use whose
+            origin cannot be read is never within.
+        """
+        return bool(self.origin) and any(
+            self.origin == m or self.origin.startswith(m + ".") for m in modules
+        )
+
+
+#: The lessons' feedback helpers: using them is not using the library for an answer.
+HELPERS = "course_lib.answers"
+
+
+def _names_course_lib(text: str) -> bool:
+    text = text.replace(" ", "")
+    return "course_lib" in text and not text.startswith(HELPERS)
+
+
+def _is_library(origin: str) -> bool:
+    return origin.split(".")[0] == "course_lib" and not (
+        origin == HELPERS or origin.startswith(HELPERS + ".")
+    )
+
+
+def uses(source: str, lesson: Bindings) -> list[Use]:
+    """Every use of ``course_lib`` in ``source`` (module docstring), first one of each code.
+
+    A dotted name is reported once at its longest (``m.predict``, not also ``m``).
+
+    Args:
+        source: one cell's source, as stored in the submitted file.
+        lesson: the names the lesson's own cells import (``Bindings.of_lesson``).
+
+    Returns:
+        The uses in the order ``ast.walk`` meets them, each code cut to 80 characters;
+        ``[]`` for a cell that does not parse.
+    """
+    tree = cell_tree(source)
+    if tree is None:
+        return []
+    names = lesson.with_cell(tree)
+    found: dict[str, Use] = {}
+
+    def add(code: str, definite: bool = True, origin: str = "") -> None:
+        found.setdefault(code, Use(code[:80], definite, origin))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_library(alias.name):
+                    add(f"import {alias.name}", origin=alias.name)
+        elif isinstance(node, ast.ImportFrom) and _is_library(node.module or ""):
+            imported = ", ".join(a.name for a in node.names)
+            add(f"from {node.module} import {imported}", origin=node.module or "")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _names_course_lib(node.value):
+                add(repr(node.value), origin=node.value.strip())
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            origin = dotted(node, names)
+            if _is_library(origin) and not _inside_seen(node, found, names):
+                add(origin, origin=origin)
+        if isinstance(node, ast.Call):
+            name = dotted(node.func, names)
+            if name in _DYNAMIC and node.args:
+                built = [a for a in node.args[:2] if not isinstance(a, ast.Constant)]
+                if name == "getattr":
+                    built = [a for a in node.args[1:2] if not isinstance(a, ast.Constant)]
+                if built:
+                    add(f"{name}(...) with a name built at run time", definite=False)
+    return list(found.values())
+
+
+def _inside_seen(node: ast.AST, found: dict[str, Use], names: Bindings) -> bool:
+    """Whether a longer dotted name already reported covers ``node`` (``m.predict`` covers
+    ``m``)."""
+    origin = dotted(node, names)
+    return any(code.startswith(origin + ".") for code in found)
+
+
+def bound_names(source: str) -> set[str]:
+    """Every name ``source`` binds, at any depth (assignments, loops, ``def``, ``class``,
+    imports): what a later cell can take from it.
+
+    Args:
+        source: one cell's source.
+
+    Returns:
+        The bound names (an import's top-level name unless it is aliased; ``*`` imports add
+        none); empty for a cell that does not parse.
+    """
+    tree = cell_tree(source)
+    if tree is None:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+    return found
+
+
+def borrowed(
+    answer: str, earlier: Sequence[tuple[str, str, frozenset[str]]], lesson: Bindings
+) -> list[str]:
+    """Names the ``answer`` cell reads that an earlier cell computed with ``course_lib``.
+
+    ``earlier``: ``(where, source, given)`` for each of the student's cells before the answer
+    cell, in order (``where``: "cell 12 (added by the student)"; ``given``: the use codes the
+    lesson's own blank of that cell already holds, which are not the student's). A cell that
+    uses ``course_lib``, or reads a name such a cell bound, taints every name it binds; a cell
+    that binds a name without either cleans it. Returns ``"`_x` (cell 12 (...) uses ...)"``.
+
+    Only definite uses taint (``Use.definite``): a name built at run time is pointed at by
+    ``uses`` itself, not followed.
+
+    Args:
+        answer: the answer cell's source.
+        earlier: ``(where, source, given)`` for each earlier cell of the student's, in order.
+        lesson: the names the lesson's own cells import (``Bindings.of_lesson``).
+
+    Returns:
+        One line per tainted name the answer cell reads, sorted by name, saying which cell
+        computed it with what.
+    """
+    tainted: dict[str, str] = {}
+    for where, source, given in earlier:
+        found = [u.code for u in uses(source, lesson) if u.definite and u.code not in given]
+        via = sorted(free_names(source) & set(tainted))
+        for name in bound_names(source):
+            if found:
+                tainted[name] = f"{where} uses {found[0]}"
+            elif via:
+                tainted[name] = tainted[via[0]]
+            else:
+                tainted.pop(name, None)
+    return [f"`{name}` ({tainted[name]})" for name in sorted(free_names(answer) & set(tainted))]

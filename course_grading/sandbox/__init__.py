@@ -1,0 +1,1 @@
+"""Running untrusted code: bubblewrap, namespaces and limits, the kernels and the worker slots."""

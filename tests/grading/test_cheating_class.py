@@ -412,7 +412,7 @@ LOOKS_FOR_THE_GRADER = f"""import importlib.util, json, os
 found = {{
     "import": importlib.util.find_spec("course_grading") is not None,
     "folder": os.path.exists({GRADER!r}),
-    "items": os.path.exists({GRADER + "/items/lesson_99.py"!r}),
+    "items": os.path.exists({GRADER + "/judge/items/lesson_99.py"!r}),
 }}
 try:
     import course_grading
@@ -447,6 +447,6 @@ def test_the_grader_cannot_be_imported_or_read_inside_either_sandbox(graded):
     )
     found = json.loads(re.search(r"GRADER (\{.*\})", printed).group(1))
     assert found == {"import": False, "folder": False, "items": False, "imported": False}
-    assert Path(GRADER, "items", "lesson_99.py").is_file()  # it is there, outside
+    assert Path(GRADER, "judge", "items", "lesson_99.py").is_file()  # it is there, outside
     # inside the function sandbox: -1 or -2 would have cost the item its points
     assert float(graded["rows"]["looker"]["auto_score"]) == 3, graded["rows"]["looker"]

@@ -205,7 +205,9 @@ class Pass:
             return {}
         code = ENCODER.read_text() + TAKE + f"\nprint('VALUES' + _shapes_take({names!r}))"
         err, text = self.run(code)
-        payload = json.loads(text.split("VALUES", 1)[1]) if not err else {"error": err}
+        # the encoder hands back base64 of its JSON, as the kernel's reply to the grader
+        encoded = text.split("VALUES", 1)[1].strip() if not err else ""
+        payload = json.loads(base64.b64decode(encoded)) if not err else {"error": err}
         return taken_values(payload)
 
     def submitted(self, gid: str, answer: str, added: str | None) -> nbformat.NotebookNode:

@@ -20,20 +20,24 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import _checks
 from ._checks import Checkpointing, checkpointing_mode, one_of, positive_int
 from .finetune_report import FinetunePlan, Predictor
 from .hf.arch import architecture, config_dict
-from .hf.cards import card_memory, card_name
+from .hf.cards import ALLOCATORS, card_memory, card_name
 from .hf.families import lora_targets_for
 from .hf.states import OPTIMIZERS, SHARDING
 from .hf_configs import load_config
 
-__all__ = ["FinetunePlan", "plan_finetune", "resolve_model", "FINETUNES"]
+__all__ = ["FinetunePlan", "plan_finetune", "resolve_model", "FINETUNES", "LOOPS", "LOSSES"]
 
 FINETUNES = ("full", "lora", "qlora")
+LOOPS = ("trainer", "plain")
+LOSSES = ("standard", "chunked")
+ATTENTION = ("eager", "sdpa", "flash")
 MODES: tuple[Checkpointing, ...] = ("off", "blocks")  # HF models checkpoint whole layers
 MAX_ROWS = 10**9  # the search's cap: no plan needs a micro-batch of a billion rows
 
@@ -67,7 +71,7 @@ def plan_finetune(
     lora_rank: int = 16,
     lora_targets: str | list[str] | tuple[str, ...] | None = None,
     optimizer: str = "adamw",
-    attn_impl: str = "sdpa",
+    attn_impl: str | None = None,
     loss: str = "standard",
     loop: str = "trainer",
     packing: bool | str = False,
@@ -79,6 +83,7 @@ def plan_finetune(
     micro_batch: int | None = None,
     target_tokens: int | None = None,
     gpu_memory: int | str | None = None,
+    allocator: str = "default",
     **memory_kwargs: Any,
 ) -> FinetunePlan:
     """Plan a fine-tune of ``model`` on one card (per device, with ``devices`` of them).
@@ -98,7 +103,9 @@ def plan_finetune(
         lora_targets: ``None`` (PEFT's default for the family), ``"all-linear"`` or names.
         optimizer: one of :data:`course_lib.hf.states.OPTIMIZERS` (``"adamw"``:
             ``torch.optim.AdamW``, moments in the trained parameters' dtype).
-        attn_impl: ``"sdpa"``, ``"eager"`` or ``"flash"`` (FlashAttention-2).
+        attn_impl: ``"sdpa"``, ``"eager"`` or ``"flash"`` (FlashAttention-2); ``None``: sdpa,
+            or eager for a model sdpa cannot run at ``seq_len`` (Gemma 2's soft-capping, a
+            sliding window no longer than the rows), said in ``assumed``.
         loss: ``"standard"`` (fp32 log-probabilities of the full logits) or ``"chunked"``.
         loop: ``"trainer"`` (``Trainer``: outputs dropped before backward, fused AdamW) or
             ``"plain"`` (``outputs = model(...)`` held; ``torch.optim.AdamW``'s foreach step).
@@ -114,6 +121,8 @@ def plan_finetune(
         micro_batch: predict this micro-batch instead of searching.
         target_tokens: tokens per optimiser step to reach, or ``None``.
         gpu_memory: the old name of ``memory_budget`` (deprecated).
+        allocator: ``"default"`` or ``"expandable"`` (``PYTORCH_CUDA_ALLOC_CONF=
+            expandable_segments:True``): which measured reserve the device band takes.
         **memory_kwargs: more of :func:`~course_lib.hf.memory.predict_hf_memory`'s settings
             (``weights``, ``double_quant``, ``kbit_prepare``, ``adapter_dtype``,
             ``lora_dropout``, ``foreach``, ``fused``, ``offload``, ...).
@@ -131,7 +140,9 @@ def plan_finetune(
         raise ValueError("seq_len is required: the tokens in a row (the longest)")
     positive_int("seq_len", seq_len)
     fixed = None if checkpointing is None else checkpointing_mode(checkpointing)
-    settings, assumed = _settings(config, locals(), memory_kwargs)
+    run = Run(finetune, lora_rank, lora_targets, optimizer, loss, loop, devices, sharding,
+              checkpoint_every, target_tokens, allocator, packing)  # fmt: skip
+    settings, assumed = _settings(config, seq_len, dtype, attn_impl, card, run, memory_kwargs)
     pred = Predictor(config, seq_len, settings, packing, lengths)
     p = FinetunePlan(label, config, seq_len, budget, card, target_tokens, settings, assumed, pred)
     if micro_batch is not None:
@@ -162,40 +173,95 @@ def _budget(memory_budget: object, gpu_memory: object, gpu: str | None) -> tuple
     return _checks.memory_budget(memory_budget), card
 
 
-def _settings(config: dict, a: dict, extra: dict) -> tuple[dict, list[str]]:
-    """:func:`predict_hf_memory`'s keywords for the plan's arguments ``a``, checked, and the
-    defaults the plan assumed, in words."""
-    one_of("finetune", a["finetune"], FINETUNES)
-    one_of("optimizer", a["optimizer"], OPTIMIZERS)
-    one_of("sharding", a["sharding"], SHARDING)
-    one_of("loop", a["loop"], ("trainer", "plain"))
-    if a["target_tokens"] is not None:
-        positive_int("target_tokens", a["target_tokens"])
-    arch, lora = architecture(config), a["finetune"] != "full"
+@dataclass(frozen=True)
+class Run:
+    """The plan's own settings, as :func:`plan_finetune` received them (its docstring)."""
+
+    finetune: str
+    lora_rank: int
+    lora_targets: str | list[str] | tuple[str, ...] | None
+    optimizer: str
+    loss: str
+    loop: str
+    devices: int
+    sharding: str
+    checkpoint_every: int
+    target_tokens: int | None
+    allocator: str
+    packing: bool | str
+
+    @property
+    def workload(self) -> str:
+        """Which measured reserve applies (:mod:`course_lib.hf.cards`): full rows are
+        ``"fixed"``, packed rows ``"packing"``, padding-free micro-batches ``"varying"``."""
+        if not self.packing:
+            return "fixed"
+        return "varying" if self.packing == "padding-free" else "packing"
+
+
+def _attention(config: dict, seq_len: int, attn_impl: str | None) -> tuple[str, str | None]:
+    """The attention path, and what was assumed in words when the caller named none: sdpa,
+    unless the model is one sdpa cannot run at ``seq_len`` (then eager, transformers' advice
+    for training Gemma 2 and 3)."""
+    if attn_impl is not None:
+        return attn_impl, None
+    arch = architecture(config)
+    short = [w for w in arch.windows if w and w <= seq_len]
+    if arch.attn_softcap or short:
+        why = (
+            f"{arch.model_type} soft-caps its attention scores"
+            if arch.attn_softcap
+            else f"its sliding window ({min(short):,} tokens) is not longer than the rows"
+        )
+        return "eager", (
+            f"eager attention: {why}, which sdpa cannot run (transformers' advice for "
+            "training; --attention flash with FlashAttention-2 installed)"
+        )
+    return "sdpa", None
+
+
+def _settings(
+    config: dict, seq_len: int, dtype: object, attn_impl: str | None, card: str | None, run: Run,
+    extra: dict[str, Any],
+) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """:func:`predict_hf_memory`'s keywords for the plan's settings, checked, and the defaults
+    the plan assumed, in words."""
+    one_of("finetune", run.finetune, FINETUNES)
+    one_of("optimizer", run.optimizer, OPTIMIZERS)
+    one_of("sharding", run.sharding, SHARDING)
+    one_of("loop", run.loop, LOOPS)
+    one_of("allocator", run.allocator, ALLOCATORS)
+    if run.target_tokens is not None:
+        positive_int("target_tokens", run.target_tokens)
+    arch, lora = architecture(config), run.finetune != "full"
+    attn, why = _attention(config, seq_len, attn_impl)
     s: dict[str, Any] = dict(
-        dtype=a["dtype"], attn_impl=a["attn_impl"], loss=a["loss"], loop=a["loop"],
-        optimizer=a["optimizer"], devices=positive_int("devices", a["devices"]),
-        sharding=a["sharding"], card=a["card"],
-        checkpoint_every=positive_int("checkpoint_every", a["checkpoint_every"]),
-        lora_rank=positive_int("lora_rank", a["lora_rank"]) if lora else None,
+        dtype=dtype, attn_impl=attn, loss=run.loss, loop=run.loop, optimizer=run.optimizer,
+        devices=positive_int("devices", run.devices), sharding=run.sharding, card=card,
+        checkpoint_every=positive_int("checkpoint_every", run.checkpoint_every),
+        lora_rank=positive_int("lora_rank", run.lora_rank) if lora else None,
+        workload=run.workload, allocator=run.allocator,
     )  # fmt: skip
-    assumed = []
+    assumed = [why] if why else []
+    if dtype is None and not (config.get("dtype") or config.get("torch_dtype")):
+        assumed.append("float32 weights: the config names no dtype (torch_dtype), and "
+                       "from_pretrained then loads float32 (--dtype bf16 to change)")  # fmt: skip
     if lora:
-        s["lora_targets"] = a["lora_targets"]
-        targets = lora_targets_for(arch, a["lora_targets"])
-        if a["lora_targets"] is None:
+        s["lora_targets"] = run.lora_targets
+        targets = lora_targets_for(arch, run.lora_targets)
+        if run.lora_targets is None:
             assumed.append(f"LoRA on {', '.join(targets)}: PEFT's default for "
                            f"{arch.model_type} (--lora-targets to change)")  # fmt: skip
-    if a["finetune"] == "qlora":
+    if run.finetune == "qlora":
         s.update(weights="nf4", double_quant=True)
         assumed.append("QLoRA: NF4 weights with double quantisation (the QLoRA paper's recipe), "
                        "prepare_model_for_kbit_training (the other weights in fp32)")  # fmt: skip
-    if "foreach" not in extra and "fused" not in extra and a["optimizer"] in ("adamw",):
-        s["fused"] = a["loop"] == "trainer"
+    if "foreach" not in extra and "fused" not in extra and run.optimizer in ("adamw",):
+        s["fused"] = run.loop == "trainer"
         assumed.append("AdamW's step: fused, the Trainer's default (adamw_torch_fused)"
                        if s["fused"] else "AdamW's step: foreach, torch.optim.AdamW's default on "
                        "CUDA (one more copy of the second moment)")  # fmt: skip
-    if a["loop"] == "trainer":
+    if run.loop == "trainer":
         assumed.append("loop: the Trainer's (outputs dropped before backward); --loop plain "
                        "holds them, and their logits, through the backward")  # fmt: skip
     s.update(extra)

@@ -15,7 +15,7 @@ from typing import Any
 from . import finetune_text
 from ._checks import Checkpointing, one_of
 from .hf.arch import arch_parameter_count, architecture
-from .hf.cards import CAPABILITY, CONTEXT, DEFAULT_CONTEXT, RESERVE
+from .hf.cards import CAPABILITY
 from .hf.memory import HFMemory, predict_hf_memory, trainable_parameters
 from .units import table
 
@@ -236,8 +236,26 @@ class FinetunePlan:
         return dict(self.memory.at_peak) if self.memory and self.micro_batch else {}
 
     @property
+    def device_bytes_low(self) -> int:
+        """The band's bottom at the plan (:mod:`course_lib.hf.cards`; 0: nothing fits)."""
+        return self.memory.device_bytes_low if self.memory and self.micro_batch else 0
+
+    @property
+    def growth(self) -> dict[str, int]:
+        """Bytes each part of the allocated peak adds with one more row at the plan (name ->
+        bytes; empty when nothing fits): what limits the micro-batch."""
+        if not (self.memory and self.micro_batch):
+            return {}
+        now, more = self.memory.at_peak, self.predictor(self.checkpointing, self.micro_batch + 1)
+        return {k: more.at_peak.get(k, 0) - now.get(k, 0) for k in {*now, *more.at_peak}}
+
+    @property
     def decides(self) -> str:
-        """The largest part of the peak (``""`` when nothing fits)."""
+        """The part whose growth limits the plan: the one that grows most with one more row
+        (the largest part when none grows, or when nothing fits; ``""`` then)."""
+        grows = {k: v for k, v in self.growth.items() if v > 0}
+        if grows:
+            return max(sorted(grows), key=lambda k: grows[k])
         return self.memory.decides if self.memory and self.micro_batch else ""
 
     @property
@@ -246,21 +264,11 @@ class FinetunePlan:
         return self.memory.peak_at if self.memory else ""
 
     @property
-    def step_peak(self) -> int:
-        """The peak above the fixed bytes (gradients, activations, buffers)."""
-        return self.peak_bytes - self.fixed if self.peak_bytes else 0
-
-    @property
     def activations_per_row(self) -> dict[Checkpointing, int]:
         """Bytes one more row adds to the allocated peak, by checkpointing mode (between one
         and two rows: the peak is a line in the rows)."""
         return {m: self.predictor(m, 2).peak_bytes - self.predictor(m, 1).peak_bytes
                 for m in ("off", "blocks")}  # fmt: skip
-
-    @property
-    def logits_per_row(self) -> int:
-        """The fp32 log-probabilities of one row (``seq_len x vocab``)."""
-        return self.seq_len * architecture(self.config).vocab_size * 4
 
     # -- the numbers ----------------------------------------------------------------------------
 
@@ -326,7 +334,8 @@ class FinetunePlan:
             A dict of plain values (ints, strings, lists, dicts).
         """
         m = self._any
-        context = CONTEXT.get(self.card or "", DEFAULT_CONTEXT)
+        band = m.band
+        assert band is not None  # predict_hf_memory always sets it
         return {
             "model": self.model, "model_type": self.config.get("model_type"),
             "n_params": self.n_params, "n_trainable": self.n_trainable, "dtype": self.dtype,
@@ -336,10 +345,15 @@ class FinetunePlan:
                                                   "sharding", "checkpoint_every")},
             "packing": self.predictor.packing, "seq_len": self.seq_len, "gpu": self.card,
             "memory_budget": self.memory_budget, "peak_bytes": self.peak_bytes,
-            "device_bytes": self.device_bytes, "reserved_bytes": m.reserved_bytes if
-            self.micro_batch else 0, "context_bytes": context,
-            "reserve_ratio": RESERVE.get(self.attn_impl, RESERVE["eager"]),
+            "device_bytes": self.device_bytes, "device_bytes_low": self.device_bytes_low,
+            "device_bytes_high": self.device_bytes, "reserved_bytes": m.reserved_bytes if
+            self.micro_batch else 0, "context_bytes": band.context[1],
+            "context_bytes_band": list(band.context), "reserve_ratio": band.ratio[1],
+            "reserve_ratio_band": list(band.ratio), "workload": self.settings["workload"],
+            "allocator": self.settings["allocator"], "micro_batch_reason": self.why_micro_batch,
             "components": self.components, "peak_at": self.peak_at, "decides": self.decides,
+            "decides_share": round(self.components.get(self.decides, 0) / self.peak_bytes, 4)
+            if self.peak_bytes else 0.0, "decides_growth_per_row": self.growth.get(self.decides, 0),
             "fits": self.fits, "max_micro_batch": self.max_micro_batch,
             "max_micro_batch_by_mode": dict(self.max_micro_batch_by_mode),
             "micro_batch": self.micro_batch, "grad_accum_steps": self.grad_accum_steps,
@@ -349,6 +363,16 @@ class FinetunePlan:
             "assumed": list(self.assumed), "notes": list(self.notes),
             "warnings": list(self.warnings),
         }  # fmt: skip
+
+    @property
+    def why_micro_batch(self) -> str:
+        """Why the plan's micro-batch is not the largest that fits, in words (``""``: it is)."""
+        top = self.max_micro_batch
+        if not self.micro_batch or top is None or self.micro_batch == top:
+            return ""
+        return (f"the token target chose it: {self.micro_batch} x {self.grad_accum_steps} steps "
+                f"x {self.devices} device(s) is the fewest tokens per step that reach "
+                f"{self.target_tokens:,} (the largest micro-batch, {top}, takes more)")  # fmt: skip
 
     def capability(self) -> tuple[int, int] | None:
         """The card's compute capability, when a shipped card was named.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .hf.arch import architecture
-from .hf.cards import CONTEXT, DEFAULT_CONTEXT, RESERVE, device_bytes
+from .hf.cards import device_band
 from .units import format_bytes as fb
 
 FinetunePlan = Any  # a course_lib.finetune_report.FinetunePlan (it imports this module)
@@ -39,7 +39,8 @@ def rows(p: FinetunePlan) -> list[tuple[str, str]]:
         ("optimiser", f"{p.settings['optimizer']} ({OPTIMISER_WORDS[p.settings['optimizer']]})"),
         ("rows", _rows_text(p)),
         ("GPU memory", f"{p.card}: {fb(p.memory_budget)} ({p.memory_budget:,} bytes, what "
-                       "torch reports)" if p.card else fb(p.memory_budget)),
+                       "torch reports)" if p.card else f"{fb(p.memory_budget)} "
+                       f"({p.memory_budget:,} bytes: GB = 10**9, GiB = 2**30)"),
         ("weights", fb(p.weights)),
         ("adapters", f"{fb(p.adapters)}" if p.adapters else "none"),
         ("gradients", fb(p.gradients)),
@@ -93,23 +94,36 @@ def _choice(p: FinetunePlan) -> list[tuple[str, str]]:
                               p.checkpointing == "blocks" else "")  # fmt: skip
     target = f" (target {p.target_tokens:,})" if p.target_tokens else ""
     parts = sorted(p.components.items(), key=lambda kv: -kv[1])
-    context = CONTEXT.get(p.card or "", DEFAULT_CONTEXT)
-    measured = "measured on a T4" if p.card == "T4" else "the T4's, assumed for this card"
-    ratio = RESERVE.get(p.attn_impl, RESERVE["eager"])
-    source = "sdpa's, assumed for flash" if p.attn_impl == "flash" else p.attn_impl
-    share = 100 * p.components[p.decides] / p.peak_bytes
-    return [
+    band = m.band
+    assert band is not None  # predict_hf_memory always sets it
+    (low, high), (c_low, c_high) = band.ratio, band.context
+    where = ("measured on a T4" if p.card == "T4" else "published figures for current "
+             "cards, lazy module loading")  # fmt: skip
+    source = {"expandable": "expandable_segments, assumed", "fixed": "full rows: the T4 rows' "
+              "median and highest", "varying": "rows of varying length: FSDP runs on A100s",
+              "packing": "packed rows: taken as varying rows"}  # fmt: skip
+    kind = "expandable" if p.settings["allocator"] == "expandable" else p.settings["workload"]
+    grown = p.growth.get(p.decides, 0)
+    share = 100 * p.components.get(p.decides, 0) / p.peak_bytes
+    why = (f"{p.decides} grows most with one more row (+{fb(grown)} of the peak's growth of "
+           f"+{fb(sum(v for v in p.growth.values() if v > 0))}); "
+           if grown > 0 else "nothing grows with one more row at this peak; ")  # fmt: skip
+    out = [
         ("plan", f"micro-batch {p.micro_batch} x {steps}, checkpointing {ckpt}"),
         ("tokens per step", f"{p.tokens_per_step:,}{target}"),
         ("allocated peak", f"{fb(p.peak_bytes)} at {p.peak_at}: "
                            + ", ".join(f"{k} {fb(v)}" for k, v in parts[:5])),
-        ("on the device", f"{fb(p.device_bytes)} of {fb(budget)} "
-                          f"({100 * p.device_bytes / budget:.0f}%): allocator reserve "
-                          f"x{ratio:.2f} ({source}: the T4 rows' median), CUDA context "
-                          f"{fb(context)} ({measured})"),
-        ("decides", f"{p.decides} ({fb(p.components[p.decides])}, {share:.0f}% of the "
-                    "allocated peak)"),
+        ("on the device", f"{fb(p.device_bytes_low)} to {fb(p.device_bytes)} of {fb(budget)} "
+                          f"({100 * p.device_bytes / budget:.0f}% at the top, the end the plan "
+                          f"uses): the weights, then the reserve x{low:.2f} to x{high:.2f} "
+                          f"over the other {fb(band.fragments)} ({source[kind]}), CUDA context "
+                          f"{fb(c_low)} to {fb(c_high)} ({where})"),
+        ("decides", f"{p.decides}: {why}it is {fb(p.components.get(p.decides, 0))}, "
+                    f"{share:.0f}% of the allocated peak"),
     ]  # fmt: skip
+    if p.why_micro_batch:
+        out.insert(1, ("why", p.why_micro_batch))
+    return out
 
 
 def warn(p: FinetunePlan) -> None:
@@ -123,6 +137,7 @@ def warn(p: FinetunePlan) -> None:
     if p.attn_impl == "eager":
         p.notes.append("eager attention keeps batch x heads x seq_len^2 scores per layer; "
                        "sdpa and flash do not")  # fmt: skip
+    _expandable(p)
     cap = p.capability()
     if p.attn_impl == "flash" and cap and cap < (8, 0):
         p.warnings.append(f"FlashAttention-2 needs compute capability 8.0 or newer; the "
@@ -143,8 +158,25 @@ def warn(p: FinetunePlan) -> None:
         )
 
 
+def _expandable(p: FinetunePlan) -> None:
+    """Say when ``expandable_segments`` changes the answer: one more row (one row, when
+    nothing fits) fits the card at the top of the expandable allocator's band."""
+    if p.settings["allocator"] != "default":
+        return
+    rows = p.micro_batch + 1 if p.micro_batch else 1
+    m = p.predictor(p.checkpointing, rows)
+    top = device_band(m.peak_bytes, m.components["weights"] + m.components["adapters"],
+                      p.attn_impl, p.card, p.settings["workload"], "expandable").high  # fmt: skip
+    if top <= p.memory_budget:
+        p.notes.append(f"with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (--allocator "
+                       f"expandable) micro-batch {rows} fits: {fb(top)} at the top of its band "
+                       "(the default allocator's reserve decides the last row)")  # fmt: skip
+
+
 def _nothing_fits(p: FinetunePlan, one: dict) -> str:
-    fixed = device_bytes(p.fixed, p.attn_impl, p.card)
+    band = device_band(p.fixed, p.weights + p.adapters, p.attn_impl, p.card,
+                       p.settings["workload"], p.settings["allocator"])  # fmt: skip
+    fixed = band.high
     if fixed >= p.memory_budget:
         return (
             f"nothing fits: the weights, adapters and optimiser state alone need {fb(fixed)} on "

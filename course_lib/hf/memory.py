@@ -3,7 +3,8 @@
 :func:`predict_hf_memory` is what the plan calls: :func:`~course_lib.hf.predict.predict_hf_step`
 for the step (every keyword passed through) and :mod:`~course_lib.hf.states` for the bytes that
 do not depend on the batch, divided over devices as the sharding does, and
-:func:`~course_lib.hf.cards.device_bytes` for what the card shows.
+:func:`~course_lib.hf.cards.device_band` for what the card must hold (a band: the reserve over
+what fragments, at both ends of its measured range, and the CUDA context).
 
 The peak is the larger of two moments: the backward (weights, adapters, optimiser states and the
 step's own peak, which counts the gradients as they are made after ``zero_grad(set_to_none=
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..units import DTYPE_BYTES, dtype_name
 from .arch import Arch, architecture, layer_dims, parameter_dims, root_dims
-from .cards import cublas_workspaces, device_bytes, reserved_bytes
+from .cards import Band, cublas_workspaces, device_band
 from .families import lora_targets_for
 from .predict import HFStepBreakdown, predict_hf_step
 from .states import (
@@ -58,9 +59,11 @@ FIXED = ("weights", "adapters", "optimizer_state", "cublas_workspaces", "batch",
 class HFMemory:
     """Predicted bytes per device of one fine-tuning step (:func:`predict_hf_memory`).
 
-    ``peak_bytes``: the tensors at the peak (what ``max_memory_allocated`` reports);
-    ``device_bytes``: what the card must hold, the caching allocator's reserve
-    (``reserved_bytes``) plus the CUDA context; ``components``: every part's own size (name ->
+    ``peak_bytes``: the tensors at the peak (what ``max_memory_allocated`` reports), a point;
+    ``band``: what the card must hold, a range (:func:`~course_lib.hf.cards.device_band`);
+    ``device_bytes`` its top (what a plan compares with the card), ``device_bytes_low`` its
+    bottom, ``reserved_bytes`` the allocator's reserve at the top (``max_memory_reserved``);
+    ``components``: every part's own size (name ->
     bytes: :data:`FIXED`, all the gradients, the step's parts at its peak, the optimiser
     step's temporaries); ``at_peak``: ``peak_bytes`` by part at the moment that decides it
     (``peak_at``), adding up to it; ``moments``: the two candidate peaks; ``paged_bytes``: a
@@ -69,8 +72,8 @@ class HFMemory:
     """
 
     peak_bytes: int  # allocated: the tensor count at the peak
-    device_bytes: int  # what the card shows: allocator reserve and CUDA context added
-    reserved_bytes: int  # the caching allocator's reserve (max_memory_reserved)
+    device_bytes: int  # the band's top: what the card must hold, reserve and context added
+    reserved_bytes: int  # the caching allocator's reserve at the top (max_memory_reserved)
     components: dict[str, int]
     peak_at: str
     step: HFStepBreakdown
@@ -78,6 +81,12 @@ class HFMemory:
     moments: dict[str, int] = field(default_factory=dict)  # "backward", "optimizer.step"
     paged_bytes: int = 0
     at_peak: dict[str, int] = field(default_factory=dict)
+    band: Band | None = None
+
+    @property
+    def device_bytes_low(self) -> int:
+        """The band's bottom: the reserve and the context at the low end of their ranges."""
+        return self.band.low if self.band else self.device_bytes
 
     @property
     def decides(self) -> str:
@@ -89,7 +98,8 @@ def predict_hf_memory(
     config: Any, batch_size: int, seq_len: int, *, lora_rank: int | None = None,
     dtype: object = None, optimizer: str = "adamw", foreach: bool = True, devices: int = 1,
     sharding: str = "none", offload: bool = False, double_quant: bool = True,
-    card: str | None = None, fused: bool = False, **step_kwargs: Any,
+    card: str | None = None, fused: bool = False, workload: str = "fixed",
+    allocator: str = "default", **step_kwargs: Any,
 ) -> HFMemory:  # fmt: skip
     """Peak bytes per device of one step of a fine-tune (module docstring).
 
@@ -112,6 +122,9 @@ def predict_hf_memory(
             workspaces and CUDA context.
         fused: AdamW's fused kernel (the Trainer's default ``adamw_torch_fused``): no step
             temporaries.
+        workload: ``"fixed"`` rows, ``"varying"`` rows or ``"packing"``: which measured
+            reserve the band takes (:mod:`~course_lib.hf.cards`).
+        allocator: ``"default"`` or ``"expandable"`` (``expandable_segments:True``).
         **step_kwargs: passed to :func:`predict_hf_step` (``attn_impl``, ``lora_targets``,
             ``weights``, ``loss``, ``loop``, ``device`` (default ``"cuda"``), ...).
 
@@ -148,7 +161,13 @@ def predict_hf_memory(
          "batch": 2 * batch_size * seq_len * 8,  # input_ids and labels, int64
          "ddp_buckets": shard.ddp_buckets(sum(r * k for r, k in trainable) * grad_b)}  # fmt: skip
     held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
-    return _at_the_peak(c, step, trainable, grad_b, held, offload, paged, card)
+    m = _at_the_peak(c, step, trainable, grad_b, held, offload, paged, card)
+    # the device band: the reserve over what fragments (not the weights), then the context
+    m.band = device_band(m.peak_bytes, c["weights"] + c["adapters"], step.attn_impl, card,
+                         workload, allocator)  # fmt: skip
+    m.device_bytes = m.band.high
+    m.reserved_bytes = m.band.high - m.band.context[1]
+    return m
 
 
 def _at_the_peak(
@@ -191,8 +210,8 @@ def _at_the_peak(
     peak, at, parts = (backward, step.peak_at, moment) if backward >= opt_step else (
         opt_step, "optimizer.step", stepping)  # fmt: skip
     return HFMemory(
-        peak, device_bytes(peak, step.attn_impl, card), reserved_bytes(peak, step.attn_impl),
-        c, at, step, notes, {"backward": backward, "optimizer.step": opt_step}, paged,
+        peak, peak, peak, c, at, step, notes,
+        {"backward": backward, "optimizer.step": opt_step}, paged,
         {k: v for k, v in {**fixed, **parts}.items() if v},
     )  # fmt: skip
 

@@ -101,7 +101,19 @@ _CONTROL = dict.fromkeys(range(33))  # browsers drop tabs, newlines and spaces i
 
 
 def too_costly(markup: str) -> str:
-    """Why ``markup`` is not parsed as HTML at all (``LIMITS``), or ``""``. Linear time."""
+    """Why ``markup`` is not parsed as HTML at all (``LIMITS``), or ``""``. Linear time.
+
+    Nesting depth is estimated from the tags alone (an opening tag that is not void or
+    self-closed goes one deeper, a closing tag one back), so it needs no parser; it is what
+    nh3's quadratic cases grow with.
+
+    Args:
+        markup: HTML from a submission (an output, a raw cell, rendered markdown).
+
+    Returns:
+        The first limit it passes, in words with the count (``"80,000 tags (more than
+        60,000)"``); ``""`` when it is within all of them.
+    """
     size, depth_limit, tag_limit, ref_limit = LIMITS
     if len(markup) > size:
         return f"{len(markup):,} characters of HTML (more than {size:,})"
@@ -136,6 +148,15 @@ def active_parts(markup: str) -> list[str]:
 
     A linear scan of the text with character references decoded; see the module docstring
     for why a miss here is harmless.
+
+    Args:
+        markup: HTML from a submission.
+
+    Returns:
+        One entry per kind of active part, sorted: an active tag (``"<script>"``), an event
+        handler (``"onerror="``), ``"srcdoc="``, a URL attribute with its scheme
+        (``"href=javascript:"``; an image's non-``data:`` source as ``"src=:"`` or
+        ``"src=https:"``), or a style's bad token (``"style=url("``). ``[]`` when nothing is.
     """
     text = html.unescape(markup) if "&" in markup else markup
     found = set()
@@ -179,7 +200,16 @@ def _attribute(tag: str, name: str, value: str) -> str | None:
 
 
 def clean_html(markup: str) -> str:
-    """``markup`` with only the allow-list left; too costly to parse: all of it escaped."""
+    """``markup`` with only the allow-list left; too costly to parse: all of it escaped.
+
+    Args:
+        markup: HTML from a submission.
+
+    Returns:
+        nh3's cleaned HTML (allowed tags, attributes, classes and style properties; comments
+        dropped; an image's ``src`` kept only as a ``data:`` raster image); or, when
+        ``too_costly``, the first ``SHOWN_CHARS`` characters escaped inside ``<pre>``.
+    """
     if too_costly(markup):
         return f"<pre>{html.escape(markup[:SHOWN_CHARS])}</pre>"
     return nh3.clean(
@@ -199,6 +229,13 @@ def svg_active_parts(svg: str) -> list[str]:
 
     Links inside the image (``#id``, ``url(#id)``) and embedded raster images (matplotlib's
     ``imshow``) are not: the pages show an SVG as an ``<img>``, which loads nothing anyway.
+
+    Args:
+        svg: the text of an ``image/svg+xml`` output.
+
+    Returns:
+        What ``active_parts`` finds, less links, plus every ``href`` or ``xlink:href`` that
+        points outside the image; sorted, without repeats.
     """
     found = [
         part
@@ -259,7 +296,20 @@ def _image_metadata(meta: Any) -> dict:
 
 
 def neutralise_output(output: NotebookNode) -> NotebookNode:
-    """Make one output inert, in place (see the module docstring); return it."""
+    """Make one output inert, in place (see the module docstring); return it.
+
+    If any of its MIME types cannot be shown inert, the whole output becomes one
+    ``text/plain`` entry that shows each such part as text and says why: the rendered parts
+    go too, so the instructor sees the attempt rather than a cleaned copy of it.
+
+    Args:
+        output: one cell output; only one with a ``data`` bundle (display data, an execute
+            result) is changed.
+
+    Returns:
+        ``output`` itself: its ``data`` cleaned (HTML through ``clean_html``) or shown as text,
+        its ``metadata`` reduced to a raster image's plain-number size and alt text.
+    """
     data = output.get("data")
     if not isinstance(data, dict):
         return output
@@ -294,7 +344,18 @@ def _raster_bundle(bundle: Any) -> dict:
 
 
 def neutralise_cell(cell: NotebookNode) -> NotebookNode:
-    """Make one cell inert, in place: outputs, raw HTML, attachments, unsafe metadata."""
+    """Make one cell inert, in place: outputs, raw HTML, attachments, unsafe metadata.
+
+    A raw cell's source is cleaned as HTML; attachments keep only base64 raster images; an
+    nbgrader grade id that is not a plain name (templates put it into attributes) takes the
+    cell's nbgrader metadata with it; tags that are not strings are dropped.
+
+    Args:
+        cell: a notebook cell from a submission.
+
+    Returns:
+        ``cell`` itself, made inert.
+    """
     for output in cell.get("outputs", []):
         neutralise_output(output)
     if cell.get("cell_type") == "raw":
@@ -317,7 +378,15 @@ def neutralise_cell(cell: NotebookNode) -> NotebookNode:
 
 
 def neutralise_notebook(nb: NotebookNode) -> NotebookNode:
-    """Make every cell of ``nb`` inert, in place, and drop saved widget state; return it."""
+    """Make every cell of ``nb`` inert, in place, and drop saved widget state; return it.
+
+    Args:
+        nb: a notebook built from a submission, before any page is made from it.
+
+    Returns:
+        ``nb`` itself, every cell through ``neutralise_cell`` and its saved widget state
+        (``metadata.widgets``) gone.
+    """
     for cell in nb.cells:
         neutralise_cell(cell)
     nb.metadata.pop("widgets", None)

@@ -41,14 +41,33 @@ def _remove_stale(parent: Path) -> None:
 
 
 class MemoryCgroup:
-    """One sandbox's memory cgroup (v1): its limit, what it peaked at, what the kernel killed."""
+    """One sandbox's memory cgroup (v1): its limit, what it peaked at, what the kernel killed.
+
+    Args:
+        path: the cgroup's folder under the v1 memory hierarchy (``make`` creates one).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     @classmethod
     def make(cls, name: str, limit_bytes: int) -> MemoryCgroup | None:
-        """A fresh cgroup ``name`` limited to ``limit_bytes``; ``None`` where none can be made."""
+        """A fresh cgroup ``name`` limited to ``limit_bytes``; ``None`` where none can be made.
+
+        The limit covers memory and swap together where the host counts swap
+        (``memory.memsw.limit_in_bytes``), so a sandbox cannot swap its way past it. Cgroups
+        that killed workers left behind are removed first.
+
+        Args:
+            name: the cgroup's folder name, ``shapes-<worker pid>-<job>`` (the pid lets a later
+                worker tell a stale one).
+            limit_bytes: the most the whole sandbox may hold at once, in bytes.
+
+        Returns:
+            The cgroup, made under the grader's own memory cgroup; ``None`` when this is not a
+            root grader on a cgroup v1 host whose memory cgroup it can write, or when making
+            it failed (what was made is removed).
+        """
         parent = _own_v1()
         if parent is None or os.geteuid() != 0 or not os.access(parent, os.W_OK):
             return None
@@ -76,18 +95,36 @@ class MemoryCgroup:
             return ""
 
     def peak(self) -> int:
-        """The most the sandbox held at once (bytes)."""
+        """The most the sandbox held at once (bytes).
+
+        Returns:
+            ``memory.max_usage_in_bytes``: process pages and tmpfs pages together; 0 when it
+            cannot be read.
+        """
         return int(self._read("memory.max_usage_in_bytes") or 0)
 
     def oom_kills(self) -> int:
-        """How many of its processes the kernel killed at the limit."""
+        """How many of its processes the kernel killed at the limit.
+
+        Returns:
+            The ``oom_kill`` count of ``memory.oom_control``; 0 when the kernel does not report
+            it or it cannot be read.
+        """
         for line in self._read("memory.oom_control").splitlines():
             if line.startswith("oom_kill "):
                 return int(line.split()[1])
         return 0
 
     def remove(self, wait: float = 5.0) -> None:
-        """Remove the cgroup once its processes are gone (they are: the namespace ended)."""
+        """Remove the cgroup once its processes are gone (they are: the namespace ended).
+
+        The last processes may still be exiting when the job ends, so removal is retried every
+        50 ms; a cgroup still busy after ``wait`` is left (a later ``make`` removes it once
+        the worker named in it has ended).
+
+        Args:
+            wait: seconds to keep retrying.
+        """
         deadline = time.monotonic() + wait
         while self.path.exists():
             try:

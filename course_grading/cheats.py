@@ -94,7 +94,18 @@ class Finding:
 
 
 def student_cells(nb: nbformat.NotebookNode, spec: LessonSpec) -> list[tuple[int, str]]:
-    """(index, source) of every code cell holding the student's code."""
+    """(index, source) of every code cell holding the student's code.
+
+    That is every answer cell, and every other code cell that is neither a test nor locked
+    and whose source is no cell of the lesson's (one the student added or changed).
+
+    Args:
+        nb: the submitted notebook.
+        spec: the lesson, whose own cell sources are not the student's.
+
+    Returns:
+        ``(index in nb.cells, source)`` pairs, in notebook order.
+    """
     found = []
     for index, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader", {})
@@ -176,7 +187,20 @@ def _patches_course_lib(tree: ast.AST, names: Bindings) -> list[str]:
 
 
 def scan(nb: nbformat.NotebookNode, spec: LessonSpec) -> list[Finding]:
-    """Every cheat and suspicious call in the student's code of ``nb``, in cell order."""
+    """Every cheat and suspicious call in the student's code of ``nb``, in cell order.
+
+    A redefinition is reported only when a later test cell reads the name; a cell that does
+    not parse is skipped (it runs nothing). Nothing is executed.
+
+    Args:
+        nb: the submitted notebook.
+        spec: the lesson: its imports, answer names and test cells.
+
+    Returns:
+        One ``Finding`` per kind of thing found in each cell: the calls the tables name, a
+        monkeypatch of ``course_lib``, a redefined name the tests use; a cheat names the
+        later test cells it could have aimed at.
+    """
     tests = _test_positions(nb, spec)
     lesson = Bindings.of_lesson(spec.lesson_code)
     allowed = Bindings.answer_names(spec)

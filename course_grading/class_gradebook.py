@@ -35,6 +35,22 @@ def merge_into_class_gradebook(
     ``workspace`` is a grading run's ``--out`` folder; ``course`` the class's course folder (its
     ``autograded/`` receives the graded notebooks, and each submission's other files, such as
     ``submission_secret.txt`` that ``release_feedback`` needs, are copied beside them).
+
+    Each submission's grades are committed once all of them are copied. Auto scores, auto
+    comments and flags are the workspace's; a grade that already has a manual score keeps it
+    and is no longer marked as needing manual grading. A student's earlier ``autograded/``
+    folder for the lesson is replaced.
+
+    Args:
+        workspace: a grading run's ``--out`` folder (its ``course/gradebook.db`` and
+            ``course/autograded/``).
+        lesson: the lesson (nbgrader assignment id) to merge.
+        course: the class's course folder, with the students' ``submitted/`` folders.
+        class_db: the class gradebook's SQLAlchemy URL (PostgreSQL on the classroom server).
+        course_id: the nbgrader course id the class gradebook files the grades under.
+
+    Returns:
+        How many submissions were merged.
     """
     work_db = f"sqlite:///{(Path(workspace) / 'course' / 'gradebook.db').resolve()}"
     copied = 0

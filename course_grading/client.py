@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from queue import Empty
+from typing import TYPE_CHECKING, Any
 
 import nbformat
 from nbclient import NotebookClient
@@ -22,12 +23,31 @@ from course_grading.messages import MessageGuard
 from course_grading.probe import SandboxBroken, probe_failure, run_probe
 from course_grading.watch import Watch
 
+if TYPE_CHECKING:
+    from jupyter_client.client import KernelClient
+
+    from course_grading.kernel import GivenSpecKernelManager
+
 
 class GradingClient(NotebookClient):
     """nbclient with nbgrader's execution rules, CPU-time cell limits, output and message caps,
-    and the sandbox probe."""
+    and the sandbox probe.
 
-    def __init__(self, nb: nbformat.NotebookNode, spec: JobSpec, memory_watched: bool, **kw):
+    A cell's wall-clock timeout is ``int(cpu_limit * spec.wall_factor) + 1`` seconds: a backstop
+    for a cell that sleeps or blocks, since the watch only counts CPU time.
+
+    Args:
+        nb: the notebook to run (changed in place: outputs are written into it).
+        spec: the job: per-cell CPU limits (``cell_timeouts``, one per cell of ``nb``; a cell
+            past the list gets the last one), the limits, whether it is sandboxed.
+        memory_watched: whether the watch must also enforce ``limits["memory_bytes"]`` on the
+            summed resident memory (no memory cgroup holds the sandbox).
+        **kw: nbclient's own options (``km``, ``timeout``, ``allow_errors``, ...).
+    """
+
+    def __init__(
+        self, nb: nbformat.NotebookNode, spec: JobSpec, memory_watched: bool, **kw: Any
+    ) -> None:
         super().__init__(nb, **kw)
         self.spec = spec
         self.limit_of = {id(cell): limit for cell, limit in zip(nb.cells, spec.cell_timeouts)}
@@ -64,8 +84,28 @@ class GradingClient(NotebookClient):
         if content["ename"] not in ("CellTimeoutError", "KeyboardInterrupt") and not stopped:
             self.hidden_errors.append(cell_index)
 
-    def output(self, outs, msg, display_id, cell_index):
-        """Keep outputs until the notebook has printed ``limits.output_bytes``; cut the rest."""
+    def output(
+        self,
+        outs: list[nbformat.NotebookNode],
+        msg: dict[str, Any],
+        display_id: str | None,
+        cell_index: int,
+    ) -> nbformat.NotebookNode | None:
+        """Keep outputs until the notebook has printed ``limits.output_bytes``; cut the rest.
+
+        A message's size is the length of its content as JSON, summed over the whole notebook;
+        the first cell past the cap gets one ``... output cut ...`` line on stderr and is
+        recorded in ``output_cut``.
+
+        Args:
+            outs: the cell's outputs so far, appended to.
+            msg: an IOPub message from the kernel.
+            display_id: the display id it updates, if any (nbclient's).
+            cell_index: the cell's position in the notebook.
+
+        Returns:
+            The output nbclient made of ``msg`` while under the cap; ``None`` past it.
+        """
         size = len(json.dumps(msg.get("content", {}), default=str))
         self.output_bytes += size
         if self.output_bytes <= self.spec.limits["output_bytes"]:
@@ -77,7 +117,20 @@ class GradingClient(NotebookClient):
             )
         return None
 
-    async def async_start_new_kernel_client(self):
+    async def async_start_new_kernel_client(self) -> KernelClient:
+        """Connect to the kernel, then guard its messages, probe the sandbox and start the watch.
+
+        The guard starts first, so a message refused during the probe is caught too. The watch
+        spares the launched process, the sandbox's init and the kernel; any other process in
+        the tree is what a cell started.
+
+        Returns:
+            The connected kernel client.
+
+        Raises:
+            SandboxBroken: the probe found the sandbox open (the message says how); no cell
+                has run.
+        """
         kc = await super().async_start_new_kernel_client()
         self.guard = MessageGuard(kc, self.km.is_alive, self._stop_kernel)
         self.guard.start()
@@ -99,8 +152,24 @@ class GradingClient(NotebookClient):
     async def _stop_kernel(self) -> None:
         await self.km.shutdown_kernel(now=True)
 
-    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-        """Run one cell with its CPU-time limit watched (``watch.py``)."""
+    async def async_execute_cell(
+        self,
+        cell: nbformat.NotebookNode,
+        cell_index: int,
+        execution_count: int | None = None,
+        store_history: bool = True,
+    ) -> nbformat.NotebookNode:
+        """Run one cell with its CPU-time limit watched (``watch.py``).
+
+        Args:
+            cell: the cell to run (a markdown cell passes through nbclient untouched).
+            cell_index: its position in the notebook.
+            execution_count: the execution count to give it (nbclient's).
+            store_history: whether the kernel keeps it in its history (nbclient's).
+
+        Returns:
+            The cell, with its outputs.
+        """
         self.cell_index = cell_index
         if self.guard is not None:
             self.guard.cell = cell_index
@@ -144,9 +213,21 @@ class GradingClient(NotebookClient):
                     return
 
 
-def grading_client(nb, spec: JobSpec, km, memory_watched: bool) -> GradingClient:
+def grading_client(
+    nb: nbformat.NotebookNode, spec: JobSpec, km: GivenSpecKernelManager, memory_watched: bool
+) -> GradingClient:
     """The client that runs ``nb`` in ``km``'s kernel with ``spec``'s limits (nbgrader's rules:
-    errors allowed, a timed-out cell interrupted and recorded, history in memory)."""
+    errors allowed, a timed-out cell interrupted and recorded, history in memory).
+
+    Args:
+        nb: the notebook to run.
+        spec: the job's spec (limits, timeouts, whether it is sandboxed).
+        km: the manager of the job's kernel (``kernel.kernel_manager``).
+        memory_watched: whether the watch enforces the memory limit (no memory cgroup).
+
+    Returns:
+        The client, not yet started.
+    """
     return GradingClient(
         nb,
         spec,

@@ -40,6 +40,13 @@ def find_lessons(course_root: Path) -> list[str]:
 
     A lesson folder whose notebook is named differently is an error: nbgrader would treat the
     notebook as a different notebook id, and the student version would get another name.
+    Folders starting with ``.`` or ``_`` and folders without a notebook are not lessons.
+
+    Args:
+        course_root: the course's root folder (the repository), holding ``solutions/``.
+
+    Returns:
+        The lesson ids (folder names, nbgrader's assignment ids), sorted by name.
 
     Raises:
         GradingError: a lesson folder holds another notebook, or ``solutions/`` cannot be read.
@@ -66,7 +73,16 @@ def find_lessons(course_root: Path) -> list[str]:
 
 
 def nbgrader_cells(nb: nbformat.NotebookNode) -> list[dict]:
-    """Return the nbgrader metadata of every marked cell, with its index and source."""
+    """Return the nbgrader metadata of every marked cell, with its index and source.
+
+    Args:
+        nb: a notebook (instructor, student or submitted version).
+
+    Returns:
+        One dict per cell whose ``metadata.nbgrader`` has a ``grade_id``, in notebook order:
+        nbgrader's keys (``grade_id``, ``grade``, ``solution``, ``locked``, ``points``, ...)
+        plus ``index`` (its position in ``nb.cells``), ``cell_type`` and ``source``.
+    """
     cells = []
     for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {}).get("nbgrader")
@@ -86,6 +102,10 @@ def nbgrader_env() -> dict[str, str]:
     nbgrader runs the ``alembic`` executable by name when it creates a gradebook, so the
     folder of this interpreter (a virtual environment's ``bin/``) must be on ``PATH`` even when
     the environment was never activated.
+
+    Returns:
+        A copy of this process's environment with this interpreter's folder first on ``PATH``
+        and ``PYTHONUNBUFFERED`` set unless already given (so the log keeps nbgrader's order).
     """
     env = dict(os.environ)
     bin_dir = str(Path(sys.executable).parent)
@@ -102,6 +122,15 @@ def run_nbgrader(
     The combined output is returned (and appended to ``log_path`` when given). nbgrader's exit
     status is not a verdict: it is 1 when any one submission failed, and ``validate`` returns 0
     even on failure, so callers inspect the files and the gradebook instead.
+
+    Args:
+        args: nbgrader's command line after ``nbgrader`` (``["autograde", "01_shapes"]``).
+        cwd: the course folder whose ``nbgrader_config.py`` nbgrader reads.
+        log_path: a log file to append the command, its exit status and output to.
+        timeout: seconds before the process is killed; ``None`` waits for ever.
+
+    Returns:
+        The finished process, stdout and stderr combined in ``stdout`` as text.
     """
     proc = subprocess.run(
         [sys.executable, "-m", "nbgrader", *args],
@@ -155,15 +184,38 @@ class WorkCourse:
         return self.root / "nbgrader.log"
 
     def release_notebook(self, lesson: str) -> Path:
-        """The student version of ``lesson``'s notebook in this course."""
+        """The student version of ``lesson``'s notebook in this course.
+
+        Args:
+            lesson: the lesson id (folder name).
+
+        Returns:
+            ``release/<lesson>/<lesson>.ipynb`` under the work course, whether or not it exists
+            yet (``generate_assignments`` makes it).
+        """
         return self.release / lesson / f"{lesson}.ipynb"
 
     def source_notebook(self, lesson: str) -> Path:
-        """The instructor version of ``lesson``'s notebook in this course."""
+        """The instructor version of ``lesson``'s notebook in this course.
+
+        Args:
+            lesson: the lesson id (folder name).
+
+        Returns:
+            ``source/<lesson>/<lesson>.ipynb`` under the work course.
+        """
         return self.source / lesson / f"{lesson}.ipynb"
 
     def run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-        """Run one nbgrader command in this course (logged to ``nbgrader.log``)."""
+        """Run one nbgrader command in this course (logged to ``nbgrader.log``).
+
+        Args:
+            *args: nbgrader's command line after ``nbgrader``.
+            timeout: seconds before the process is killed; ``None`` waits for ever.
+
+        Returns:
+            The finished process (``run_nbgrader``); its exit status is not a verdict.
+        """
         return run_nbgrader(list(args), cwd=self.root, log_path=self.log, timeout=timeout)
 
 
@@ -181,6 +233,18 @@ def make_work_course(
     loads ``course_root/nbgrader_config.py`` (when there is one) and then points nbgrader at
     ``work_dir``. ``cell_timeout`` overrides ``Execute.timeout`` (seconds per cell);
     ``extra_config`` lines are appended to the config file as they are.
+
+    Args:
+        course_root: the course's root folder (the repository).
+        work_dir: where to build the work course; made if missing.
+        lessons: the lesson ids to copy; every lesson ``find_lessons`` sees when ``None``.
+        cell_timeout: seconds per cell for nbgrader's ``Execute.timeout``; nbgrader's own
+            default (or the course config's) when ``None``.
+        extra_config: Python lines appended to the work course's ``nbgrader_config.py``.
+
+    Returns:
+        The work course, with ``source/`` filled and its config written; nothing is
+        generated yet.
 
     Raises:
         GradingError: ``work_dir`` is not empty, or a lesson folder cannot be copied.
@@ -223,9 +287,15 @@ def make_work_course(
 def generate_assignments(work: WorkCourse) -> None:
     """Run ``nbgrader generate_assignment`` for every lesson of ``work`` in one process.
 
+    Success is judged by the student versions on disk as well as by the exit status.
+
+    Args:
+        work: the work course whose ``source/`` lessons are released into ``release/``.
+
     Raises:
         GradingError: there are no lessons, or a student version is missing afterwards (with
-            nbgrader's last error line; its whole output is in ``nbgrader.log``).
+            the first exception nbgrader names, else its last error line; its whole output is
+            in ``nbgrader.log``).
     """
     if not work.lessons:
         raise GradingError(f"no lessons to release in {work.source}")
@@ -249,5 +319,12 @@ def _first_error(output: str) -> str:
 
 
 def ignored(relpath: Path) -> bool:
-    """Whether a path relative to a course folder is one nbgrader never copies (``IGNORED``)."""
+    """Whether a path relative to a course folder is one nbgrader never copies (``IGNORED``).
+
+    Args:
+        relpath: a path relative to a lesson or course folder.
+
+    Returns:
+        ``True`` when any part of it is an ignored name or a ``.pyc`` file.
+    """
     return any(part in IGNORED or part.endswith(".pyc") for part in relpath.parts)

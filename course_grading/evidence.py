@@ -6,22 +6,32 @@ declared names as JSON. The answer is written to ``values.json`` beside ``out.ip
 ``{"values": {name: encoded}}``, or ``{"error": why}``. It is untrusted: the kernel is the
 student's, so the grader decodes and re-validates every value (``plain.decode``) and decides
 nothing from this step's success.
+
+The kernel hands its JSON back base64-encoded, so the reply's ``text/plain`` (the repr of a
+``str``) is one quoted run of base64 characters; anything else (a kernel whose formatter was
+replaced, a reply of 16 MiB of ``[[[[``) is refused by one regular-expression match, and the
+JSON itself is read by ``plain.parse``, which bounds it before it is built. Nothing is
+evaluated.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
+import base64
 import json
+import re
 from pathlib import Path
 
+from course_grading import plain
+
 ENCODER = Path(__file__).resolve().parent / "sandboxed" / "encode.py"
-REPLY_BYTES = 16 * 2**20  # the largest answer kept
+REPLY_BYTES = plain.MAX_BYTES  # the largest answer kept
+QUOTED_BASE64 = re.compile(r"'([A-Za-z0-9+/]*+={0,2})'")  # the repr of a base64 str
 TIMEOUT = 60  # seconds the kernel may take to answer
 
 _TAKE = """
 def _shapes_take(names):
-    import json
+    import base64, json
     namespace = get_ipython().user_ns
     values = {}
     for name in names:
@@ -29,7 +39,7 @@ def _shapes_take(names):
             values[name] = encode(namespace[name])
         else:
             values[name] = {"missing": name}
-    return json.dumps({"values": values})
+    return base64.b64encode(json.dumps({"values": values}).encode()).decode("ascii")
 """
 
 
@@ -47,13 +57,28 @@ async def take_values(client, names: list[str], path: Path) -> None:
         found = reply["content"].get("user_expressions", {}).get("values", {})
         if found.get("status") != "ok":
             raise ValueError(f"{found.get('ename', 'no answer')}: {found.get('evalue', '')}")
-        text = found.get("data", {}).get("text/plain", "")
-        if len(text) > REPLY_BYTES:
-            raise ValueError(f"the answer is over {REPLY_BYTES // 2**20} MiB")
-        answer = ast.literal_eval(text)
-        if not isinstance(answer, str):
-            raise ValueError("the answer is not text")
-        path.write_text(answer, encoding="utf-8")
+        path.write_bytes(reply_json(found.get("data", {}).get("text/plain", "")))
+    except plain.NotPlain as err:
+        path.write_text(json.dumps({"error": str(err)[:300]}), encoding="utf-8")
     except Exception as err:  # noqa: BLE001 (the kernel is the student's: anything can happen)
         why = f"{type(err).__name__}: {err}"[:300]
         path.write_text(json.dumps({"error": why}), encoding="utf-8")
+
+
+def reply_json(text: object) -> bytes:
+    """The JSON bytes in a kernel's ``text/plain`` reply (module docstring), checked by
+    ``plain.parse`` to be ``{"values": {...}}`` within the bounds.
+
+    Raises:
+        plain.NotPlain: the reply is not the quoted base64 of such JSON.
+    """
+    if not isinstance(text, str) or len(text) > REPLY_BYTES * 4 // 3 + 8:
+        raise plain.NotPlain(f"the answer is not text of at most {REPLY_BYTES // 2**20} MiB")
+    found = QUOTED_BASE64.fullmatch(text)
+    if found is None:
+        raise plain.NotPlain("the answer is not the text the grader asked for")
+    data = base64.b64decode(found.group(1), validate=True)
+    answer = plain.parse(data)
+    if not isinstance(answer, dict) or not isinstance(answer.get("values"), dict):
+        raise plain.NotPlain("the answer holds no values")
+    return data

@@ -91,7 +91,19 @@ def _failure(err: Exception, client: GradingClient, spec: JobSpec, job: Path) ->
 
 def run_job(job: Path) -> tuple[Outcome, int | None]:
     """Execute ``job`` (see module), write ``out.ipynb``; return the outcome and the host pid
-    of the sandbox's init (``None`` unsandboxed)."""
+    of the sandbox's init (``None`` unsandboxed).
+
+    A failure of the notebook (a broken sandbox, a dead kernel, the notebook's time budget
+    spent, a refused message) is not raised: it is the outcome's status and reason. The
+    outcome also carries what the client and the watch (or the memory cgroup) saw.
+
+    Args:
+        job: the job folder (module docstring).
+
+    Returns:
+        The outcome (its ``leftovers`` counted by the watch only; ``run_one`` completes it),
+        and the sandbox init's host pid, so the caller can check that the namespace ended.
+    """
     spec = JobSpec.load(job)
     nb = nbformat.read(str(job / "in.ipynb"), as_version=4)
     limits = sandbox.Limits(**spec.limits)
@@ -140,7 +152,16 @@ def _ended(init: int | None, wait: float = 10.0) -> bool:
 
 
 def run_one(job: Path) -> None:
-    """Run one job, check that nothing of it is left running, write its ``result.json``."""
+    """Run one job, check that nothing of it is left running, write its ``result.json``.
+
+    Sandboxed, the job's PID namespace must end with its kernel; if it outlives it, the
+    sandbox does not hold and the outcome says ``sandbox failed``. Unsandboxed, the kernel's
+    leftover processes are killed (after 2 s of grace) and counted. One line for the
+    worker's log goes to stderr.
+
+    Args:
+        job: the job folder (module docstring).
+    """
     spec = JobSpec.load(job)
     if not spec.sandbox:
         processes.kill_leftovers()  # a grader killed mid-run may have left some
@@ -186,7 +207,17 @@ def serve() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--serve``: jobs from stdin (the grader's workers); ``JOB_DIR``: one job."""
+    """``--serve``: jobs from stdin (the grader's workers); ``JOB_DIR``: one job.
+
+    The worker first becomes a child subreaper, so orphans of an unsandboxed kernel (and of
+    a killed bwrap) are reparented to it and can be found and reaped.
+
+    Args:
+        argv: the arguments after the program name; ``sys.argv[1:]`` when ``None``.
+
+    Returns:
+        0: a job's own failure is in its ``result.json``, not in the exit status.
+    """
     args = argv if argv is not None else sys.argv[1:]
     become_subreaper()  # orphans of unsandboxed kernels, and of a killed bwrap, come here
     if args == ["--serve"]:

@@ -66,7 +66,16 @@ def _hash(source: str) -> str:
 
 
 def page_policy(nonce: str, report_uri: str) -> str:
-    """The policy of one formgrader page whose own inline scripts carry ``nonce``."""
+    """The policy of one formgrader page whose own inline scripts carry ``nonce``.
+
+    Args:
+        nonce: this response's fresh nonce (URL-safe base64, never reused).
+        report_uri: where browsers post violations (jupyter_server's CSP report handler
+            under the server's base URL).
+
+    Returns:
+        The ``Content-Security-Policy`` header's value (module docstring, "pages").
+    """
     handlers = " ".join(_hash(h) for h in INLINE_HANDLERS)
     return "; ".join(
         [
@@ -86,7 +95,19 @@ def page_policy(nonce: str, report_uri: str) -> str:
 
 
 def with_nonces(page: str, nonce: str) -> str:
-    """``page`` with ``nonce`` on each inline ``<script>`` before the notebook's markup."""
+    """``page`` with ``nonce`` on each inline ``<script>`` before the notebook's markup.
+
+    Formgrader's templates put their own scripts before ``NOTEBOOK_START``; everything after
+    it may come from the submission, so nothing there gets the nonce, whatever it holds.
+
+    Args:
+        page: a formgrader page's HTML, as its handler writes it.
+        nonce: the nonce the response's policy names.
+
+    Returns:
+        The page, each ``<script`` tag without a ``src`` before the notebook's start opened as
+        ``<script nonce="..."``; the whole page when it has no notebook.
+    """
     end = page.find(NOTEBOOK_START)
     own, rest = (page, "") if end < 0 else (page[:end], page[end:])
     return _INLINE_SCRIPT.sub(f'<script nonce="{nonce}"', own) + rest
@@ -100,6 +121,17 @@ def install(handler_class: type | None = None) -> type:
     """Give ``handler_class`` (formgrader's ``BaseHandler``) and its subclasses the policies.
 
     Idempotent; returns the class.
+
+    ``content_security_policy`` (which jupyter_server's handlers send) becomes the API's policy,
+    or the files' policy on a static-file handler; ``write`` sets the page policy with a fresh
+    nonce when the chunk written is a whole HTML page.
+
+    Args:
+        handler_class: the class to patch; formgrader's ``BaseHandler`` when ``None`` (imported
+            only then, so the module loads without nbgrader).
+
+    Returns:
+        ``handler_class``, patched (once: a second call changes nothing).
     """
     if handler_class is None:
         from nbgrader.server_extensions.formgrader.base import BaseHandler

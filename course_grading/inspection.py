@@ -135,6 +135,19 @@ def inspect(sub: Submission, spec: LessonSpec) -> nbformat.NotebookNode | None:
     """Read ``sub.original`` and record everything that nbgrader would not tell us.
 
     Returns the notebook, or ``None`` when it cannot be graded at all (then ``sub`` says why).
+
+    What it finds goes into ``sub`` (problems, info, deleted and unchanged cells): copied or
+    deleted cells, edited test or read-only cells, answers left as the student version has
+    them (all of them: blank), cells marked otherwise than the lesson marks them, and what
+    only the instructor version holds.
+
+    Args:
+        sub: the submission, with ``original`` as found; its findings are added to it.
+        spec: the lesson the notebook should match.
+
+    Returns:
+        The notebook as read (not yet repaired: see ``repaired_copy``), or ``None`` when
+        there is no file or it is not a readable notebook within the limits.
     """
     if sub.original is None:
         return None
@@ -181,6 +194,16 @@ def repaired_copy(
     lesson does not know; the last copy of a known cell is marked as the lesson marks it (cell
     type, flags, points: ``_check_marks`` reported each change) with schema version 3
     (nbgrader restores the rest of its metadata from the gradebook). Every repair is reported.
+
+    Args:
+        nb: the submitted notebook (``inspect``'s answer); not changed.
+        spec: the lesson whose marks the cells are given.
+        sub: the submission; the repairs not already reported by ``inspect`` are added to its
+            info.
+
+    Returns:
+        A deep copy of ``nb`` with the metadata repaired and every code cell's outputs and
+        execution count cleared.
     """
     nb = copy.deepcopy(nb)
     last = {}
@@ -227,6 +250,16 @@ def review_autograded(
 
     ``timeouts`` is the run's ``CellTimeouts``: it tells student code from the lesson's and
     the limit each had.
+
+    A cell that failed a test is an ordinary result, and a ``NotImplementedError`` from an
+    exercise left untouched is reported as not attempted; neither is flagged here. Only each
+    cell's first error counts.
+
+    Args:
+        sub: the submission; each finding is flagged on it.
+        spec: the lesson (which grade ids are tests).
+        autograded: nbgrader's graded copy of the notebook, with its outputs.
+        timeouts: the run's per-cell limits (``autograde.CellTimeouts``).
     """
     nb = nbformat.read(str(autograded), as_version=4)
     truncated = False

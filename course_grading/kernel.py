@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
@@ -34,9 +35,22 @@ class GivenSpecKernelManager(AsyncKernelManager):
 
     jupyter_client 8 ignores ``kernel_cmd``; the spec's ``argv`` is what it runs. With
     ``inside`` set (the sandbox's runtime folder), it connects through the sandbox's init.
+
+    Args:
+        spec: the kernel spec to start (its ``argv`` is the bwrap command, or the plain
+            kernel's).
+        inside: the IPC socket prefix as the sandboxed kernel sees it
+            (``sandbox.RUNTIME``/``kernel``); ``None`` for an unsandboxed kernel, reached at
+            the connection file's own ``ip``.
+        max_bytes: the largest message the manager's and its clients' sockets accept; a
+            larger one is refused unread (``messages.py``).
+        **kwargs: jupyter_client's ``AsyncKernelManager`` options (``transport``, ``ip``,
+            ``connection_file``, ...).
     """
 
-    def __init__(self, *, spec: KernelSpec, inside: str | None, max_bytes: int, **kwargs) -> None:
+    def __init__(
+        self, *, spec: KernelSpec, inside: str | None, max_bytes: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._given_spec = spec
         self.inside, self.max_bytes = inside, max_bytes
@@ -61,14 +75,38 @@ class GivenSpecKernelManager(AsyncKernelManager):
         if self.sandbox_init is not None:  # else bwrap failed: the start times out, its log says
             self.ip = f"/proc/{self.sandbox_init}/root{self.inside}"
 
-    def client(self, **kwargs) -> GuardedKernelClient:
+    def client(self, **kwargs: Any) -> GuardedKernelClient:
+        """A client of this kernel whose sockets refuse messages over ``max_bytes`` unread.
+
+        Args:
+            **kwargs: jupyter_client's client options, passed on.
+
+        Returns:
+            A ``GuardedKernelClient`` (the manager's ``client_factory``) with the manager's
+            cap; it connects through the sandbox's init like the manager.
+        """
         client = super().client(**kwargs)
         client.max_bytes = self.max_bytes
         return client
 
 
 def kernel_manager(spec: JobSpec, job: Path, cgroup_procs: Path | None) -> GivenSpecKernelManager:
-    """The manager of ``job``'s kernel: sandboxed as ``spec`` says, or not."""
+    """The manager of ``job``'s kernel: sandboxed as ``spec`` says, or not.
+
+    Either way the kernel talks over IPC sockets in ``job/runtime`` (TCP could not cross the
+    sandbox's network namespace); a sandboxed kernel is interrupted by message, since a signal
+    to bwrap would not reach it.
+
+    Args:
+        spec: the job's spec (sandboxed or not, bwrap's path, the slot's uid, the limits).
+        job: the job's folder, holding ``stage/`` (what the kernel may see) and ``runtime/``
+            (the connection file and, unsandboxed, the sockets).
+        cgroup_procs: the ``cgroup.procs`` file of the sandbox's memory cgroup, joined before
+            bwrap starts; ``None`` when there is none (or no sandbox).
+
+    Returns:
+        The manager, not started.
+    """
     runtime = job / "runtime"
     limits = sandbox.Limits(**spec.limits)
     if spec.sandbox:

@@ -80,7 +80,17 @@ def instructor_lines(source: Path, release: Path) -> frozenset[str]:
     """The lines of ``source`` (instructor version) a student of ``release`` never sees.
 
     A line that is part of a line the student version shows (a hidden ``f(x)`` beside a visible
-    ``y = f(x)``) is left out: finding it in feedback would prove nothing.
+    ``y = f(x)``) is left out: finding it in feedback would prove nothing. So is a line
+    shorter than ``MIN_CHARS`` (spaces left out), a delimiter line, and any line the student
+    version or the instructor version's non-solution cells show outside their regions.
+    Lines are compared with runs of whitespace folded to one space.
+
+    Args:
+        source: the instructor version of the lesson's notebook.
+        release: the student version of the same notebook.
+
+    Returns:
+        The normalised lines that give the instructor's material away when found in feedback.
     """
     source_nb = nbformat.read(str(source), as_version=4)
     public = set()
@@ -109,19 +119,44 @@ def instructor_lines(source: Path, release: Path) -> frozenset[str]:
 
 def visible_text(page: str) -> str:
     """The text a reader of an HTML page sees: no tags, styles, scripts or hidden elements;
-    entities decoded (``page_text``)."""
+    entities decoded (``page_text``).
+
+    Args:
+        page: an HTML document or fragment.
+
+    Returns:
+        The shown text, as ``page_text.read`` gives it; read without a time budget.
+    """
     return page_text.read(page).shown
 
 
 def instructor_marks(source: str) -> list[str]:
-    """The instructor version's delimiter lines (``INSTRUCTOR_MARKS``) that ``source`` holds."""
+    """The instructor version's delimiter lines (``INSTRUCTOR_MARKS``) that ``source`` holds.
+
+    Args:
+        source: a cell's source.
+
+    Returns:
+        The marks found as whole lines (surrounding spaces ignored), in ``INSTRUCTOR_MARKS``'
+        order; ``[]`` for a cell a student version could hold.
+    """
     lines = {line.strip() for line in source.splitlines()}
     return [mark for mark in INSTRUCTOR_MARKS if mark in lines]
 
 
 def own_lines(notebook: Path) -> frozenset[str]:
     """Every line of every cell the student submitted (what they already had), except cells
-    holding the instructor version's delimiters: those are a copy, not the student's own."""
+    holding the instructor version's delimiters: those are a copy, not the student's own.
+
+    An instructor line found in feedback is a leak only if none of these holds it: what the
+    student wrote themselves cannot have been given away to them.
+
+    Args:
+        notebook: the student's submitted notebook.
+
+    Returns:
+        The normalised lines (whitespace runs folded to one space) of their own cells.
+    """
     nb = nbformat.read(str(notebook), as_version=4)
     lines: set[str] = set()
     for cell in nb.cells:
@@ -131,7 +166,16 @@ def own_lines(notebook: Path) -> frozenset[str]:
 
 
 def unchecked(found: list[str]) -> str:
-    """Why a scan could not finish (``found`` is its answer), or ``""`` when it did."""
+    """Why a scan could not finish (``found`` is its answer), or ``""`` when it did.
+
+    Args:
+        found: what ``found_in`` or ``leaked`` returned.
+
+    Returns:
+        The reason inside an ``UNCHECKED`` answer (``"ran past its 30 s budget while looking
+        for instructor lines"``, say), or ``""`` when ``found`` lists lines (or nothing) from a
+        finished scan.
+    """
     prefix = UNCHECKED.split("{", 1)[0]
     return found[0][len(prefix) : -1] if found and found[0].startswith(prefix) else ""
 
@@ -180,7 +224,21 @@ def leaked(
     page: Path, secret: frozenset[str], own: frozenset[str], *, seconds: float = SCAN_SECONDS
 ) -> list[str]:
     """The instructor lines in the HTML file ``page`` that the student's cells do not hold:
-    in what it shows, in hidden elements, attributes, comments and scripts (``found_in``)."""
+    in what it shows, in hidden elements, attributes, comments and scripts (``found_in``).
+
+    A file over ``4 * MAX_SCAN_CHARS`` bytes is not read at all (a UTF-8 character is at most
+    four bytes, so it would be over the character limit anyway).
+
+    Args:
+        page: a feedback HTML file.
+        secret: ``instructor_lines`` of the lesson.
+        own: ``own_lines`` of the student's submission.
+        seconds: the time budget for reading the page and searching it together.
+
+    Returns:
+        The instructor lines found, sorted; or one line, ``UNCHECKED`` with the reason, when
+        the page is too large or its scan ran past ``seconds``.
+    """
     deadline = Deadline(seconds)
     if page.stat().st_size > MAX_SCAN_CHARS * 4:
         return [UNCHECKED.format(why=f"was given a page of {page.stat().st_size} bytes")]
@@ -199,6 +257,15 @@ def notebook_text(nb: nbformat.NotebookNode, *, seconds: float = SCAN_SECONDS) -
     as colours). Stricter than the page itself: it also holds what a page would only carry in
     a script. Markup that cannot be read within ``seconds`` leaves a mark that makes
     ``found_in`` answer ``UNCHECKED``.
+
+    Args:
+        nb: the notebook a feedback page is made from (autograded, with outputs).
+        seconds: the time budget for reading all of its markup outputs together.
+
+    Returns:
+        Every source, stream text, error name, value and traceback, and text output of
+        ``nb``, one part per line group; each markup output followed by its ``page_text``
+        reading.
     """
     deadline = Deadline(seconds)
     parts: list[str] = []

@@ -32,7 +32,21 @@ class LessonSpec:
 
     @classmethod
     def from_notebooks(cls, lesson: str, source: Path, release: Path) -> LessonSpec:
-        """The spec of ``lesson`` from its instructor (``source``) and student versions."""
+        """The spec of ``lesson`` from its instructor (``source``) and student versions.
+
+        A cell's kind comes from the instructor version's nbgrader flags: graded and a
+        solution (or a task) is a written answer, graded alone a test, a solution alone an
+        autograded answer, locked alone a read-only cell.
+
+        Args:
+            lesson: the lesson id (its folder name).
+            source: the instructor version of its notebook (``solutions/``).
+            release: the student version (``notebooks/``).
+
+        Returns:
+            The spec: cells by kind with their points, each grade id's source in both versions,
+            the lesson's own code and sources, and each cell's marks.
+        """
         source_nb = nbformat.read(str(source), as_version=4)
         release_nb = nbformat.read(str(release), as_version=4)
         src, rel = nbgrader_cells(source_nb), nbgrader_cells(release_nb)
@@ -69,7 +83,15 @@ class LessonSpec:
         return sum(self.written.values())
 
     def kind(self, grade_id: str) -> str:
-        """A plain name for the kind of cell ``grade_id`` is."""
+        """A plain name for the kind of cell ``grade_id`` is.
+
+        Args:
+            grade_id: an nbgrader grade id of this lesson.
+
+        Returns:
+            ``"test cell"``, ``"written answer"``, ``"answer cell"`` or, for anything else,
+            ``"read-only cell"``; the words the report uses.
+        """
         if grade_id in self.tests:
             return "test cell"
         if grade_id in self.written:
@@ -85,7 +107,16 @@ MARKED = ("grade", "solution", "locked", "task")
 
 def marks_of(cell: dict) -> dict:
     """What an nbgrader cell (``nbgrader_cells``' form) is marked as: its cell type, its flags
-    (``MARKED``, missing ones false) and, for a graded cell, its points."""
+    (``MARKED``, missing ones false) and, for a graded cell, its points.
+
+    Args:
+        cell: one entry of ``nbgrader_cells``: nbgrader's metadata with ``cell_type``.
+
+    Returns:
+        ``{"cell_type", "grade", "solution", "locked", "task"}`` and, when graded, ``"points"``:
+        a float, or the value's text cut to 40 characters when it is not a number (a student's
+        metadata may hold anything, and the report shows it).
+    """
     marks = {"cell_type": cell.get("cell_type"), **{k: bool(cell.get(k)) for k in MARKED}}
     if marks["grade"]:
         try:

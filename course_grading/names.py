@@ -8,17 +8,33 @@ from __future__ import annotations
 
 import ast
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from IPython.core.inputtransformer2 import TransformerManager
 
 from course_grading.lesson import LessonSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _TRANSFORMER = TransformerManager()
 
 
 @lru_cache(maxsize=4096)
 def cell_tree(source: str) -> ast.Module | None:
-    """The cell's syntax tree, magics included as calls; ``None`` if it does not parse."""
+    """The cell's syntax tree, magics included as calls; ``None`` if it does not parse.
+
+    IPython's own transformer turns ``!ls`` and ``%time f()`` into ``get_ipython()`` calls first,
+    so a shell escape or a magic is seen as the call it runs. Cached: the cheat scan and the
+    uses scan parse the same cells many times.
+
+    Args:
+        source: the text of one code cell, as the notebook stores it.
+
+    Returns:
+        The parsed module, or ``None`` when the cell is not valid Python even after IPython's
+        rewriting (such a cell raises at run time and so runs nothing).
+    """
     try:
         return ast.parse(_TRANSFORMER.transform_cell(source))
     except (SyntaxError, ValueError):
@@ -27,11 +43,23 @@ def cell_tree(source: str) -> ast.Module | None:
 
 @lru_cache(maxsize=4096)
 def free_names(source: str) -> frozenset[str]:
-    """Names a cell reads without binding them itself (what it takes from the namespace)."""
+    """Names a cell reads without binding them itself (what it takes from the namespace).
+
+    A name is free if it is loaded somewhere in the cell and never stored, defined (``def``,
+    ``class``) or taken as a parameter anywhere in it; scopes are not told apart, so a name a
+    function's body binds hides the same name read at module level.
+
+    Args:
+        source: the text of one code cell.
+
+    Returns:
+        The free names; empty when the cell does not parse.
+    """
     tree = cell_tree(source)
     if tree is None:
         return frozenset()
-    loaded, stored = set(), set()
+    loaded: set[str] = set()
+    stored: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
@@ -61,7 +89,7 @@ def _imports(tree: ast.AST) -> dict[str, str]:
 
 def _bindings(statements: list[ast.stmt]) -> list[tuple[str, ast.AST, ast.stmt]]:
     """(name, target, statement) for every module-level binding, blocks included."""
-    found = []
+    found: list[tuple[str, ast.AST, ast.stmt]] = []
     for stmt in statements:
         targets: list[ast.AST] = []
         if isinstance(stmt, ast.Assign):
@@ -101,13 +129,30 @@ def _base(node: ast.AST) -> str:
 
 class Bindings:
     """What each imported name in a namespace refers to (``math`` -> ``math``,
-    ``predict`` -> ``course_lib.memory.predict``), to resolve the code a cell calls."""
+    ``predict`` -> ``course_lib.memory.predict``), to resolve the code a cell calls.
+
+    Args:
+        imports: local name -> the dotted name it is bound to (copied, so the caller's dict
+            may change afterwards).
+    """
 
     def __init__(self, imports: dict[str, str]) -> None:
         self.imports = dict(imports)
 
     @classmethod
     def of_lesson(cls, code: list[str]) -> Bindings:
+        """The namespace the lesson's own cells set up by importing, before any student code.
+
+        Later cells win, as they would when the notebook runs top to bottom; cells that do not
+        parse are skipped.
+
+        Args:
+            code: sources of the lesson's own code cells (``LessonSpec.lesson_code``), in
+                notebook order.
+
+        Returns:
+            The bindings of every import in those cells.
+        """
         imports: dict[str, str] = {}
         for source in code:
             tree = cell_tree(source)
@@ -116,16 +161,43 @@ class Bindings:
         return cls(imports)
 
     def with_cell(self, tree: ast.AST) -> Bindings:
+        """This namespace as one cell sees it: its own imports added over the lesson's.
+
+        Args:
+            tree: the cell's syntax tree (``cell_tree``).
+
+        Returns:
+            New bindings; ``self`` is left unchanged, so each cell starts from the lesson's.
+        """
         return Bindings({**self.imports, **_imports(tree)})
 
     def module_of(self, node: ast.AST) -> str:
-        """The dotted origin of ``node`` if it comes from an import, else ``""``."""
+        """The dotted origin of ``node`` if it comes from an import, else ``""``.
+
+        Args:
+            node: a name, attribute chain or call in a cell (``e``, ``os.path.join``, ``f()``).
+
+        Returns:
+            What ``dotted`` resolves it to when its leftmost name is imported
+            (``from os import _exit as e; e`` -> ``"os._exit"``), else ``""``: a local name
+            says nothing about which module the code comes from.
+        """
         base = _base(node)
         return dotted(node, self) if base in self.imports else ""
 
     @staticmethod
     def answer_names(spec: LessonSpec) -> frozenset[str]:
-        """Names the answer cells bind (instructor and student versions): the student's to set."""
+        """Names the answer cells bind (instructor and student versions): the student's to set.
+
+        Rebinding one of these is the exercise, not a cheat, so the redefinition scan lets
+        them through.
+
+        Args:
+            spec: the lesson whose answer cells are read.
+
+        Returns:
+            Every module-level name bound in either version of any answer cell.
+        """
         names = set()
         for gid in spec.answers:
             for text in (spec.source_text.get(gid, ""), spec.release_text.get(gid, "")):
@@ -134,11 +206,24 @@ class Bindings:
                     names |= {name for name, _, _ in _bindings(tree.body)}
         return frozenset(names)
 
-    def redefinitions(self, tree: ast.Module, allowed: frozenset[str], spec: LessonSpec):
+    def redefinitions(
+        self, tree: ast.Module, allowed: frozenset[str], spec: LessonSpec
+    ) -> Iterator[tuple[str, str]]:
         """(name, code) for each module-level rebinding in ``tree`` of a name not in ``allowed``.
 
         Importing what the lesson imports under the same name is not a rebinding; assigning to
-        an attribute of a lesson import (``math.isclose = ...``) rebinds that import.
+        an attribute of a lesson import (``math.isclose = ...``) rebinds that import, unless it
+        resolves into ``course_lib`` (the monkeypatch scan reports those).
+
+        Args:
+            tree: a student cell's syntax tree.
+            allowed: names the student may rebind (``answer_names``).
+            spec: the lesson being scanned (not read by this method).
+
+        Yields:
+            ``(name, code)``: the rebound name and a short rendering of the rebinding for the
+            report (``"x = ..."``, ``"def f"``, ``"import as np: numpy"``,
+            ``"math.isclose = ..."``).
         """
         mine = _imports(tree)
         for name, target, stmt in _bindings(tree.body):
@@ -159,7 +244,16 @@ class Bindings:
 def dotted(node: ast.AST, names: Bindings) -> str:
     """``os._exit`` for ``os._exit``, ``get_ipython().kernel`` for ``get_ipython().kernel``,
     with imported names resolved (``from os import _exit as e; e`` -> ``os._exit``); ``""``
-    for anything else."""
+    for anything else.
+
+    Args:
+        node: an expression from a cell; only names, attributes and calls resolve.
+        names: the imports in force, to resolve the leftmost name.
+
+    Returns:
+        The dotted rendering (a call as ``()``, its arguments dropped), or ``""`` when any part
+        of the chain is something else (a subscript, a literal, a lambda).
+    """
     if isinstance(node, ast.Name):
         return names.imports.get(node.id, node.id)
     if isinstance(node, ast.Attribute):

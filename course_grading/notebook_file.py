@@ -48,6 +48,18 @@ def _size(n: float) -> str:
 def read_no_follow(path: Path, limit: int) -> bytes:
     """The bytes of the regular file ``path``, never through a link, at most ``limit`` of them.
 
+    The file is opened with ``O_NOFOLLOW`` (and ``O_NONBLOCK``, so a FIFO cannot hang the
+    grader) and judged by ``fstat`` of what was opened, so a link or a swapped file between
+    a check and the open is not read; a file that grows past ``limit`` while it is read is
+    refused too.
+
+    Args:
+        path: the file as found (``Submission.original``).
+        limit: the most bytes to accept.
+
+    Returns:
+        The file's whole content.
+
     Raises:
         NotRead: ``path`` is a link, not a regular file, unreadable, or over ``limit`` bytes.
     """
@@ -146,7 +158,18 @@ def _within_limits(sub: Submission, cells: list, file_bytes: int) -> bool:
 
 def read_notebook(sub: Submission) -> nbformat.NotebookNode | None:
     """``sub.original`` read as a notebook within the limits (an nbformat 3 notebook upgraded,
-    and the report says so); ``None`` after flagging it not gradable with the reason."""
+    and the report says so); ``None`` after flagging it not gradable with the reason.
+
+    The limits (module docstring) are checked on the raw JSON before nbformat parses it;
+    a huge saved output is reported but does not stop grading.
+
+    Args:
+        sub: the submission to read; every refusal or note goes into it.
+
+    Returns:
+        The notebook as nbformat 4, or ``None`` when there is no file, it cannot be read,
+        is not a notebook, or is over a limit.
+    """
     if sub.original is None:
         return None
     try:

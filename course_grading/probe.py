@@ -16,20 +16,20 @@ ordinary port on 127.0.0.1); such a connection must not stop a class's grading.
 
 from __future__ import annotations
 
-import ast
-import json
+import base64
 import os
 import secrets
 import socket
 import sys
 import time
 
-from course_grading import sandbox
+from course_grading import plain, sandbox
+from course_grading.evidence import QUOTED_BASE64
 from course_grading.jobs import JobSpec
 
 PROBE = """
 def _shapes_probe(hidden, venv, port, token, folders):
-    import importlib, json, os, resource, socket
+    import base64, importlib, json, os, resource, socket
     def importable(name):
         try:
             importlib.import_module(name)
@@ -61,7 +61,7 @@ def _shapes_probe(hidden, venv, port, token, folders):
             sizes[folder] = found.f_blocks * found.f_frsize
         except OSError:
             sizes[folder] = -1
-    return json.dumps({
+    return base64.b64encode(json.dumps({
         "visible": visible, "venv_writable": venv_writable, "network": network,
         "uid": os.getuid(), "pid": os.getpid(),
         "processes_seen": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
@@ -70,7 +70,7 @@ def _shapes_probe(hidden, venv, port, token, folders):
         "sizes": sizes,
         "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
         "processes": resource.getrlimit(resource.RLIMIT_NPROC)[0],
-    })
+    }).encode()).decode("ascii")
 """
 
 
@@ -149,7 +149,7 @@ async def run_probe(client, spec: JobSpec) -> dict:
     found = reply["content"].get("user_expressions", {}).get("probe", {})
     if found.get("status") != "ok":
         return {"error": found.get("evalue") or "the probe did not run"}
-    probe = json.loads(ast.literal_eval(found["data"]["text/plain"]))
+    probe = probe_reply(found.get("data", {}).get("text/plain"))
     probe["reached_host"] = reached
     return probe
 
@@ -184,3 +184,16 @@ def probe_failure(probe: dict | None, spec: JobSpec) -> str:
         (probe["processes"] != limits.processes, f"its process limit is {probe['processes']}"),
     ]
     return next((why for failed, why in failures if failed), "")
+
+
+def probe_reply(text: object) -> dict:
+    """The probe's answer from the kernel's ``text/plain`` reply: the quoted base64 of its JSON
+    (read as ``evidence.py`` reads values: matched, decoded, bounded by ``plain.parse``)."""
+    found = QUOTED_BASE64.fullmatch(text) if isinstance(text, str) and len(text) < 2**20 else None
+    if found is None:
+        return {"error": "the probe's answer is not the text it writes"}
+    try:
+        answer = plain.parse(base64.b64decode(found.group(1), validate=True))
+    except (plain.NotPlain, ValueError) as err:
+        return {"error": f"the probe's answer could not be read ({err})"}
+    return answer if isinstance(answer, dict) else {"error": "the probe's answer is not a dict"}

@@ -48,6 +48,12 @@ def normalise_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
     nbgrader metadata (``metadata.nbgrader``, ``editable``, ``deletable``) and cell ids are kept.
     Needs the dev extra (``nbstripout``).
+
+    Args:
+        nb: the notebook to strip; changed in place.
+
+    Returns:
+        ``nb`` itself, stripped (what ``nbstripout.strip_output`` returns).
     """
     from nbstripout import strip_output  # dev extra: only the release normalises notebooks
 
@@ -57,19 +63,45 @@ def normalise_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def notebook_text(nb: nbformat.NotebookNode) -> str:
-    """Serialise a notebook the way ``nbformat.write`` does (indent 1, sorted keys, final LF)."""
+    """Serialise a notebook the way ``nbformat.write`` does (indent 1, sorted keys, final LF).
+
+    Args:
+        nb: the notebook to serialise (not changed).
+
+    Returns:
+        Its JSON text, ending in a newline as a file written by ``nbformat.write`` does.
+    """
     text = nbformat.writes(nb)
     return text if text.endswith("\n") else text + "\n"
 
 
 def normalised_text(path: Path) -> str:
-    """Read a notebook file and return its normal form as text."""
+    """Read a notebook file and return its normal form as text.
+
+    The notebook is read without converting its nbformat version, so normalising never
+    upgrades a file.
+
+    Args:
+        path: a ``.ipynb`` file.
+
+    Returns:
+        The text the file would hold in its normal form (``notebook_text`` of the stripped
+        notebook).
+    """
     nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
     return notebook_text(normalise_notebook(nb))
 
 
 def normalise_file(path: Path, *, check: bool = False) -> bool:
-    """Bring one notebook file to its normal form; return whether it was (or would be) changed."""
+    """Bring one notebook file to its normal form; return whether it was (or would be) changed.
+
+    Args:
+        path: a ``.ipynb`` file, rewritten in place (UTF-8, LF line ends) unless ``check``.
+        check: only report whether the file is out of its normal form; write nothing.
+
+    Returns:
+        ``True`` when the file's text differs from its normal form.
+    """
     path = Path(path)
     old = path.read_text(encoding="utf-8")
     new = normalised_text(path)
@@ -88,6 +120,13 @@ def release_files(work: WorkCourse) -> dict[str, str | bytes]:
 
     Keys are paths relative to the release folder (``<lesson>/<file>``); notebooks are
     normalised text, any other file nbgrader copied along is raw bytes.
+
+    Args:
+        work: a work course after ``generate_assignments``.
+
+    Returns:
+        ``<lesson>/<file>`` -> content, for every file of every lesson's release folder but
+        the ignored ones (``course.IGNORED``), in sorted path order per lesson.
     """
     files: dict[str, str | bytes] = {}
     for lesson in work.lessons:
@@ -100,7 +139,19 @@ def release_files(work: WorkCourse) -> dict[str, str | bytes]:
 
 
 def build_release(course_root: Path, work_dir: Path) -> tuple[WorkCourse, dict[str, str | bytes]]:
-    """Generate every lesson's student version from ``course_root/solutions`` in ``work_dir``."""
+    """Generate every lesson's student version from ``course_root/solutions`` in ``work_dir``.
+
+    Args:
+        course_root: the course's root folder (the repository).
+        work_dir: an empty or missing folder for the work course.
+
+    Returns:
+        The work course, and its release files as ``release_files`` gives them.
+
+    Raises:
+        GradingError: from ``make_work_course`` or ``generate_assignments`` (a folder that is
+            not empty, a lesson that cannot be copied or released).
+    """
     work = make_work_course(course_root, work_dir)
     generate_assignments(work)
     return work, release_files(work)
@@ -120,6 +171,15 @@ def compare_release(expected: dict[str, str | bytes], course_root: Path) -> list
     """List how ``course_root/notebooks`` differs from ``expected``; empty means in sync.
 
     Lesson folders in ``notebooks/`` without a source in ``solutions/`` count as differences.
+    Files are compared byte for byte (a notebook as its normal form's UTF-8 text).
+
+    Args:
+        expected: the release, as ``build_release`` returns it.
+        course_root: the course's root folder, holding the committed ``notebooks/``.
+
+    Returns:
+        One line per difference, naming the path under ``notebooks/`` and what to do: a stale
+        file, a missing one, one that differs, or a lesson folder with no source.
     """
     release_dir = Path(course_root) / RELEASE_DIR
     lessons = sorted({key.split("/", 1)[0] for key in expected})
@@ -148,6 +208,14 @@ def write_release(expected: dict[str, str | bytes], course_root: Path) -> list[s
 
     Files inside a released lesson folder that the release no longer produces are removed;
     folders of other names are left alone (``compare_release`` reports them).
+    A file whose bytes already match is not rewritten, so its modification time stays.
+
+    Args:
+        expected: the release, as ``build_release`` returns it.
+        course_root: the course's root folder; its ``notebooks/`` is written.
+
+    Returns:
+        The paths under ``notebooks/`` written, then those removed (marked ``(removed)``).
     """
     release_dir = Path(course_root) / RELEASE_DIR
     lessons = sorted({key.split("/", 1)[0] for key in expected})

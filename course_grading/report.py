@@ -9,15 +9,19 @@ per lesson, total and maximum.
 Much of a row is text a student controls (their id, their file's name, an exception's message,
 a value quoted back to them). Every such text is written as text: one line (newlines and other
 control characters, terminal escapes included, become spaces, already in each ``Row``, so the
-command's summary on the terminal is safe too), no raw HTML in ``report.md`` (``<``, ``>``
-and ``&`` become entities, ``|`` is escaped), and no CSV cell that a spreadsheet would run as
-a formula (a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a
-leading ``'``).
+command's summary on the terminal is safe too), nothing live in ``report.md`` (every ASCII
+punctuation character that means something there is backslash-escaped, as CommonMark allows
+for any of them: no link, image, autolink, HTML, entity or code span can start, ``|`` cannot
+end a table cell, and a bare URL's ``:``, ``/``, ``.`` and ``@`` are escaped so GFM's
+linkify does not see one), and no CSV cell that a spreadsheet would run as a formula (a
+cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading
+``'``).
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -33,6 +37,9 @@ UNSANDBOXED = (
 )
 STATUSES = ("ok", "flagged", "not graded", "missing", "unrecognised")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
+#: What can start a link, image, autolink, HTML, entity, code span or emphasis, or end a cell
+#: (``_`` inside a word is not emphasis in CommonMark and stays, so ``99_fixture`` reads as is).
+_PUNCTUATION = re.compile(r"([\\`*~!\[\]()<>&|:./@{}])")
 
 
 @dataclass(frozen=True)
@@ -81,9 +88,9 @@ def csv_text(text: str) -> str:
 
 
 def markdown_text(text: str) -> str:
-    """Text for a Markdown table cell: one line, no HTML, no cell breaks."""
-    text = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("|", "\\|").replace("`", "\\`")
+    """Text for a Markdown table cell: one line, its meaningful punctuation escaped, so
+    nothing of it is a link, an image, HTML or a cell break (module docstring)."""
+    return _PUNCTUATION.sub(r"\\\1", one_line(text))
 
 
 def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:

@@ -192,6 +192,23 @@ def grade(
     ``timings``, if given, receives the seconds each step took (``course``, ``autograde``,
     ``feedback``): for the benchmark and the command's last line, never for the report.
 
+    Args:
+        submissions_dir: the folder of submissions, in either layout (``submissions``);
+            only read.
+        out: the workspace folder (``--out``), outside ``submissions_dir``; rebuilt on every
+            run.
+        course_root: the course's root folder (the repository), holding ``solutions/``.
+        options: how to run the notebooks (timeouts, jobs, sandbox, limits); the defaults
+            when ``None``.
+        lessons: the lessons to grade, each student missing one of them given a ``missing``
+            row; when ``None``, every lesson someone submitted, and no ``missing`` rows.
+        force: replace a workspace whose gradebook holds manual grades or comments.
+        timings: a dict to receive each step's seconds (changed in place).
+
+    Returns:
+        One report row per (student, lesson) and per entry not graded, as written to
+        ``<out>/report.csv`` and ``report.md``.
+
     Raises:
         GradingError: grading cannot go on at all (the message says what to do).
     """

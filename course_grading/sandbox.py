@@ -85,17 +85,41 @@ class Limits:
     threads: int = 1  # OMP/MKL threads per kernel (the grader sets cores // jobs)
 
     def as_dict(self) -> dict:
+        """The limits as plain data, for a job's spec (the job rebuilds them with ``Limits(**d)``).
+
+        Returns:
+            Field name -> value (bytes, counts, threads), as ``dataclasses.asdict`` gives it.
+        """
         return asdict(self)
 
 
 def privileged() -> bool:
-    """Whether this grader runs as root (drops to uids) or not (user namespaces)."""
+    """Whether this grader runs as root (drops to uids) or not (user namespaces).
+
+    Returns:
+        ``True`` when the effective uid is 0: the sandbox then drops the kernel to its slot's
+        uid with ``setpriv``; otherwise bwrap maps that uid inside a user namespace.
+    """
     return os.geteuid() == 0
 
 
 def sandbox_uid(slot: int) -> int:
     """The uid the sandboxes of parallel ``slot`` run as (inside a user namespace when the
-    grader is not root). Raises ``ValueError`` for a slot outside ``0..MAX_SLOTS - 1``."""
+    grader is not root).
+
+    ``UID_BASE + (pid mod 2**22) * MAX_SLOTS + slot``: distinct per slot, and per grader process
+    (Linux pids stay below 2**22, its largest ``pid_max``), so two graders running at once on
+    one host never share a uid.
+
+    Args:
+        slot: the parallel job's index, ``0 .. MAX_SLOTS - 1``.
+
+    Returns:
+        The uid, at least ``UID_BASE`` (above any account's uid and the subordinate ranges).
+
+    Raises:
+        ValueError: ``slot`` is outside ``0 .. MAX_SLOTS - 1`` (too many ``--jobs``).
+    """
     if not 0 <= slot < MAX_SLOTS:
         raise ValueError(f"slot {slot} outside 0..{MAX_SLOTS - 1}; use fewer --jobs")
     return UID_BASE + (os.getpid() % 2**22) * MAX_SLOTS + slot
@@ -121,7 +145,23 @@ def _drop(uid: int | None) -> list[str]:
 
 
 def check_available(uid: int | None = None) -> str:
-    """Return the path of ``bwrap`` if it can make a sandbox here; else a ``GradingError``."""
+    """Return the path of ``bwrap`` if it can make a sandbox here; else a ``GradingError``.
+
+    Tried for real: bwrap runs ``true`` with the same namespaces a kernel gets, since a host
+    may have bwrap installed but forbid unprivileged user namespaces (or, in a container,
+    any new namespace).
+
+    Args:
+        uid: the uid to map or drop to in the trial; slot 0's uid (``sandbox_uid(0)``) when
+            ``None``.
+
+    Returns:
+        The absolute path of the ``bwrap`` executable.
+
+    Raises:
+        GradingError: bwrap is not installed, or cannot create the namespaces here (the
+            message quotes bwrap's last line of error output and names ``--no-sandbox``).
+    """
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise GradingError(
@@ -145,7 +185,15 @@ def check_available(uid: int | None = None) -> str:
 
 
 def readonly_paths() -> list[Path]:
-    """The Python installation, the venv and ``course_lib``'s package folder (never the repo)."""
+    """The Python installation, the venv and ``course_lib``'s package folder (never the repo).
+
+    With an editable install ``course_lib`` lies in the repository, so only its package folder
+    is bound: the repository's ``solutions/`` and ``course_grading/`` stay out of sight.
+
+    Returns:
+        The folders a kernel's sandbox binds read-only at their own paths, resolved,
+        duplicates dropped (``sys.base_prefix`` equals ``sys.prefix`` outside a venv).
+    """
     import course_lib
 
     package = Path(course_lib.__file__).resolve().parent
@@ -154,7 +202,18 @@ def readonly_paths() -> list[Path]:
 
 
 def package_folders(names: tuple[str, ...]) -> list[Path]:
-    """Where ``names`` (top-level packages) are installed, as this process imports them."""
+    """Where ``names`` (top-level packages) are installed, as this process imports them.
+
+    Found with ``importlib.util.find_spec``, without importing them; a namespace package may
+    have several folders.
+
+    Args:
+        names: top-level package names (``("course_grading",)``).
+
+    Returns:
+        The resolved folders of every package found; a name that is not importable, or a plain
+        module, adds nothing.
+    """
     found: list[Path] = []
     for name in names:
         spec = importlib.util.find_spec(name)
@@ -226,7 +285,18 @@ def _environment(limits: Limits) -> dict[str, str]:
 
 
 def kernel_environment(limits: Limits, home: Path) -> dict[str, str]:
-    """The same environment for an unsandboxed kernel whose home is the host folder ``home``."""
+    """The same environment for an unsandboxed kernel whose home is the host folder ``home``.
+
+    Used by ``--no-sandbox``, so a kernel sees the same threads, locale and
+    ``NBGRADER_EXECUTION`` with or without a sandbox; only the paths are the host's.
+
+    Args:
+        limits: the limits whose ``threads`` sets ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``.
+        home: the host folder to use as ``HOME`` (matplotlib's config goes under it).
+
+    Returns:
+        The kernel's whole environment; ``TMPDIR`` is the grader's own (``/tmp`` if unset).
+    """
     env = _environment(limits)
     env.update(HOME=str(home), MPLCONFIGDIR=str(home / ".config" / "matplotlib"))
     env["TMPDIR"] = os.environ.get("TMPDIR", "/tmp")
@@ -274,6 +344,22 @@ def kernel_argv(
     hidden tests, and the lesson's data files); ``connection`` is the connection file, which
     the kernel reads as ``KERNEL_CONNECTION``. ``cgroup_procs``: the ``cgroup.procs`` file of
     the sandbox's memory cgroup, joined before bwrap starts.
+
+    Args:
+        bwrap: path of the ``bwrap`` executable (``check_available``).
+        stage: host folder holding the student's folder as the kernel may see it.
+        connection: host path of the kernel's connection file.
+        lesson: the lesson's folder name; the kernel runs in ``/home/student/<lesson>``.
+        uid: the slot's uid (``sandbox_uid``), or ``None`` to keep the grader's uid.
+        limits: the sandbox's resource limits.
+        kernel: the kernel's own command line (``python -m ipykernel_launcher -f ...``).
+        cgroup_procs: the memory cgroup's ``cgroup.procs`` file, or ``None`` where the host
+            lets this grader make no cgroup (memory is then watched instead).
+
+    Returns:
+        The argv to start: bwrap, its arguments, the in-sandbox start script and ``prlimit``,
+        then ``kernel``; prefixed by a shell that writes its own pid into ``cgroup_procs``
+        first when one is given, so bwrap and all it starts are born inside the cgroup.
     """
     readonly = readonly_paths()
     args = [bwrap, *_namespaces(uid), *_system_binds(), *_devices(limits)]
@@ -312,6 +398,19 @@ def command_argv(
     read-only. Private: a size-limited ``/tmp`` and ``/dev/shm``, a PID namespace (nothing
     outlives the command), no network, a cleared environment (``env`` only). Limits: ``limits``
     and ``cpu_seconds`` of CPU time; it runs as ``uid`` (dropped to, or in a user namespace).
+
+    Args:
+        bwrap: path of the ``bwrap`` executable (``check_available``).
+        argv: the command to run inside.
+        binds: (host path, path inside) pairs bound read-only.
+        limits: address space, processes, file size and tmpfs sizes.
+        cpu_seconds: ``RLIMIT_CPU`` of the command, in seconds of CPU time.
+        uid: the slot's uid (``sandbox_uid``), or ``None`` to keep the grader's uid.
+        env: the command's whole environment.
+
+    Returns:
+        The argv to start: bwrap, its arguments, the uid drop (root grader), ``prlimit`` with
+        the CPU limit, then ``argv``; its working folder is the private ``/tmp``.
     """
     python = [Path(sys.base_prefix).resolve(), Path(sys.prefix)]
     python = [p for i, p in enumerate(python) if p not in python[:i]]

@@ -15,7 +15,13 @@ class ScanBudgetExceeded(Exception):
 
 
 class Deadline:
-    """The moment a scan must stop: ``seconds`` from now, or never (``None``)."""
+    """The moment a scan must stop: ``seconds`` from now, or never (``None``).
+
+    Measured on the monotonic clock, from when the ``Deadline`` is made.
+
+    Args:
+        seconds: the budget in seconds, or ``None`` for a scan without one.
+    """
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
@@ -23,6 +29,11 @@ class Deadline:
 
     def check(self, doing: str) -> None:
         """Raise ``ScanBudgetExceeded`` once the budget is spent.
+
+        Cheap (one clock read), so long loops call it every so often.
+
+        Args:
+            doing: what the scan is doing, in words, for the message ("decoding base64").
 
         Raises:
             ScanBudgetExceeded: the deadline has passed (``doing`` says where).

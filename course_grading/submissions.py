@@ -78,7 +78,13 @@ class Submission:
     failed_tests: list[str] = field(default_factory=list)
 
     def flag(self, reason: str, *, gradable: bool = True) -> None:
-        """Add ``reason`` to the problems (the row is flagged); ``gradable=False``: not graded."""
+        """Add ``reason`` to the problems (the row is flagged); ``gradable=False``: not graded.
+
+        Args:
+            reason: the problem in plain words, as the report shows it.
+            gradable: ``False`` when the problem keeps the notebook from being graded at all;
+                once not gradable, a later ``True`` does not make it gradable again.
+        """
         self.problems.append(reason)
         self.gradable = self.gradable and gradable
 
@@ -95,13 +101,32 @@ class Submission:
 
 
 def safe_student_id(raw: str) -> str:
-    """A student id usable as a folder name: letters, digits and ``._@+-``; others become ``_``."""
+    """A student id usable as a folder name: letters, digits and ``._@+-``; others become ``_``.
+
+    Leading dots are dropped too, so an id can never be ``..`` or a hidden folder.
+
+    Args:
+        raw: the id as the submission's folder or file name gives it.
+
+    Returns:
+        The safe id, surrounding spaces stripped; ``"_"`` when nothing is left.
+    """
     return _SAFE_ID.sub("_", raw.strip()).lstrip(".") or "_"
 
 
 def student_ids(raws: set[str]) -> dict[str, str]:
     """A distinct safe id for each raw id: ``safe_student_id``, and where two raw ids give the
-    same one, the changed ids get ``-`` and the first hex digits of their SHA-256."""
+    same one, the changed ids get ``-`` and the first hex digits of their SHA-256.
+
+    An id that is already safe keeps its name even when another id collides with it; the
+    digest grows 6 hex digits at a time (up to 60) until no made-up id equals another.
+
+    Args:
+        raws: the student ids as found.
+
+    Returns:
+        Raw id -> its safe id, distinct for distinct raw ids.
+    """
     groups: dict[str, list[str]] = {}
     for raw in sorted(raws):
         groups.setdefault(safe_student_id(raw), []).append(raw)
@@ -237,7 +262,20 @@ def _flat_file(found: _Found, path: Path, mode: int) -> None:
 
 def submissions_root(folder: Path, lessons: list[str]) -> Path:
     """``folder/submitted`` when ``folder`` is plainly an nbgrader course folder (module
-    docstring), else ``folder``: a folder named ``submitted`` is otherwise a student's."""
+    docstring), else ``folder``: a folder named ``submitted`` is otherwise a student's.
+
+    Args:
+        folder: the folder the instructor named.
+        lessons: the course's lesson ids.
+
+    Returns:
+        ``folder / "submitted"`` when it is a real folder (not a link), ``folder`` holds
+        nothing else but nbgrader's course files (``COURSE_FILES``) and hidden entries, and
+        ``submitted/`` holds no entry named after a lesson; ``folder`` otherwise.
+
+    Raises:
+        GradingError: ``folder`` or its ``submitted/`` exists but cannot be listed.
+    """
     inner = folder / "submitted"
     if not inner.is_dir() or inner.is_symlink():
         return folder
@@ -254,6 +292,19 @@ def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[Sk
     Submissions are sorted by (student, lesson). A student/lesson pair found twice keeps the
     first path in sorted order; the others get a row and the kept one is flagged. Nothing is
     opened beyond listing, and no link is followed.
+
+    Args:
+        folder: the submissions folder, in either layout (module docstring), or an nbgrader
+            course folder holding ``submitted/``.
+        lessons: the course's lesson ids; anything named after no lesson is skipped.
+
+    Returns:
+        The submissions (a row with ``original`` set, possibly flagged not gradable), and one
+        ``Skipped`` row, with its reason, for every entry that is not graded.
+
+    Raises:
+        GradingError: ``folder`` (or the ``submitted/`` it holds) cannot be listed; a
+            folder below that cannot be listed is a ``Skipped`` row instead.
     """
     folder = Path(folder)
     root = submissions_root(folder, lessons)
@@ -305,7 +356,19 @@ def _rows(found: _Found) -> list[Submission]:
 
 
 def add_missing(subs: list[Submission], lessons: list[str]) -> list[Submission]:
-    """Add a ``missing`` row for every student without a submission for one of ``lessons``."""
+    """Add a ``missing`` row for every student without a submission for one of ``lessons``.
+
+    A student is anyone with at least one submission; someone who submitted nothing at all
+    is not known here.
+
+    Args:
+        subs: the submissions found (``collect``).
+        lessons: the lessons every student should have submitted.
+
+    Returns:
+        ``subs`` and the new not-gradable rows (``original`` ``None``), sorted by
+        (student, lesson); ``subs`` itself is not changed.
+    """
     have = {(s.student, s.lesson) for s in subs}
     students = sorted({s.student for s in subs})
     extra = [

@@ -52,7 +52,15 @@ def _invisible() -> dict[int, None]:
 
 def visible(text: str) -> str:
     """``text`` without its invisible characters and combining marks (``_invisible``); only
-    its runs of non-ASCII characters are looked at (``str.translate`` is slow per character)."""
+    its runs of non-ASCII characters are looked at (``str.translate`` is slow per character).
+
+    Args:
+        text: any text.
+
+    Returns:
+        ``text`` with every format character (Unicode category Cf), combining mark (Mn, Me)
+        and Hangul filler removed; ``text`` itself when it is all ASCII.
+    """
     if text.isascii():
         return text
     return _NON_ASCII.sub(lambda run: run.group().translate(_invisible()), text)
@@ -61,7 +69,17 @@ def visible(text: str) -> str:
 def fold(text: str) -> str:
     """``text`` as the scan compares it: compatibility forms decomposed (NFKD: full-width
     letters, ligatures, superscripts), invisible characters and combining marks removed, every
-    run of white space one space."""
+    run of white space one space.
+
+    Both sides of the leak scan's substring test are folded, so a line and its disguised
+    copy compare equal.
+
+    Args:
+        text: a line of the instructor's material, or a reading of a page.
+
+    Returns:
+        The folded text, without leading or trailing white space.
+    """
     if not text.isascii():
         text = visible(unicodedata.normalize("NFKD", text))
     return " ".join(text.split())
@@ -69,7 +87,18 @@ def fold(text: str) -> str:
 
 def unescape(text: str) -> str:
     """Backslash escapes undone (``\\n``, ``\\"``, ``\\u200b``...): a string printed by
-    ``repr`` or ``json.dumps``."""
+    ``repr`` or ``json.dumps``.
+
+    One pass, left to right: an escape produced by undoing another is not undone again.
+
+    Args:
+        text: text that may hold a printed string literal.
+
+    Returns:
+        ``text`` with each ``u`` escape (4 hex digits), ``x`` escape (2 hex digits), newline,
+        return and tab escape replaced by its character, and an escaped quote, slash or
+        backslash by itself; other backslashes are left as they are.
+    """
 
     def one(match: re.Match) -> str:
         code = match.group(1)
@@ -98,6 +127,16 @@ def base64_texts(text: str, deadline: Deadline) -> list[str]:
     """What every base64 run in ``text`` decodes to; runs broken over lines (a 76-character
     line each, as ``base64.encodebytes`` writes them) are joined first.
 
+    A run is at least ``MIN_BASE64`` characters of the standard or the URL-safe alphabet;
+    whatever does not decode, or decodes to nothing as UTF-8, is left out.
+
+    Args:
+        text: the text to search.
+        deadline: the scan's time budget, checked every 1,024 runs.
+
+    Returns:
+        The decoded texts (invalid UTF-8 bytes dropped), in the order their runs appear.
+
     Raises:
         ScanBudgetExceeded: ``deadline`` passed.
     """
@@ -121,6 +160,14 @@ def base64_texts(text: str, deadline: Deadline) -> list[str]:
 def readings(text: str, deadline: Deadline) -> list[str]:
     """Every reading of ``text`` the scan tries, each ``fold``-ed: as it is, with backslash
     escapes undone, and what its base64 runs decode to (``BASE64_DEPTH`` levels deep).
+
+    Args:
+        text: what a feedback page shows (or holds).
+        deadline: the scan's time budget.
+
+    Returns:
+        The folded readings: the text with invisible characters removed, its unescaped form
+        when that differs, then each level's decoded base64 texts.
 
     Raises:
         ScanBudgetExceeded: ``deadline`` passed.

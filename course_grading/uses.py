@@ -52,7 +52,16 @@ class Use:
     origin: str = ""
 
     def within(self, modules: tuple[str, ...]) -> bool:
-        """Whether it reaches only into ``modules`` (an item's allowed modules)."""
+        """Whether it reaches only into ``modules`` (an item's allowed modules).
+
+        Args:
+            modules: dotted module names (``("course_lib.memory",)``); a use of one of them or
+                of anything inside it counts as within.
+
+        Returns:
+            ``True`` when the use's origin is known and lies in one of ``modules``; a use whose
+            origin cannot be read is never within.
+        """
         return bool(self.origin) and any(
             self.origin == m or self.origin.startswith(m + ".") for m in modules
         )
@@ -74,7 +83,18 @@ def _is_library(origin: str) -> bool:
 
 
 def uses(source: str, lesson: Bindings) -> list[Use]:
-    """Every use of ``course_lib`` in ``source`` (module docstring), first one of each code."""
+    """Every use of ``course_lib`` in ``source`` (module docstring), first one of each code.
+
+    A dotted name is reported once at its longest (``m.predict``, not also ``m``).
+
+    Args:
+        source: one cell's source, as stored in the submitted file.
+        lesson: the names the lesson's own cells import (``Bindings.of_lesson``).
+
+    Returns:
+        The uses in the order ``ast.walk`` meets them, each code cut to 80 characters;
+        ``[]`` for a cell that does not parse.
+    """
     tree = cell_tree(source)
     if tree is None:
         return []
@@ -119,7 +139,15 @@ def _inside_seen(node: ast.AST, found: dict[str, Use], names: Bindings) -> bool:
 
 def bound_names(source: str) -> set[str]:
     """Every name ``source`` binds, at any depth (assignments, loops, ``def``, ``class``,
-    imports): what a later cell can take from it."""
+    imports): what a later cell can take from it.
+
+    Args:
+        source: one cell's source.
+
+    Returns:
+        The bound names (an import's top-level name unless it is aliased; ``*`` imports add
+        none); empty for a cell that does not parse.
+    """
     tree = cell_tree(source)
     if tree is None:
         return set()
@@ -144,6 +172,18 @@ def borrowed(
     lesson's own blank of that cell already holds, which are not the student's). A cell that
     uses ``course_lib``, or reads a name such a cell bound, taints every name it binds; a cell
     that binds a name without either cleans it. Returns ``"`_x` (cell 12 (...) uses ...)"``.
+
+    Only definite uses taint (``Use.definite``): a name built at run time is pointed at by
+    ``uses`` itself, not followed.
+
+    Args:
+        answer: the answer cell's source.
+        earlier: ``(where, source, given)`` for each earlier cell of the student's, in order.
+        lesson: the names the lesson's own cells import (``Bindings.of_lesson``).
+
+    Returns:
+        One line per tainted name the answer cell reads, sorted by name, saying which cell
+        computed it with what.
     """
     tainted: dict[str, str] = {}
     for where, source, given in earlier:

@@ -47,6 +47,16 @@ class Property:
     kind = "property"
 
     def describe(self, item: Item) -> str:
+        """One line for the assessment table: what the check lets through, and that it can
+        never confirm an answer.
+
+        Args:
+            item: the item the check belongs to (not read: a property has no search space;
+                taken so every visible check is described the same way).
+
+        Returns:
+            ``"property (<accepts>): says plausible, never right"``.
+        """
         return f"property ({self.accepts}): says plausible, never right"
 
 
@@ -63,7 +73,21 @@ class Digest:
     kind = "digest"
 
     def candidates(self, item: Item) -> int:
-        """How many canonical answers a brute force must try (the product over names)."""
+        """How many canonical answers a brute force must try (the product over names).
+
+        For a name given a ``(low, high)`` range the count is what its form tells apart in that
+        range (``item.forms[name].candidates``); an ``int`` entry is taken as the count.
+
+        Args:
+            item: the registration whose forms read each name.
+
+        Returns:
+            The size of the candidate space: the product of the per-name counts.
+
+        Raises:
+            ValueError: a name the digest covers has no entry in ``space``, or its form cannot
+                count a range (give the count explicitly).
+        """
         total = 1
         for name in self.names:
             given = self.space.get(name)
@@ -73,6 +97,14 @@ class Digest:
         return total
 
     def describe(self, item: Item) -> str:
+        """One line for the assessment table: each name's form and range, and the total space.
+
+        Args:
+            item: the registration whose forms count each range.
+
+        Returns:
+            ``"digest of <name>: <form> in [low, high] (<count>), ...: <total> candidates"``.
+        """
         parts = []
         for name in self.names:
             given = self.space[name]
@@ -86,13 +118,35 @@ class Digest:
 
 
 def checks(item: Item) -> tuple[Property | Digest, ...]:
-    """The item's visible checks (``()`` for an item not yet declared this way)."""
+    """The item's visible checks (``()`` for an item not yet declared this way).
+
+    Args:
+        item: a registered item.
+
+    Returns:
+        Its ``Property`` and ``Digest`` declarations, in declaration order.
+    """
     return tuple(item.visible or ())
 
 
 def digest_of(item: Item, digest: Digest) -> str:
     """The digest string the visible test must hold: the registration's expected values, each
-    read by its form."""
+    read by its form.
+
+    What ``python -m course_grading digest --item`` prints; made from the same expected values
+    and forms as the trusted check, so the visible test can never disagree with it.
+
+    Args:
+        item: the registration holding the expected values and forms.
+        digest: one of the item's declared digests.
+
+    Returns:
+        The memory-hard digest (``course_lib.answers.secret_digest``) of the expected values of
+        ``digest.names``, salted with ``digest.label``.
+
+    Raises:
+        ValueError: the registration has no expected value for a name the digest covers.
+    """
     expected = item.expected_values()
     missing = [n for n in digest.names if n not in expected]
     if missing:
@@ -104,7 +158,19 @@ def digest_of(item: Item, digest: Digest) -> str:
 
 def search_seconds(item: Item, per_candidate: float) -> float:
     """Seconds a brute force of the item's visible digests takes on one core (``inf`` for an
-    item with property checks only: there is nothing to search for)."""
+    item with property checks only: there is nothing to search for).
+
+    The weakest digest decides: ``min(candidates) * per_candidate``, to be compared with
+    :data:`MIN_SEARCH_SECONDS`.
+
+    Args:
+        item: a registered item.
+        per_candidate: seconds one digest evaluation takes on one core
+            (``course_lib.answers.digest_seconds``).
+
+    Returns:
+        Seconds to search the smallest candidate space among its digests.
+    """
     digests = [c for c in checks(item) if isinstance(c, Digest)]
     if not digests:
         return math.inf
@@ -122,7 +188,7 @@ def _forms_namespace() -> dict[str, object]:
     return {name: getattr(forms, name) for name in forms.__dict__ if name[:1].isupper()}
 
 
-def _form(node: ast.AST, known: dict[str, object]) -> object:
+def _form(node: ast.expr, known: dict[str, object]) -> object:
     """The form an expression builds (``Sig(3)``, or a name the cell bound to one)."""
     if isinstance(node, ast.Name) and node.id in known:
         return known[node.id]
@@ -132,12 +198,12 @@ def _form(node: ast.AST, known: dict[str, object]) -> object:
         return None
 
 
-def _calls(source: str) -> list[tuple[str, list[ast.AST], dict[str, object]]]:
+def _calls(source: str) -> list[tuple[str, list[ast.expr], dict[str, object]]]:
     """(function, arguments, forms bound so far) of every visible-check call in ``source``."""
     from course_grading.names import cell_tree
 
     tree = cell_tree(source)
-    found: list[tuple[str, list[ast.AST], dict[str, object]]] = []
+    found: list[tuple[str, list[ast.expr], dict[str, object]]] = []
     known: dict[str, object] = {}
     for stmt in tree.body if tree is not None else []:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
@@ -165,7 +231,18 @@ def _names(node: ast.AST) -> tuple[str, ...]:
 def problems_in(item: Item, source: str) -> list[str]:
     """How the visible test cell ``source`` disagrees with ``item``'s registration: a digest
     not made from the registration, a value read with another form, a declared check missing,
-    an older ``sig=`` digest. ``[]`` when they agree (or the item is not declared this way)."""
+    an older ``sig=`` digest. ``[]`` when they agree (or the item is not declared this way).
+
+    The cell is parsed, not run: only the expressions that may build a form (a value assigned
+    to a name, a form argument) are evaluated, against ``course_lib.forms``' public names.
+
+    Args:
+        item: the registration the cell should match.
+        source: the visible test cell's source, as the notebook holds it.
+
+    Returns:
+        One message per disagreement, each starting with the item's grade id.
+    """
     if not item.migrated:
         return []
     gid, found = item.grade_id, []

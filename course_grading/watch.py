@@ -41,7 +41,17 @@ class Watched:
 
 
 class Watch:
-    """Sample one sandbox's processes while its notebook runs (module docstring)."""
+    """Sample one sandbox's processes while its notebook runs (module docstring).
+
+    Args:
+        root: the launched process (bwrap, or the kernel unsandboxed): the tree's top.
+        keep: the processes that are the sandbox itself (bwrap, its init, the kernel), never
+            killed as a cell's extras.
+        memory_bytes: the resident-memory limit to enforce on the summed tree, in bytes;
+            ``None`` where a cgroup enforces it.
+        interrupt: an async callable that interrupts the kernel (the kernel manager's
+            ``interrupt_kernel``), awaited when a cell passes its CPU limit.
+    """
 
     def __init__(
         self,
@@ -50,9 +60,6 @@ class Watch:
         memory_bytes: int | None,
         interrupt: Callable[[], Awaitable[None]],
     ) -> None:
-        """``root``: the launched process (bwrap, or the kernel unsandboxed); ``keep``: the
-        processes that are the sandbox itself (bwrap, its init, the kernel); ``memory_bytes``:
-        the limit to enforce, ``None`` where a cgroup enforces it."""
         self.root, self.keep, self.memory_bytes = root, keep, memory_bytes
         self.interrupt = interrupt
         self.seen = Watched()
@@ -60,19 +67,36 @@ class Watch:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
+        """Begin sampling every ``PERIOD`` seconds, as a task on the running event loop."""
         self._task = asyncio.ensure_future(self._run())
 
     def start_cell(self, index: int, limit: float) -> None:
+        """Start counting a cell's CPU time from the sandbox's total now.
+
+        Args:
+            index: the cell's position in the notebook (recorded if it is stopped).
+            limit: CPU seconds the whole sandbox may use while the cell runs.
+        """
         self._cell = (index, limit, processes.usage(self.root).cpu)
 
     def end_cell(self) -> None:
+        """Stop counting: time between cells (the client's own work) is charged to no cell."""
         self._cell = None
 
     def extras(self) -> list[int]:
-        """Live processes of the sandbox that are not the sandbox itself."""
+        """Live processes of the sandbox that are not the sandbox itself.
+
+        Returns:
+            Pids in the tree under ``root``, other than ``keep``, that are still alive.
+        """
         return [p for p in processes.tree(self.root) if p not in self.keep and processes.alive(p)]
 
     def stop_extras(self) -> int:
+        """Kill what the cells started, sparing the sandbox itself (see ``extras``).
+
+        Returns:
+            How many of them were still there to be sent ``SIGKILL`` (``processes.kill``).
+        """
         return processes.kill(self.extras())
 
     async def _run(self) -> None:
@@ -98,6 +122,9 @@ class Watch:
         exits: its child is under neither the parent the walk already read nor, yet, the
         sandbox's init), so the tree is walked up to ``FINAL_LOOKS`` times, a few ms apart,
         until something is found.
+
+        Returns:
+            What the watch saw, with ``left_running`` set from the last walk.
         """
         if self._task is not None:
             self._task.cancel()

@@ -37,6 +37,14 @@ def _manual_grades(db: Path) -> int:
 def prepare_workspace(out: Path, force: bool) -> None:
     """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades.
 
+    Ours is a folder holding ``MARKER``, which this writes; only the outputs a run writes
+    (``OUTPUTS``) are removed from it, never a link's target, so anything else an
+    instructor left there stays.
+
+    Args:
+        out: the workspace folder (``--out``); made if missing.
+        force: discard the manual grades and comments of an earlier run's gradebook.
+
     Raises:
         GradingError: ``out`` is another folder, or holds manual grades and ``force`` is off.
     """

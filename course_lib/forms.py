@@ -141,9 +141,13 @@ def number(value: object) -> Fraction | float:
         return Fraction(value)
     assert isinstance(value, (int, Fraction))
     exact = Fraction(value)
-    if max(abs(exact.numerator), exact.denominator).bit_length() > 4 * MAX_EXPONENT:
+    too_long = max(abs(exact.numerator), exact.denominator).bit_length() > 4 * MAX_EXPONENT
+    if too_long or abs(exact) > _FLOAT_MAX:  # a float could not hold it (OverflowError)
         raise Unreadable("a number this large is no answer here")
     return exact
+
+
+_FLOAT_MAX = Fraction(sys.float_info.max)
 
 
 def _integral(x: Fraction | float) -> bool:

@@ -314,10 +314,12 @@ class Logits(Form):
         return all(self.gap(a, b) <= self.atol for a, b in zip(got, want))
 
     def gap(self, got: list, want: list) -> float:
-        """The largest |Δ| between two ``[token][vocab]`` lists (``inf`` if their shapes differ)."""
+        """The largest |Δ| between two ``[token][vocab]`` lists (``inf`` if their shapes differ,
+        or if any value is NaN: ``max`` would pass over a NaN that is not first)."""
         if len(got) != len(want) or any(len(a) != len(b) for a, b in zip(got, want)):
             return float("inf")
-        return max((abs(x - y) for a, b in zip(got, want) for x, y in zip(a, b)), default=0.0)
+        gaps = [abs(x - y) for a, b in zip(got, want) for x, y in zip(a, b)]
+        return float("inf") if any(g != g for g in gaps) else max(gaps, default=0.0)
 
 
 #: The model the packed forward is checked on: small, so its logits come back as plain data.

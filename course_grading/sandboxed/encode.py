@@ -34,6 +34,7 @@ import sys
 MAX_DEPTH = 20
 MAX_ITEMS = 200_000  # numbers, strings and containers in one encoded value
 MAX_CHARS = 1_000_000  # characters of all strings in one encoded value
+MAX_BITS = 1000  # an int's, or a Fraction's numerator's and denominator's, size (the grader's)
 
 
 class TooLarge(Exception):
@@ -94,13 +95,21 @@ class Encoder:
         if self.items > MAX_ITEMS or self.chars > MAX_CHARS:
             raise TooLarge(f"more than {MAX_ITEMS:,} items or {MAX_CHARS:,} characters")
 
+    @staticmethod
+    def _bounded(number):
+        if number.bit_length() > MAX_BITS:
+            raise TooLarge(f"a number of more than {MAX_BITS} bits")
+        return number
+
     def encode(self, value, depth=0):
         if depth > MAX_DEPTH:
             raise TooLarge(f"nested more than {MAX_DEPTH} deep")
         self._count()
         kind = type(value)
-        if value is None or kind is bool or kind is int:
+        if value is None or kind is bool:
             return value
+        if kind is int:
+            return self._bounded(value)
         if kind is float:
             if math.isfinite(value):
                 return value
@@ -109,7 +118,7 @@ class Encoder:
             self._count(0, len(value))
             return value
         if kind is fractions.Fraction:
-            return {"fraction": [value.numerator, value.denominator]}
+            return {"fraction": [self._bounded(value.numerator), self._bounded(value.denominator)]}
         if kind is decimal.Decimal:
             return {"decimal": str(value)}
         if value is Ellipsis:

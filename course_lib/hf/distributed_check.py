@@ -5,7 +5,11 @@ the CPU, counted by the meter, for each way of dividing the work.
 * ``"zero1"``: DDP with ``torch.distributed.optim.ZeroRedundancyOptimizer`` (each rank keeps the
   AdamW states of the whole tensors PyTorch's greedy partition gives it);
 * ``"fsdp"``: FSDP2 ``fully_shard`` on every decoder layer and the root (parameters, gradients and
-  states divided on dim 0; each layer's parameters gathered for its forward and backward).
+  states divided on dim 0; each layer's parameters gathered for its forward and backward);
+* ``"fsdp-bf16"`` and ``"fsdp-bf16-reduce-bf16"``: the same with FSDP2's mixed precision, the
+  recipe most multi-GPU fine-tunes run (fp32 parameters, gradients and AdamW states sharded;
+  ``MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=...)``: each layer gathered
+  and computed in bf16, its gradients reduce-scattered in fp32 or in bf16).
 
 Per rank it reports the bytes the wrapping allocated (``wrap``), the counted peak of a steady
 step (``zero_grad``, forward, backward, ``optimizer.step()``; the parameters, the batch, the
@@ -23,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-MODES = ("ddp", "zero1", "fsdp")
+MODES = ("ddp", "zero1", "fsdp", "fsdp-bf16", "fsdp-bf16-reduce-bf16")
 
 
 def _free_port() -> int:
@@ -37,14 +41,18 @@ def _wrap(mode: str, model, rank: int):
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    if mode == "fsdp":
+    if mode.startswith("fsdp"):
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
+        policy = MixedPrecisionPolicy()  # none: compute in the parameters' dtype
+        if mode != "fsdp":
+            reduce = torch.bfloat16 if mode.endswith("reduce-bf16") else torch.float32
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
         for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
         return model, torch.optim.AdamW(model.parameters(), foreach=True)
     ddp = DistributedDataParallel(model)
     if mode == "zero1":

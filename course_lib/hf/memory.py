@@ -98,8 +98,9 @@ def predict_hf_memory(
     config: Any, batch_size: int, seq_len: int, *, lora_rank: int | None = None,
     dtype: object = None, optimizer: str = "adamw", foreach: bool = True, devices: int = 1,
     sharding: str = "none", offload: bool = False, double_quant: bool = True,
-    card: str | None = None, fused: bool = False, workload: str = "fixed",
-    allocator: str = "default", **step_kwargs: Any,
+    card: str | None = None, fused: bool = False, master_weights: object = None,
+    reduce_dtype: object = None, workload: str = "fixed", allocator: str = "default",
+    **step_kwargs: Any,
 ) -> HFMemory:  # fmt: skip
     """Peak bytes per device of one step of a fine-tune (module docstring).
 
@@ -122,6 +123,14 @@ def predict_hf_memory(
             workspaces and CUDA context.
         fused: AdamW's fused kernel (the Trainer's default ``adamw_torch_fused``): no step
             temporaries.
+        master_weights: FSDP's mixed precision (``MixedPrecisionPolicy(param_dtype=dtype)``
+            in FSDP2, ``MixedPrecision`` in FSDP1, what accelerate and the Trainer run with
+            ``bf16``): the parameters, their sharded gradients and the optimiser's moments in
+            this dtype (``"float32"``), the step and each gathered layer in ``dtype``.
+            ``None``: the parameters are in ``dtype``. A full fine-tune under ``"fsdp"`` /
+            ``"zero3"`` only (:func:`_mixed_precision`).
+        reduce_dtype: with ``master_weights``, the dtype gradients are reduce-scattered in
+            (``None``: ``dtype``, FSDP2's default).
         workload: ``"fixed"`` rows, ``"varying"`` rows or ``"packing"``: which measured
             reserve the band takes (:mod:`~course_lib.hf.cards`).
         allocator: ``"default"`` or ``"expandable"`` (``expandable_segments:True``).
@@ -144,8 +153,10 @@ def predict_hf_memory(
     weights = step_kwargs.get("weights", "16bit")
     upcast = step_kwargs.get("kbit_prepare")
     upcast = weights != "16bit" if upcast is None else upcast
-    stored = _stored_weights(arch, weights, 4 if upcast else b, b, double_quant, shard)
-    trainable, grad_b = _trainable(arch, lora_rank, b, step_kwargs)
+    master_b, reduce_b = _mixed_precision(master_weights, reduce_dtype, b, lora_rank, shard,
+                                          optimizer, weights)  # fmt: skip
+    stored = _stored_weights(arch, weights, 4 if upcast else b, master_b, double_quant, shard)
+    trainable, grad_b = _trainable(arch, lora_rank, master_b, step_kwargs)
     mine = shard.state_shapes(trainable)
     states = 0 if offload else optimizer_state_bytes(mine, optimizer, grad_b)
     paged = 0 if offload else paged_state_bytes(mine, optimizer)
@@ -154,14 +165,16 @@ def predict_hf_memory(
          "optimizer_state": states - paged,
          "gradients": shard.gradients(trainable, grad_b), "activations": step.activations,
          "logits_and_loss": step.logits_and_loss, "transient": step.transient,
-         "gathered": _gathered(arch, shard, b, grad_b if lora_rank is None else 0,
-                               _in_a_layers_backward(step.peak_at)),
+         "gathered": _gathered(arch, shard, b, b if lora_rank is None else 0,
+                               _in_a_layers_backward(step.peak_at), reduce_b),
          "optimizer_step": optimizer_step_bytes(mine, optimizer, grad_b, foreach, fused),
          "cublas_workspaces": cublas_workspaces(card) if step.settings["device"] == "cuda" else 0,
          "batch": 2 * batch_size * seq_len * 8,  # input_ids and labels, int64
          "ddp_buckets": shard.ddp_buckets(sum(r * k for r, k in trainable) * grad_b)}  # fmt: skip
     held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
-    m = _at_the_peak(c, step, trainable, grad_b, held, offload, paged, card)
+    # the step counts the gradients it makes in the compute dtype (an adapter's in its own)
+    made_b = b if lora_rank is None else grad_b
+    m = _at_the_peak(c, step, trainable, made_b, held, offload, paged, card)
     # the device band: the reserve over what fragments (not the weights), then the context
     m.band = device_band(m.peak_bytes, c["weights"] + c["adapters"], step.attn_impl, card,
                          workload, allocator)  # fmt: skip
@@ -222,13 +235,48 @@ def _in_a_layers_backward(peak_at: str) -> bool:
     return "layers." in peak_at and "(forward)" not in peak_at
 
 
-def _gathered(arch: Arch, shard: Sharding, b: int, grad_b: int, in_backward: bool) -> int:
+def _gathered(
+    arch: Arch, shard: Sharding, b: int, grad_b: int, in_backward: bool, reduce_b: int
+) -> int:
     """What a sharded step gathers at once (:meth:`Sharding.gathered`): the root parameters
-    and a layer's weights, and, when the peak is in a layer's backward of a full fine-tune,
-    the layer's unsharded gradients (``grad_b`` 0: adapters only)."""
-    layer_w = sum(r * c for r, c in layer_dims(arch)) * b
+    and a layer's weights in the compute dtype (``b`` bytes), and, when the peak is in a
+    layer's backward of a full fine-tune, the layer's unsharded gradients (``grad_b`` 0:
+    adapters only) and its reduce-scatter input (``reduce_b`` bytes an element)."""
+    layer_n = sum(r * c for r, c in layer_dims(arch))
     root_w = sum(r * c for r, c in root_dims(arch)) * b
-    return shard.gathered(root_w, layer_w, layer_w * grad_b // b if in_backward else 0)
+    if not in_backward or not grad_b:
+        return shard.gathered(root_w, layer_n * b, 0)
+    return shard.gathered(root_w, layer_n * b, layer_n * grad_b, layer_n * reduce_b)
+
+
+def _mixed_precision(
+    master: object, reduce: object, b: int, lora_rank: int | None, shard: Sharding,
+    optimizer: str, weights: str,
+) -> tuple[int, int]:  # fmt: skip
+    """Bytes an element of the parameters (and their gradients and states) and of the
+    reduce-scatter input: FSDP's mixed precision keeps fp32 parameters sharded and computes
+    in the model's dtype (``b`` bytes); without it both are ``b``.
+
+    Raises:
+        ValueError: master weights outside a sharded full fine-tune of 16-bit weights, or
+            beside ``adamw-mixed`` (which already keeps its own fp32 copy).
+    """
+    if master is None:
+        if reduce is not None:
+            raise ValueError("reduce_dtype needs master_weights (FSDP's mixed precision)")
+        return b, b
+    if shard.mode not in ("fsdp", "zero3"):
+        raise ValueError(
+            f"master_weights={master!r} is FSDP's mixed precision: it needs sharding='fsdp' "
+            f"or 'zero3', not {shard.mode!r} (DeepSpeed's bf16 ZeRO-1/2 is "
+            "optimizer='adamw-mixed')"
+        )
+    if lora_rank is not None or weights != "16bit":
+        raise ValueError("master_weights applies to a full fine-tune of 16-bit weights")
+    if optimizer == "adamw-mixed":
+        raise ValueError("master_weights and optimizer='adamw-mixed' both add fp32 masters")
+    reduce_b = b if reduce is None else DTYPE_BYTES[dtype_name(reduce)]
+    return DTYPE_BYTES[dtype_name(master)], reduce_b
 
 
 def _stored_weights(

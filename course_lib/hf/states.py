@@ -272,26 +272,34 @@ class Sharding:
         """
         return grad_bytes if self.devices > 1 and self.mode in ("none", "zero1") else 0
 
-    def gathered(self, root_bytes: int, layer_bytes: int, layer_grad_bytes: int) -> int:
+    def gathered(
+        self, root_bytes: int, layer_bytes: int, layer_grad_bytes: int,
+        reduce_bytes: int | None = None,
+    ) -> int:  # fmt: skip
         """What FSDP2 (``fully_shard`` on each decoder layer and the root) holds unsharded in
         the backward, by its design (``torch/distributed/fsdp/_fully_shard``): the root's
         parameters (embeddings, final norm, head: gathered at the first forward, resharded only
         after the backward), the current layer and the one prefetched for the backward, and for
         a full fine-tune that layer's unsharded gradients and its reduce-scatter input. Checked
         per rank against counted bytes (``tests/library/test_hf_sharding.py``): conservative,
-        since not all of them are live at once.
+        since not all of them are live at once. With a mixed-precision policy
+        (``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=...)`` on fp32 parameters)
+        the gathered parameters and their gradients are in the compute dtype and the
+        reduce-scatter input in ``reduce_dtype`` (``reduce_bytes``).
 
         Args:
             root_bytes: the root's parameters, unsharded.
             layer_bytes: one layer's parameters, unsharded.
             layer_grad_bytes: one layer's gradients, unsharded (0: none held).
+            reduce_bytes: one layer's reduce-scatter input (``None``: as its gradients).
 
         Returns:
             Bytes held unsharded at once (0 without dim-0 sharding).
         """
         if not self.dim0:
             return 0
-        return root_bytes + 2 * layer_bytes + 2 * layer_grad_bytes
+        scatter = layer_grad_bytes if reduce_bytes is None else reduce_bytes
+        return root_bytes + 2 * layer_bytes + layer_grad_bytes + scatter
 
 
 SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp")

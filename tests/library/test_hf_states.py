@@ -167,6 +167,25 @@ def test_memory_adds_states_and_refuses_bad_sharding():
         predict_hf_memory(config, 2, 32, sharding="zero9")
 
 
+def test_fsdp_mixed_precision_holds_fp32_shards_and_one_moment_copy_at_the_step():
+    """FSDP with bf16 compute and fp32 master weights (what the Trainer runs with ``--fsdp
+    --bf16``): per element of this rank's shard, fp32 weights, fp32 gradients, two fp32 moments
+    and foreach AdamW's copy of the second moment, 4 + 4 + 8 + 4 = 20 bytes; 16-bit weights
+    beside an fp32 master copy (``adamw-mixed``) hold 2 + 2 + 12 and a gradient copy: 24."""
+    config = tiny_hf_config("llama").to_dict()
+    kw = dict(dtype="bf16", devices=4, sharding="fsdp", attn_impl="sdpa", device="cpu")
+    mixed = predict_hf_memory(config, 1, 8, master_weights="float32", **kw)
+    near = predict_hf_memory(config, 1, 8, optimizer="adamw-mixed", **kw)
+    c = mixed.components
+    assert c["weights"] == c["gradients"] == c["optimizer_step"] == c["optimizer_state"] // 2
+    n = c["weights"] // 4  # elements in this rank's shard
+    assert mixed.moments["optimizer.step"] == 20 * n + c["batch"]
+    assert near.moments["optimizer.step"] == 24 * n + near.components["batch"]
+    # the bf16 step gathers its layers in bf16: half what an fp32 step gathers
+    fp32 = predict_hf_memory(config, 1, 8, **{**kw, "dtype": "float32"})
+    assert 2 * c["gathered"] == fp32.components["gathered"]
+
+
 @pytest.mark.parametrize(
     "settings",
     [

@@ -165,8 +165,8 @@ def _expandable(p: FinetunePlan) -> None:
         return
     rows = p.micro_batch + 1 if p.micro_batch else 1
     m = p.predictor(p.checkpointing, rows)
-    top = device_band(m.peak_bytes, m.components["weights"] + m.components["adapters"],
-                      p.attn_impl, p.card, p.settings["workload"], "expandable").high  # fmt: skip
+    top = device_band(m.peak_bytes, m.band.persistent, p.attn_impl, p.card,
+                      p.settings["workload"], "expandable").high  # fmt: skip
     if top <= p.memory_budget:
         p.notes.append(f"with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (--allocator "
                        f"expandable) micro-batch {rows} fits: {fb(top)} at the top of its band "
@@ -174,7 +174,7 @@ def _expandable(p: FinetunePlan) -> None:
 
 
 def _nothing_fits(p: FinetunePlan, one: dict) -> str:
-    band = device_band(p.fixed, p.weights + p.adapters, p.attn_impl, p.card,
+    band = device_band(p.fixed, p.fixed, p.attn_impl, p.card,
                        p.settings["workload"], p.settings["allocator"])  # fmt: skip
     fixed = band.high
     if fixed >= p.memory_budget:

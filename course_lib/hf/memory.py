@@ -13,7 +13,9 @@ True)``) and the optimiser step (weights, states, every gradient, the step's tem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..units import DTYPE_BYTES, dtype_name
@@ -72,8 +74,7 @@ class HFMemory:
     """
 
     peak_bytes: int  # allocated: the tensor count at the peak
-    device_bytes: int  # the band's top: what the card must hold, reserve and context added
-    reserved_bytes: int  # the caching allocator's reserve at the top (max_memory_reserved)
+    band: Band  # what the card must hold: the reserve and the context at both ends
     components: dict[str, int]
     peak_at: str
     step: HFStepBreakdown
@@ -81,12 +82,26 @@ class HFMemory:
     moments: dict[str, int] = field(default_factory=dict)  # "backward", "optimizer.step"
     paged_bytes: int = 0
     at_peak: dict[str, int] = field(default_factory=dict)
-    band: Band | None = None
+
+    @property
+    def device_bytes(self) -> int:
+        """The band's top: what the card must hold at the peak (what a plan compares)."""
+        return self.band.high
 
     @property
     def device_bytes_low(self) -> int:
         """The band's bottom: the reserve and the context at the low end of their ranges."""
-        return self.band.low if self.band else self.device_bytes
+        return self.band.low
+
+    @property
+    def reserved_bytes(self) -> int:
+        """The caching allocator's reserve at the band's top (``max_memory_reserved``)."""
+        return self.band.high - self.band.context[1]
+
+    @property
+    def reserved_bytes_low(self) -> int:
+        """The caching allocator's reserve at the band's bottom."""
+        return self.band.low - self.band.context[0]
 
     @property
     def decides(self) -> str:
@@ -174,21 +189,19 @@ def predict_hf_memory(
     held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
     # the step counts the gradients it makes in the compute dtype (an adapter's in its own)
     made_b = b if lora_rank is None else grad_b
-    m = _at_the_peak(c, step, trainable, made_b, held, offload, paged, card)
-    # the device band: the reserve over what fragments (not the weights), then the context
-    m.band = device_band(m.peak_bytes, c["weights"] + c["adapters"], step.attn_impl, card,
-                         workload, allocator)  # fmt: skip
-    m.device_bytes = m.band.high
-    m.reserved_bytes = m.band.high - m.band.context[1]
-    return m
+    # the device band at a peak: the reserve over what fragments (not what persists), context
+    persistent = c["weights"] + c["adapters"] + c["optimizer_state"]
+    band = partial(device_band, persistent=persistent, attn_impl=step.attn_impl, card=card,
+                   workload=workload, allocator=allocator)  # fmt: skip
+    return _at_the_peak(c, step, trainable, made_b, held, offload, paged, band)
 
 
 def _at_the_peak(
     c: dict[str, int], step: HFStepBreakdown, trainable: list[tuple[int, int]], grad_b: int,
-    held: int, offload: bool, paged: int, card: str | None,
+    held: int, offload: bool, paged: int, band: Callable[[int], Band],
 ) -> HFMemory:  # fmt: skip
     """The larger of the two moments (module docstring), as :class:`HFMemory`, with the parts
-    of the moment that decides (``at_peak``, adding up to ``peak_bytes``)."""
+    of the moment that decides (``at_peak``, adding up to ``peak_bytes``) and ``band(peak)``."""
     fixed = {k: c[k] for k in FIXED}
     grads = sum(r * k for r, k in trainable) * grad_b  # what the step makes, all of it
     # the gradients made by the backward's peak, as this rank keeps them (its share, sharded)
@@ -223,7 +236,7 @@ def _at_the_peak(
     peak, at, parts = (backward, step.peak_at, moment) if backward >= opt_step else (
         opt_step, "optimizer.step", stepping)  # fmt: skip
     return HFMemory(
-        peak, peak, peak, c, at, step, notes,
+        peak, band(peak), c, at, step, notes,
         {"backward": backward, "optimizer.step": opt_step}, paged,
         {k: v for k, v in {**fixed, **parts}.items() if v},
     )  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .finetune import FINETUNES, LOOPS, LOSSES
+from .finetune.options import FINETUNES, LOOPS, LOSSES, PACKING
 from .hf.cards import ALLOCATORS
 from .hf.states import OPTIMIZERS, SHARDING
 
@@ -26,7 +26,7 @@ MODEL_FLAGS: list[tuple[str, dict]] = [
     ("--loop", dict(choices=LOOPS,
                     help="trainer (default: outputs dropped before backward, fused AdamW) or "
                          "plain (outputs held through backward, foreach AdamW)")),
-    ("--packing", dict(nargs="?", const="rows", choices=("rows", "padding-free"),
+    ("--packing", dict(nargs="?", const="rows", choices=PACKING,
                        help="pack documents drawn from --lengths into rows of --seq-len tokens "
                             "(or padding-free: end to end); plans the worst micro-batch")),
     ("--lengths", dict(metavar="NAME|CSV",
@@ -88,11 +88,10 @@ def run_model_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     from .finetune import plan_finetune
 
     names = ("dtype", "lora_targets", "optimizer", "loss", "loop", "sharding", "micro_batch",
-             "target_tokens", "checkpointing", "lengths", "attn_impl", "allocator")  # fmt: skip
+             "target_tokens", "checkpointing", "lengths", "attn_impl", "allocator", "finetune",
+             "lora_rank", "devices", "checkpoint_every")  # fmt: skip
+    # what was given; plan_finetune's own defaults (one definition) for the rest
     given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-    for name, default in (("finetune", "lora"), ("lora_rank", 16), ("devices", 1),
-                          ("checkpoint_every", 1)):  # fmt: skip
-        given[name] = getattr(args, name) or default
     try:
         result = plan_finetune(
             args.model, args.gpu_memory, args.seq_len, gpu=args.gpu,

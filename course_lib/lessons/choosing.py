@@ -422,7 +422,7 @@ def card_plan(
     band = memo[1].band
     assert band is not None  # predict_hf_memory always sets it
     return CardPlan(
-        model, card, plan.memory_budget, finetune, seq_len, plan.settings, largest,
+        model, card, plan.memory_budget, finetune, seq_len, plan.settings.as_dict(), largest,
         allocated={n: m.peak_bytes for n, m in memo.items()},
         device={n: m.device_bytes for n, m in memo.items()},
         parts={n: _parts(m) for n, m in memo.items()},

@@ -202,7 +202,7 @@ def test_a_given_micro_batch_is_predicted_not_searched():
     assert (p.micro_batch, p.grad_accum_steps) == (2, 4)
     assert p.peak_bytes == predict_hf_memory(
         load_config("Llama-3.2-1B"), 2, 2048, lora_rank=16, checkpointing="off", fused=True,
-        **{k: v for k, v in p.settings.items() if k not in ("lora_rank", "fused")},
+        **{k: v for k, v in p.settings.as_dict().items() if k not in ("lora_rank", "fused")},
     ).peak_bytes  # fmt: skip
     big = plan_finetune("Llama-3.2-1B", "24GiB", 2048, micro_batch=64)
     assert not big.fits and big.checkpointing == "blocks" and "does not fit" in big.warnings[0]
@@ -401,3 +401,40 @@ def test_gb_and_gib_are_both_read_and_the_plan_states_the_bytes():
     assert (gb.memory_budget, gib.memory_budget) == (24 * 10**9, 24 * 2**30)
     assert "(24,000,000,000 bytes: GB = 10**9, GiB = 2**30)" in str(gb)
     assert "25,769,803,776 bytes" in str(gib)
+
+
+def test_the_plan_says_why_its_micro_batch_is_not_the_largest():
+    # three rows reach 6,000 tokens: 1 x 3 beats 2 x 2 (four rows), though two rows fit
+    target = plan_finetune("Llama-3.2-1B", "24GiB", 2048, target_tokens=6_000)
+    assert target.micro_batch < target.max_micro_batch
+    assert target.why_micro_batch.startswith("the token target chose it: ")
+    assert "\nwhy " in str(target) and "the token target chose it" in str(target)
+    roomy = plan_finetune("Llama-3.1-8B", "80GiB", 1024, dtype="bf16")
+    assert roomy.checkpointing == "off" and roomy.max_micro_batch_by_mode["blocks"] > 1
+    assert "checkpointing is off because one row fits without it" in roomy.why_micro_batch
+    largest = plan_finetune("Llama-3.2-1B", "24GiB", 2048, checkpointing="off")
+    assert largest.micro_batch == largest.max_micro_batch and largest.why_micro_batch == ""
+    assert "\nwhy " not in str(largest)  # the case that fails: nothing to explain
+
+
+def test_the_json_carries_the_band_and_what_decides():
+    p = plan_finetune("Llama-3.2-1B", seq_len=2048, gpu="L4", dtype="bf16")
+    d = json.loads(json.dumps(p.to_dict()))
+    assert d["device_bytes_low"] < d["device_bytes_high"] == d["device_bytes"]
+    assert d["device_bytes_high"] <= d["memory_budget"] < p.predictor(
+        p.checkpointing, p.micro_batch + 1).device_bytes  # fmt: skip
+    assert d["decides"] == p.decides and d["decides_growth_per_row"] == p.growth[p.decides]
+    assert d["decides_share"] == round(d["components"][p.decides] / d["peak_bytes"], 4)
+    assert (d["workload"], d["allocator"]) == ("fixed", "default")
+    text = str(p)
+    assert "of the allocated peak" in text and "at the top, the end the plan uses" in text
+
+
+def test_expandable_segments_is_suggested_where_it_changes_the_answer():
+    p = plan_finetune("Llama-3.1-8B", seq_len=4096, gpu="RTX 4090", loss="chunked", **README)
+    said = [n for n in p.notes if "expandable_segments:True" in n]
+    assert said and f"micro-batch {p.micro_batch + 1} fits" in said[0]
+    e = plan_finetune("Llama-3.1-8B", seq_len=4096, gpu="RTX 4090", loss="chunked",
+                      allocator="expandable", **README)  # fmt: skip
+    assert e.max_micro_batch == p.max_micro_batch + 1 and e.device_bytes <= e.memory_budget
+    assert not [n for n in e.notes if "expandable_segments:True" in n]  # already on

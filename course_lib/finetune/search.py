@@ -1,48 +1,29 @@
-"""The plan for a real fine-tune: a Hugging Face config, full, LoRA or QLoRA, on your card.
-
-:func:`plan_finetune` searches the micro-batch with the one "what fits" search
-(:func:`course_lib.fit.find_largest`), each probe a whole prediction of the step on the device,
-:func:`course_lib.hf.memory.predict_hf_memory`: weights (16-bit, or NF4 for QLoRA), adapters,
-gradients, the optimiser's state and its step, the step's activations, logits and transients,
-and what the device shows beyond the tensors (the caching allocator's reserve and the CUDA
-context, :mod:`course_lib.hf.cards`). A micro-batch fits when that ``device_bytes`` is at most
-the card's memory: a plan never uses the memory the reserve and the context need.
-
-The recipe: checkpointing only if one row does not fit without it (recomputation costs time),
-unless ``checkpointing`` fixes it; then the fewest tokens per step that reach
-``target_tokens`` (the largest micro-batch without a target). Every default the plan assumes
-(LoRA targets, the loop, the optimiser's step) is listed in ``assumed``, and
-:class:`FinetunePlan` says which part of the peak decides (``decides``); print it, or read its
-:meth:`~FinetunePlan.to_dict` (``python -m course_lib plan ... --json``).
-"""
+"""The fine-tune plan's search: :func:`plan_finetune` reads the model and the card, checks the
+settings (:mod:`~course_lib.finetune.options`), finds the largest micro-batch that fits at the
+top of the device band (:func:`course_lib.fit`'s "what fits" question, each probe a
+:class:`~course_lib.finetune.predictor.Predictor` call), then the recipe's micro-batch and
+accumulation, and has :mod:`~course_lib.finetune.text` write the plan's words. No torch here."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from . import _checks
-from ._checks import Checkpointing, checkpointing_mode, one_of, positive_int
-from .finetune_report import FinetunePlan, Predictor
-from .hf.arch import architecture, config_dict
-from .hf.cards import ALLOCATORS, card_memory, card_name
-from .hf.families import lora_targets_for
-from .hf.states import OPTIMIZERS, SHARDING
-from .hf_configs import load_config
+from .. import _checks
+from .._checks import Checkpointing, checkpointing_mode, positive_int
+from ..hf.arch import config_dict
+from ..hf.cards import card_memory, card_name
+from ..hf_configs import load_config
+from .options import MODES, Run, Targets, packing_mode, settings
+from .plan import FinetunePlan
+from .predictor import Lengths, Predictor
+from .text import describe
 
-__all__ = ["FinetunePlan", "plan_finetune", "resolve_model", "FINETUNES", "LOOPS", "LOSSES"]
-
-FINETUNES = ("full", "lora", "qlora")
-LOOPS = ("trainer", "plain")
-LOSSES = ("standard", "chunked")
-ATTENTION = ("eager", "sdpa", "flash")
-MODES: tuple[Checkpointing, ...] = ("off", "blocks")  # HF models checkpoint whole layers
 MAX_ROWS = 10**9  # the search's cap: no plan needs a micro-batch of a billion rows
 
 
-def resolve_model(model: Any) -> tuple[str, dict]:
+def resolve_model(model: object) -> tuple[str, dict]:
     """The label and the config dict of a model.
 
     Args:
@@ -54,14 +35,14 @@ def resolve_model(model: Any) -> tuple[str, dict]:
     Raises:
         ValueError: an unknown name or a file that is not a config (:func:`load_config`).
     """
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        return str(model), load_config(model)
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model), load_config(model)
     config = config_dict(model)
     return config.get("_name_or_path") or config.get("model_type", "model"), config
 
 
 def plan_finetune(
-    model: Any,
+    model: object,
     memory_budget: int | str | None = None,
     seq_len: int | None = None,
     *,
@@ -69,13 +50,13 @@ def plan_finetune(
     dtype: object = None,
     finetune: str = "lora",
     lora_rank: int = 16,
-    lora_targets: str | list[str] | tuple[str, ...] | None = None,
+    lora_targets: Targets = None,
     optimizer: str = "adamw",
     attn_impl: str | None = None,
     loss: str = "standard",
     loop: str = "trainer",
     packing: bool | str = False,
-    lengths: Any = None,
+    lengths: Lengths = None,
     devices: int = 1,
     sharding: str = "none",
     checkpointing: Checkpointing | bool | None = None,
@@ -84,7 +65,7 @@ def plan_finetune(
     target_tokens: int | None = None,
     gpu_memory: int | str | None = None,
     allocator: str = "default",
-    **memory_kwargs: Any,
+    **memory_kwargs: object,
 ) -> FinetunePlan:
     """Plan a fine-tune of ``model`` on one card (per device, with ``devices`` of them).
 
@@ -140,16 +121,17 @@ def plan_finetune(
         raise ValueError("seq_len is required: the tokens in a row (the longest)")
     positive_int("seq_len", seq_len)
     fixed = None if checkpointing is None else checkpointing_mode(checkpointing)
+    mode = packing_mode(packing)
     run = Run(finetune, lora_rank, lora_targets, optimizer, loss, loop, devices, sharding,
-              checkpoint_every, target_tokens, allocator, packing)  # fmt: skip
-    settings, assumed = _settings(config, seq_len, dtype, attn_impl, card, run, memory_kwargs)
-    pred = Predictor(config, seq_len, settings, packing, lengths)
-    p = FinetunePlan(label, config, seq_len, budget, card, target_tokens, settings, assumed, pred)
+              checkpoint_every, target_tokens, allocator, mode)  # fmt: skip
+    s, assumed = settings(config, seq_len, dtype, attn_impl, card, run, dict(memory_kwargs))
+    pred = Predictor(config, seq_len, s, mode, lengths)
+    p = FinetunePlan(label, config, seq_len, budget, card, target_tokens, s, assumed, pred)
     if micro_batch is not None:
         _predict_one(p, positive_int("micro_batch", micro_batch), fixed)
     else:
         _search(p, fixed)
-    p.finish()
+    describe(p)
     return p
 
 
@@ -171,101 +153,6 @@ def _budget(memory_budget: object, gpu_memory: object, gpu: str | None) -> tuple
             raise ValueError("give the card's memory (memory_budget='24GiB') or a gpu name")
         return card_memory(card), card
     return _checks.memory_budget(memory_budget), card
-
-
-@dataclass(frozen=True)
-class Run:
-    """The plan's own settings, as :func:`plan_finetune` received them (its docstring)."""
-
-    finetune: str
-    lora_rank: int
-    lora_targets: str | list[str] | tuple[str, ...] | None
-    optimizer: str
-    loss: str
-    loop: str
-    devices: int
-    sharding: str
-    checkpoint_every: int
-    target_tokens: int | None
-    allocator: str
-    packing: bool | str
-
-    @property
-    def workload(self) -> str:
-        """Which measured reserve applies (:mod:`course_lib.hf.cards`): full rows are
-        ``"fixed"``, packed rows ``"packing"``, padding-free micro-batches ``"varying"``."""
-        if not self.packing:
-            return "fixed"
-        return "varying" if self.packing == "padding-free" else "packing"
-
-
-def _attention(config: dict, seq_len: int, attn_impl: str | None) -> tuple[str, str | None]:
-    """The attention path, and what was assumed in words when the caller named none: sdpa,
-    unless the model is one sdpa cannot run at ``seq_len`` (then eager, transformers' advice
-    for training Gemma 2 and 3)."""
-    if attn_impl is not None:
-        return attn_impl, None
-    arch = architecture(config)
-    short = [w for w in arch.windows if w and w <= seq_len]
-    if arch.attn_softcap or short:
-        why = (
-            f"{arch.model_type} soft-caps its attention scores"
-            if arch.attn_softcap
-            else f"its sliding window ({min(short):,} tokens) is not longer than the rows"
-        )
-        return "eager", (
-            f"eager attention: {why}, which sdpa cannot run (transformers' advice for "
-            "training; --attention flash with FlashAttention-2 installed)"
-        )
-    return "sdpa", None
-
-
-def _settings(
-    config: dict, seq_len: int, dtype: object, attn_impl: str | None, card: str | None, run: Run,
-    extra: dict[str, Any],
-) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
-    """:func:`predict_hf_memory`'s keywords for the plan's settings, checked, and the defaults
-    the plan assumed, in words."""
-    one_of("finetune", run.finetune, FINETUNES)
-    one_of("optimizer", run.optimizer, OPTIMIZERS)
-    one_of("sharding", run.sharding, SHARDING)
-    one_of("loop", run.loop, LOOPS)
-    one_of("allocator", run.allocator, ALLOCATORS)
-    if run.target_tokens is not None:
-        positive_int("target_tokens", run.target_tokens)
-    arch, lora = architecture(config), run.finetune != "full"
-    attn, why = _attention(config, seq_len, attn_impl)
-    s: dict[str, Any] = dict(
-        dtype=dtype, attn_impl=attn, loss=run.loss, loop=run.loop, optimizer=run.optimizer,
-        devices=positive_int("devices", run.devices), sharding=run.sharding, card=card,
-        checkpoint_every=positive_int("checkpoint_every", run.checkpoint_every),
-        lora_rank=positive_int("lora_rank", run.lora_rank) if lora else None,
-        workload=run.workload, allocator=run.allocator,
-    )  # fmt: skip
-    assumed = [why] if why else []
-    if dtype is None and not (config.get("dtype") or config.get("torch_dtype")):
-        assumed.append("float32 weights: the config names no dtype (torch_dtype), and "
-                       "from_pretrained then loads float32 (--dtype bf16 to change)")  # fmt: skip
-    if lora:
-        s["lora_targets"] = run.lora_targets
-        targets = lora_targets_for(arch, run.lora_targets)
-        if run.lora_targets is None:
-            assumed.append(f"LoRA on {', '.join(targets)}: PEFT's default for "
-                           f"{arch.model_type} (--lora-targets to change)")  # fmt: skip
-    if run.finetune == "qlora":
-        s.update(weights="nf4", double_quant=True)
-        assumed.append("QLoRA: NF4 weights with double quantisation (the QLoRA paper's recipe), "
-                       "prepare_model_for_kbit_training (the other weights in fp32)")  # fmt: skip
-    if "foreach" not in extra and "fused" not in extra and run.optimizer in ("adamw",):
-        s["fused"] = run.loop == "trainer"
-        assumed.append("AdamW's step: fused, the Trainer's default (adamw_torch_fused)"
-                       if s["fused"] else "AdamW's step: foreach, torch.optim.AdamW's default on "
-                       "CUDA (one more copy of the second moment)")  # fmt: skip
-    if run.loop == "trainer":
-        assumed.append("loop: the Trainer's (outputs dropped before backward); --loop plain "
-                       "holds them, and their logits, through the backward")  # fmt: skip
-    s.update(extra)
-    return s, assumed
 
 
 def _predict_one(p: FinetunePlan, rows: int, fixed: Checkpointing | None) -> None:
@@ -347,7 +234,7 @@ def _accumulate(p: FinetunePlan, m_max: int) -> int:
     if not p.target_tokens:
         p.grad_accum_steps = 1
         return m_max
-    per_row = p.predictor.tokens_per_row(p.seq_len) * p.devices
+    per_row = p.predictor.tokens_per_row() * p.devices
     rows = max(1, -(-p.target_tokens // max(1, int(per_row))))
     m, a = min(((m, -(-rows // m)) for m in range(1, min(m_max, rows) + 1)),
                key=lambda ma: (ma[0] * ma[1], -ma[0]))  # fmt: skip

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .._checks import Checkpointing
 from ..hf.memory import HFMemory, predict_hf_memory
-from ..hf.packing_plan import Packed, pack_sample
 from .options import Settings
+
+if TYPE_CHECKING:  # numpy's import is a third of a plan's time: only packing needs it
+    from ..hf.packing_plan import Packed
 
 Lengths = str | os.PathLike[str] | Sequence[int] | None
 
@@ -43,6 +46,8 @@ class Predictor:
         if packing is not None:
             if lengths is None:
                 raise ValueError("packing needs the documents' lengths (lengths=, --lengths)")
+            from ..hf.packing_plan import pack_sample
+
             source = os.fspath(lengths) if isinstance(lengths, os.PathLike) else lengths
             self.packed = pack_sample(source, seq_len if packing == "rows" else None)
         elif lengths is not None:

@@ -3,9 +3,11 @@
 Each run is a fresh interpreter (``subprocess``), so the figure includes Python's start, the
 imports and the plan, as a fine-tuner waits for it. For every name in
 :func:`course_lib.hf_configs.available` it times two plans, full rows and ``--packing`` from the
-shipped Wikipedia histogram, and prints the median of ``--runs`` runs of each, then the median
-and the worst over all configs. It also reports whether any run imported torch (it should not:
-``tests/library/test_cli.py`` fails if one does).
+shipped Wikipedia histogram, and prints the median of ``--runs`` runs of each (wall seconds,
+and the CPU seconds the run used: on a shared, busy machine the wall figure waits for other
+processes, the CPU figure much less), then the median and the worst over all configs. It also
+reports whether any run imported torch (it should not: ``tests/library/test_cli.py`` fails if
+one does).
 
     python benchmarks/plan_speed.py [--runs 5] [--seq-len 2048] [--gpu-memory 80GiB]
 """
@@ -13,6 +15,7 @@ and the worst over all configs. It also reports whether any run imported torch (
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -27,19 +30,26 @@ PROBE = "import sys, runpy; sys.argv = ['course_lib'] + sys.argv[1:]\n" + (
 )
 
 
-def timed(args: list[str], runs: int) -> tuple[float, int, bool]:
-    """Median wall seconds of ``runs`` fresh runs of the plan, its exit status, torch seen."""
-    times, torch_seen, status = [], False, 0
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def timed(args: list[str], runs: int) -> tuple[float, float, int, bool]:
+    """Median wall and CPU seconds of ``runs`` fresh runs of the plan, its exit status, torch
+    seen."""
+    times, cpu, torch_seen, status = [], [], False, 0
     for _ in range(runs):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), _children_cpu()
         out = subprocess.run([sys.executable, "-m", "course_lib", "plan", *args],
                              capture_output=True, text=True)  # fmt: skip
         times.append(time.perf_counter() - start)
+        cpu.append(_children_cpu() - start_cpu)
         status = out.returncode
     probe = subprocess.run([sys.executable, "-c", PROBE, "plan", *args], capture_output=True,
                            text=True)  # fmt: skip
     torch_seen = probe.stderr.endswith("TORCH")
-    return statistics.median(times), status, torch_seen
+    return statistics.median(times), statistics.median(cpu), status, torch_seen
 
 
 def main() -> None:
@@ -51,18 +61,25 @@ def main() -> None:
     base = ["--seq-len", args.seq_len, "--gpu-memory", args.gpu_memory,
             "--lora-targets", "all-linear"]  # fmt: skip
     packing = ["--packing", "--lengths", "wikipedia_512"]
-    print(f"{'config':<28}{'plan (s)':>10}{'--packing (s)':>15}  exit  torch")
-    rows, pack, torch_any = [], [], False
+    print(f"{'config':<28}{'plan (s)':>10}{'cpu':>7}{'--packing (s)':>15}{'cpu':>7}  exit  torch")
+    rows, pack, rows_cpu, pack_cpu, torch_any = [], [], [], [], False
     for name in available():
-        t, status, torch_a = timed(["--model", name, *base], args.runs)
-        tp, status_p, torch_b = timed(["--model", name, *base, *packing], args.runs)
+        t, c, status, torch_a = timed(["--model", name, *base], args.runs)
+        tp, cp, status_p, torch_b = timed(["--model", name, *base, *packing], args.runs)
         rows.append(t)
         pack.append(tp)
+        rows_cpu.append(c)
+        pack_cpu.append(cp)
         torch_any |= torch_a or torch_b
-        print(f"{name:<28}{t:>10.3f}{tp:>15.3f}  {status}/{status_p}  {torch_a or torch_b}")
+        print(f"{name:<28}{t:>10.3f}{c:>7.3f}{tp:>15.3f}{cp:>7.3f}  {status}/{status_p}  "
+              f"{torch_a or torch_b}")  # fmt: skip
     print(f"\n{len(rows)} configs, median of {args.runs} runs each")
-    print(f"plan:      median {statistics.median(rows):.3f} s, worst {max(rows):.3f} s")
-    print(f"--packing: median {statistics.median(pack):.3f} s, worst {max(pack):.3f} s")
+    for what, wall, cpu in (("plan:     ", rows, rows_cpu), ("--packing:", pack, pack_cpu)):
+        print(
+            f"{what} median {statistics.median(wall):.3f} s, worst {max(wall):.3f} s wall; "
+            f"CPU median {statistics.median(cpu):.3f} s, worst {max(cpu):.3f} s"
+        )
+    print(f"load average while it ran: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print(f"torch imported by any run: {torch_any}")
 
 

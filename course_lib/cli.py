@@ -42,7 +42,8 @@ the CUDA context; the plan never goes above the card's memory. Defaults it assum
 TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size", "dataset_size",
                 "target_min", "target_max", "min_tokens")  # fmt: skip
 HF_ONLY = ("finetune", "lora_rank", "target_tokens", "lora_targets", "optimizer", "loss",
-           "loop", "packing", "lengths", "sharding", "checkpoint_every", "micro_batch")  # fmt: skip
+           "loop", "packing", "lengths", "sharding", "checkpoint_every", "micro_batch",
+           "allocator")  # fmt: skip
 POSITIVE = ("lora_rank", "target_tokens", "checkpoint_every", "micro_batch", "devices")
 DTYPE_CHOICES = (*DTYPE_BYTES, *DTYPE_ALIASES)  # every spelling units.dtype_name reads
 # --checkpointing: off, or on (every block: the library's "blocks", also accepted); TinyGPT

@@ -7,24 +7,26 @@ from __future__ import annotations
 import argparse
 import json
 
+from .finetune.options import FINETUNES, LOOPS, LOSSES, PACKING
+from .hf.cards import ALLOCATORS
 from .hf.states import OPTIMIZERS, SHARDING
 
 # The --model run's flags, as argparse.add_argument's arguments.
 MODEL_FLAGS: list[tuple[str, dict]] = [
-    ("--finetune", dict(choices=("full", "lora", "qlora"),
+    ("--finetune", dict(choices=FINETUNES,
                         help="default: lora (qlora: NF4 weights with double quantisation)")),
     ("--lora-rank", dict(type=int, help="LoRA rank (default: 16)")),
     ("--lora-targets", dict(metavar="NAMES",
                             help="q_proj,v_proj or all-linear (default: PEFT's for the family)")),
     ("--optimizer", dict(choices=OPTIMIZERS,
                          help="default: adamw (torch.optim.AdamW: moments in the trained dtype)")),
-    ("--loss", dict(choices=("standard", "chunked"),
+    ("--loss", dict(choices=LOSSES,
                     help="standard (fp32 log-probabilities of the full logits; default) or "
                          "chunked (fused linear cross-entropy: no full logits)")),
-    ("--loop", dict(choices=("trainer", "plain"),
+    ("--loop", dict(choices=LOOPS,
                     help="trainer (default: outputs dropped before backward, fused AdamW) or "
                          "plain (outputs held through backward, foreach AdamW)")),
-    ("--packing", dict(nargs="?", const="rows", choices=("rows", "padding-free"),
+    ("--packing", dict(nargs="?", const="rows", choices=PACKING,
                        help="pack documents drawn from --lengths into rows of --seq-len tokens "
                             "(or padding-free: end to end); plans the worst micro-batch")),
     ("--lengths", dict(metavar="NAME|CSV",
@@ -37,6 +39,9 @@ MODEL_FLAGS: list[tuple[str, dict]] = [
     ("--micro-batch", dict(type=int, metavar="B",
                            help="predict this micro-batch instead of searching for the largest")),
     ("--target-tokens", dict(type=int, help="tokens per optimiser step to reach")),
+    ("--allocator", dict(choices=ALLOCATORS,
+                         help="default, or expandable (PYTORCH_CUDA_ALLOC_CONF="
+                              "expandable_segments:True): the reserve the device band takes")),
     ("--json", dict(action="store_true", help="print the plan as one JSON object")),
 ]  # fmt: skip
 
@@ -83,11 +88,10 @@ def run_model_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     from .finetune import plan_finetune
 
     names = ("dtype", "lora_targets", "optimizer", "loss", "loop", "sharding", "micro_batch",
-             "target_tokens", "checkpointing", "lengths")  # fmt: skip
+             "target_tokens", "checkpointing", "lengths", "attn_impl", "allocator", "finetune",
+             "lora_rank", "devices", "checkpoint_every")  # fmt: skip
+    # what was given; plan_finetune's own defaults (one definition) for the rest
     given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-    for name, default in (("finetune", "lora"), ("lora_rank", 16), ("attn_impl", "sdpa"),
-                          ("devices", 1), ("checkpoint_every", 1)):  # fmt: skip
-        given[name] = getattr(args, name) or default
     try:
         result = plan_finetune(
             args.model, args.gpu_memory, args.seq_len, gpu=args.gpu,

@@ -3,7 +3,8 @@
 :func:`predict_hf_memory` is what the plan calls: :func:`~course_lib.hf.predict.predict_hf_step`
 for the step (every keyword passed through) and :mod:`~course_lib.hf.states` for the bytes that
 do not depend on the batch, divided over devices as the sharding does, and
-:func:`~course_lib.hf.cards.device_bytes` for what the card shows.
+:func:`~course_lib.hf.cards.device_band` for what the card must hold (a band: the reserve over
+what fragments, at both ends of its measured range, and the CUDA context).
 
 The peak is the larger of two moments: the backward (weights, adapters, optimiser states and the
 step's own peak, which counts the gradients as they are made after ``zero_grad(set_to_none=
@@ -12,12 +13,14 @@ True)``) and the optimiser step (weights, states, every gradient, the step's tem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..units import DTYPE_BYTES, dtype_name
 from .arch import Arch, architecture, layer_dims, parameter_dims, root_dims
-from .cards import cublas_workspaces, device_bytes, reserved_bytes
+from .cards import Band, cublas_workspaces, device_band
 from .families import lora_targets_for
 from .predict import HFStepBreakdown, predict_hf_step
 from .states import (
@@ -58,9 +61,11 @@ FIXED = ("weights", "adapters", "optimizer_state", "cublas_workspaces", "batch",
 class HFMemory:
     """Predicted bytes per device of one fine-tuning step (:func:`predict_hf_memory`).
 
-    ``peak_bytes``: the tensors at the peak (what ``max_memory_allocated`` reports);
-    ``device_bytes``: what the card must hold, the caching allocator's reserve
-    (``reserved_bytes``) plus the CUDA context; ``components``: every part's own size (name ->
+    ``peak_bytes``: the tensors at the peak (what ``max_memory_allocated`` reports), a point;
+    ``band``: what the card must hold, a range (:func:`~course_lib.hf.cards.device_band`);
+    ``device_bytes`` its top (what a plan compares with the card), ``device_bytes_low`` its
+    bottom, ``reserved_bytes`` the allocator's reserve at the top (``max_memory_reserved``);
+    ``components``: every part's own size (name ->
     bytes: :data:`FIXED`, all the gradients, the step's parts at its peak, the optimiser
     step's temporaries); ``at_peak``: ``peak_bytes`` by part at the moment that decides it
     (``peak_at``), adding up to it; ``moments``: the two candidate peaks; ``paged_bytes``: a
@@ -69,8 +74,7 @@ class HFMemory:
     """
 
     peak_bytes: int  # allocated: the tensor count at the peak
-    device_bytes: int  # what the card shows: allocator reserve and CUDA context added
-    reserved_bytes: int  # the caching allocator's reserve (max_memory_reserved)
+    band: Band  # what the card must hold: the reserve and the context at both ends
     components: dict[str, int]
     peak_at: str
     step: HFStepBreakdown
@@ -78,6 +82,26 @@ class HFMemory:
     moments: dict[str, int] = field(default_factory=dict)  # "backward", "optimizer.step"
     paged_bytes: int = 0
     at_peak: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def device_bytes(self) -> int:
+        """The band's top: what the card must hold at the peak (what a plan compares)."""
+        return self.band.high
+
+    @property
+    def device_bytes_low(self) -> int:
+        """The band's bottom: the reserve and the context at the low end of their ranges."""
+        return self.band.low
+
+    @property
+    def reserved_bytes(self) -> int:
+        """The caching allocator's reserve at the band's top (``max_memory_reserved``)."""
+        return self.band.high - self.band.context[1]
+
+    @property
+    def reserved_bytes_low(self) -> int:
+        """The caching allocator's reserve at the band's bottom."""
+        return self.band.low - self.band.context[0]
 
     @property
     def decides(self) -> str:
@@ -90,7 +114,8 @@ def predict_hf_memory(
     dtype: object = None, optimizer: str = "adamw", foreach: bool = True, devices: int = 1,
     sharding: str = "none", offload: bool = False, double_quant: bool = True,
     card: str | None = None, fused: bool = False, master_weights: object = None,
-    reduce_dtype: object = None, **step_kwargs: Any,
+    reduce_dtype: object = None, workload: str = "fixed", allocator: str = "default",
+    **step_kwargs: Any,
 ) -> HFMemory:  # fmt: skip
     """Peak bytes per device of one step of a fine-tune (module docstring).
 
@@ -121,6 +146,9 @@ def predict_hf_memory(
             ``"zero3"`` only (:func:`_mixed_precision`).
         reduce_dtype: with ``master_weights``, the dtype gradients are reduce-scattered in
             (``None``: ``dtype``, FSDP2's default).
+        workload: ``"fixed"`` rows, ``"varying"`` rows or ``"packing"``: which measured
+            reserve the band takes (:mod:`~course_lib.hf.cards`).
+        allocator: ``"default"`` or ``"expandable"`` (``expandable_segments:True``).
         **step_kwargs: passed to :func:`predict_hf_step` (``attn_impl``, ``lora_targets``,
             ``weights``, ``loss``, ``loop``, ``device`` (default ``"cuda"``), ...).
 
@@ -161,15 +189,19 @@ def predict_hf_memory(
     held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
     # the step counts the gradients it makes in the compute dtype (an adapter's in its own)
     made_b = b if lora_rank is None else grad_b
-    return _at_the_peak(c, step, trainable, made_b, held, offload, paged, card)
+    # the device band at a peak: the reserve over what fragments (not what persists), context
+    persistent = c["weights"] + c["adapters"] + c["optimizer_state"]
+    band = partial(device_band, persistent=persistent, attn_impl=step.attn_impl, card=card,
+                   workload=workload, allocator=allocator)  # fmt: skip
+    return _at_the_peak(c, step, trainable, made_b, held, offload, paged, band)
 
 
 def _at_the_peak(
     c: dict[str, int], step: HFStepBreakdown, trainable: list[tuple[int, int]], grad_b: int,
-    held: int, offload: bool, paged: int, card: str | None,
+    held: int, offload: bool, paged: int, band: Callable[[int], Band],
 ) -> HFMemory:  # fmt: skip
     """The larger of the two moments (module docstring), as :class:`HFMemory`, with the parts
-    of the moment that decides (``at_peak``, adding up to ``peak_bytes``)."""
+    of the moment that decides (``at_peak``, adding up to ``peak_bytes``) and ``band(peak)``."""
     fixed = {k: c[k] for k in FIXED}
     grads = sum(r * k for r, k in trainable) * grad_b  # what the step makes, all of it
     # the gradients made by the backward's peak, as this rank keeps them (its share, sharded)
@@ -204,8 +236,8 @@ def _at_the_peak(
     peak, at, parts = (backward, step.peak_at, moment) if backward >= opt_step else (
         opt_step, "optimizer.step", stepping)  # fmt: skip
     return HFMemory(
-        peak, device_bytes(peak, step.attn_impl, card), reserved_bytes(peak, step.attn_impl),
-        c, at, step, notes, {"backward": backward, "optimizer.step": opt_step}, paged,
+        peak, band(peak), c, at, step, notes,
+        {"backward": backward, "optimizer.step": opt_step}, paged,
         {k: v for k, v in {**fixed, **parts}.items() if v},
     )  # fmt: skip
 

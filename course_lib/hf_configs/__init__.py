@@ -1,25 +1,45 @@
-"""Real model configurations, shipped as facts: the ``config.json`` of a few Hugging Face models.
+"""Real model configurations by name, offline: shipped ones, the local Hugging Face cache, a file.
 
-Each file is the model's published ``config.json`` on the Hugging Face Hub, copied field for
-field; nothing is downloaded at run time. :func:`load_config` takes a shipped name
-(``"Llama-3.1-8B"``; case and an ``org/`` prefix are ignored) or the path of any ``config.json``.
+Nothing is downloaded. :func:`load_config` reads, in this order:
 
-| name | repository | parameters |
-|---|---|---|
-| ``Llama-3.1-8B`` | ``meta-llama/Llama-3.1-8B`` | 8,030,261,248 |
-| ``Llama-3.2-1B`` | ``meta-llama/Llama-3.2-1B`` (tied embeddings) | 1,235,814,400 |
-| ``Qwen2.5-7B`` | ``Qwen/Qwen2.5-7B`` | 7,615,616,512 |
-| ``Qwen2.5-0.5B`` | ``Qwen/Qwen2.5-0.5B`` (tied embeddings) | 494,032,768 |
-| ``Mistral-7B-v0.3`` | ``mistralai/Mistral-7B-v0.3`` | 7,248,023,552 |
-| ``gpt2`` | ``openai-community/gpt2`` (tied embeddings) | 124,439,808 |
+1. a path to a ``config.json`` (anything ending in ``.json``, or an existing file);
+2. a shipped name, case, spaces and an ``org/`` prefix ignored (``"meta-llama/llama-3.2-3b"``):
+   six models as their published ``config.json`` copied field for field (``Llama-3.1-8B.json``,
+   ``Llama-3.2-1B.json``, ``Qwen2.5-7B.json``, ``Qwen2.5-0.5B.json``, ``Mistral-7B-v0.3.json``,
+   ``gpt2.json``) and the table ``catalog.json``: the architecture fields of 35 more (Llama 3,
+   3.1, 3.2, 3.3 and 405B; Qwen2.5 and Qwen3 from 0.5B to 72B; Gemma 2 and 3; Phi-3 and Phi-4;
+   Mistral NeMo, Small 3 and Mixtral; OLMo 2; SmolLM2), written from each model's published
+   ``config.json`` (Gemma 3: the text model's ``text_config``; every parameter count is checked
+   against the published one in ``tests/library/test_finetune_plan.py``);
+3. a hub id (``org/name``) in the local Hugging Face cache: ``$HF_HUB_CACHE``, else
+   ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``, where ``models--org--name/snapshots/*/``
+   holds the ``config.json`` ``from_pretrained`` downloaded (the newest snapshot).
+
+A name found nowhere is an error listing the closest known names (:mod:`difflib`).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+from functools import cache
 from importlib import resources
 from pathlib import Path
+
+
+@cache
+def _catalog() -> dict[str, tuple[str, dict]]:
+    """The table: name -> (hub id, config dict)."""
+    table = json.loads(resources.files(__name__).joinpath("catalog.json").read_text())
+    return {name: (entry["hub_id"], entry["config"]) for name, entry in table.items()}
+
+
+def _files() -> list[str]:
+    """The names of the shipped ``config.json`` copies."""
+    found = resources.files(__name__).iterdir()
+    return [f.name.removesuffix(".json") for f in found if f.name.endswith(".json")
+            and f.name != "catalog.json"]  # fmt: skip
 
 
 def available() -> list[str]:
@@ -28,23 +48,67 @@ def available() -> list[str]:
     Returns:
         Names :func:`load_config` accepts without a path (``"Llama-3.1-8B"``, ``"gpt2"``, ...).
     """
-    files = resources.files(__name__).iterdir()
-    return sorted(f.name.removesuffix(".json") for f in files if f.name.endswith(".json"))
+    return sorted({*_files(), *_catalog()}, key=str.lower)
+
+
+def hub_id(name: str) -> str | None:
+    """The Hugging Face hub id of a shipped name from the table (``None``: not in the table).
+
+    Args:
+        name: a shipped name, as :func:`available` spells it.
+
+    Returns:
+        ``org/name``, or ``None``.
+    """
+    entry = _catalog().get(name)
+    return entry[0] if entry else None
+
+
+def _key(name: str) -> str:
+    return name.rsplit("/", 1)[-1].replace(" ", "").replace("_", "-").lower()
+
+
+def hub_cache() -> Path:
+    """Where ``huggingface_hub`` keeps its downloads (module docstring).
+
+    Returns:
+        The cache folder (it need not exist).
+    """
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                     "huggingface")  # fmt: skip
+    return Path(home) / "hub"
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """The ``config.json`` of ``repo_id`` in the local Hugging Face cache (the newest snapshot).
+
+    Args:
+        repo_id: ``org/name``.
+
+    Returns:
+        Its path, or ``None`` when the cache holds none.
+    """
+    if "/" not in repo_id:
+        return None
+    folder = hub_cache() / ("models--" + repo_id.replace("/", "--")) / "snapshots"
+    found = list(folder.glob("*/config.json")) if folder.is_dir() else []
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def load_config(name_or_path: str | os.PathLike) -> dict:
-    """The config dict of a shipped model name, or of a ``config.json`` path.
+    """The config dict of a shipped name, a hub id in the local cache, or a ``config.json``.
 
     Args:
-        name_or_path: a shipped name (case and an ``org/`` prefix ignored, so
-            ``"meta-llama/llama-3.1-8b"`` works), or the path of a ``config.json``.
+        name_or_path: a path, a shipped name or a hub id (module docstring).
 
     Returns:
         The JSON object as a dict, field for field (``hidden_size``, ``num_hidden_layers``, ...).
 
     Raises:
-        ValueError: ``name_or_path`` is neither a shipped name nor a ``config.json`` (naming the
-            shipped ones), or the file is not a JSON object.
+        ValueError: no such file, a name found nowhere (listing the closest known names), or a
+            file that is not a JSON object.
     """
     text = str(name_or_path)
     path = Path(text)
@@ -52,13 +116,29 @@ def load_config(name_or_path: str | os.PathLike) -> dict:
         if not path.is_file():
             raise ValueError(f"no config file at {text!r}")
         return _parse(path.read_text(), text)
-    wanted = text.rsplit("/", 1)[-1].lower()
-    for name in available():
-        if name.lower() == wanted:
+    wanted = _key(text)
+    for name in _files():
+        if _key(name) == wanted:
             return _parse(resources.files(__name__).joinpath(name + ".json").read_text(), name)
-    shipped = ", ".join(available())
-    raise ValueError(
-        f"unknown model {text!r}: pass the path of its config.json, or one of {shipped}"
+    for name, (repo, config) in _catalog().items():
+        if wanted in (_key(name), _key(repo)):
+            return dict(config, _name_or_path=repo)
+    cached = cached_config(text)
+    if cached is not None:
+        return dict(_parse(cached.read_text(), str(cached)), _name_or_path=text)
+    raise ValueError(_unknown(text))
+
+
+def _unknown(text: str) -> str:
+    """The error for a name found nowhere: the closest known names first."""
+    names = {_key(n): n for n in available()}
+    close = difflib.get_close_matches(_key(text), list(names), n=5, cutoff=0.5)
+    hint = f"closest: {', '.join(names[k] for k in close)}; " if close else ""
+    where = f"not shipped and not in the Hugging Face cache at {hub_cache()}"
+    return (
+        f"unknown model {text!r} ({where}): {hint}pass the path of its config.json, a hub id "
+        f"you have downloaded, or one of {len(names)} shipped names (python -c 'from "
+        "course_lib.hf_configs import available; print(available())')"
     )
 
 

@@ -27,7 +27,7 @@ from ..budget import steps_per_epoch
 from ..collate import PaddingCollator, random_batches
 from ..data import PAD_ID
 from ..fit import NoBatchFitsError, SearchResult, find_largest
-from ..hf.cards import CONTEXT, DEFAULT_CONTEXT, RESERVE, card_name
+from ..hf.cards import card_name
 from ..memory import MemoryProbe
 from ..memory.meter import Device, pick_device
 from ..model import TinyGPT, TinyGPTConfig
@@ -296,9 +296,12 @@ class CardPlan:
     ``parts[n]`` the allocated peak split into :data:`PARTS` (they add up to ``allocated[n]``)
     and ``moment[n]`` when the peak falls (``"backward"`` or ``"optimizer.step"``), for every
     ``n`` the search probed and for 1 and 2 rows. ``max_micro_batch`` is 0 when not even one
-    row fits the card. What the card shows is ``int(reserve * allocated) + context_bytes``
-    (:mod:`course_lib.hf.cards`: the allocator's reserve measured for the attention backend,
-    and the CUDA context).
+    row fits the card. What the card must hold is the top of the device band
+    (:mod:`course_lib.hf.cards`): ``fixed_bytes + int(reserve * (allocated - fixed_bytes)) +
+    context_bytes``, where ``fixed_bytes`` are the weights, adapters and optimiser state
+    (allocated once and kept: they do not fragment), ``reserve`` the caching allocator's worst
+    measured ratio for the attention backend over the rest, and ``context_bytes`` the CUDA
+    context at the top of its range.
     """
 
     model: str
@@ -314,12 +317,17 @@ class CardPlan:
     moment: dict[int, str]
     reserve: float
     context_bytes: int
+    fixed_bytes: int
 
     @property
     def decides(self) -> str:
-        """The largest part at the peak of the largest micro-batch that fits (of one row when
-        none fits)."""
-        parts = self.parts[max(1, self.max_micro_batch)]
+        """The part whose growth limits the plan: the one that grows most from the largest
+        micro-batch that fits to one row more (when none fits, the largest part of one row)."""
+        n = self.max_micro_batch
+        if n and n + 1 in self.parts:
+            now, more = self.parts[n], self.parts[n + 1]
+            return max(more, key=lambda k: more[k] - now[k])
+        parts = self.parts[max(1, n)]
         return max(parts, key=lambda k: parts[k])
 
     def table(self, rows: Sequence[int] = (1, 2)) -> str:
@@ -356,7 +364,8 @@ class CardPlan:
                  f"{self.card_bytes / GiB:.0f} GiB" if n == 0 else
                  f"{head}: largest micro-batch {n}, the card shows {shown:.2f} GiB, "
                  f"{self.card_bytes / GiB - shown:.2f} GiB spare")  # fmt: skip
-        return first + f"\nthe largest part at that peak: {self.decides}"  # fmt: skip
+        what = "what grows most with one more row" if n else "the largest part of one row"
+        return first + f"\n{what}: {self.decides}"  # fmt: skip
 
 
 def card_plan(
@@ -369,8 +378,8 @@ def card_plan(
     The plan is :func:`course_lib.finetune.plan_finetune`'s (the ``Trainer``'s loop, PEFT's
     default LoRA targets, the card's reserve and CUDA context), with ``checkpointing`` fixed:
     its largest micro-batch is the largest ``n`` whose step the card shows within its memory
-    (:func:`course_lib.hf.cards.device_bytes`). This adds, for 1, 2, ... that micro-batch and
-    one more row, each prediction split into the parts the lesson names.
+    (the top of :func:`course_lib.hf.cards.device_band`). This adds, for 1, 2, ... that
+    micro-batch and one more row, each prediction split into the parts the lesson names.
 
     Args:
         model: a shipped config name (:func:`course_lib.hf_configs.available`).
@@ -410,15 +419,17 @@ def card_plan(
     largest = plan.max_micro_batch_by_mode[mode]
     rows = sorted({1, 2, *range(1, min(largest, limit) + 2)})
     memo = {n: plan.predictor(mode, n) for n in rows}
+    band = memo[1].band
+    assert band is not None  # predict_hf_memory always sets it
     return CardPlan(
-        model, card, plan.memory_budget, finetune, seq_len, plan.settings, largest,
+        model, card, plan.memory_budget, finetune, seq_len, plan.settings.as_dict(), largest,
         allocated={n: m.peak_bytes for n, m in memo.items()},
         device={n: m.device_bytes for n, m in memo.items()},
         parts={n: _parts(m) for n, m in memo.items()},
         moment={n: "optimizer.step" if m.peak_at == "optimizer.step" else "backward"
                 for n, m in memo.items()},
-        reserve=RESERVE.get(attn_impl, RESERVE["eager"]),
-        context_bytes=CONTEXT.get(card, DEFAULT_CONTEXT),
+        reserve=band.ratio[1], context_bytes=band.context[1],
+        fixed_bytes=band.persistent,
     )  # fmt: skip
 
 

@@ -27,11 +27,6 @@ from ..hf.tiny import CLASSES, TINY
 from ..units import dtype_name
 from .meter import Device, LiveBytesTracker, measure, pick_device, training_step
 
-LORA_TARGETS = {
-    "gpt2": ["c_attn", "c_proj", "c_fc"],
-    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-}
-
 
 def tiny_hf_config(model_type: str, **overrides: Any) -> Any:
     """A small ``transformers`` config of ``model_type`` (:data:`TINY`, then ``overrides``).

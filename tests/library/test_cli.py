@@ -289,7 +289,7 @@ def test_attn_impl_still_works_and_says_it_is_deprecated(capsys):
     [
         (hf_args(gpu_memory="lots"), "'lots' is not an amount like '24GiB', '80GB'"),
         (hf_args(checkpointing="attention"), "checkpointing='attention' is TinyGPT's"),
-        (hf_args(model="Llama-9"), "unknown model 'Llama-9': pass the path of its config.json"),
+        (hf_args(model="Llama-9"), "unknown model 'Llama-9' (not shipped and not in the Hugging "),
         (hf_args(lora_rank="0"), "--lora-rank must be positive, got 0"),
         (hf_args(target_tokens="-5"), "--target-tokens must be positive, got -5"),
         (hf_args(micro_batch="0"), "--micro-batch must be positive, got 0"),

@@ -12,10 +12,23 @@ the CPU bitsandbytes falls back to ordinary tensors). Those are arithmetic, from
 
 from __future__ import annotations
 
+import json
+import statistics
+from pathlib import Path
+
 import pytest
 import torch
 
-from course_lib.hf.cards import CARD_SOURCES, CARDS, card_memory, device_bytes
+from course_lib.hf.cards import (
+    CARD_SOURCES,
+    CARDS,
+    CONTEXT,
+    RESERVE,
+    card_memory,
+    card_name,
+    device_band,
+    reserve_ratio,
+)
 from course_lib.hf.memory import predict_hf_memory
 from course_lib.hf.states import (
     Sharding,
@@ -28,6 +41,7 @@ from course_lib.hf.states import (
 from course_lib.memory.meter import LiveBytesTracker
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
+ROOT = Path(__file__).resolve().parents[2]
 
 from course_lib.memory.hf_check import compare_hf, tiny_hf_config  # noqa: E402
 
@@ -145,13 +159,75 @@ def test_bitsandbytes_8bit_adamw_state_matches(cls, name):
     assert paged_state_bytes([10**5, 99_999], name) == (2 * 10**5 if "paged" in name else 0)
 
 
-def test_cards_and_device_bytes():
+def test_cards_as_people_type_them():
     # what torch reports, below the marketing size; every figure has its source
     assert card_memory("rtx 4090") == 24_563 * 2**20 < 24 * 2**30
     assert card_memory("T4") == 15_835_398_144 and set(CARD_SOURCES) == set(CARDS)
-    assert device_bytes(2**30, "eager") > device_bytes(2**30, "sdpa") > 2**30
-    with pytest.raises(ValueError, match="unknown card 'V100'"):
+    for typed, card in [
+        ("a100-80gb", "A100 80GB"),
+        ("NVIDIA H100", "H100 80GB"),
+        ("rtx4090", "RTX 4090"),
+        ("Tesla T4", "T4"),
+        ("h200", "H200"),
+    ]:
+        assert card_name(typed) == card, typed
+    # A100 names two cards: the error asks which, with both memories
+    with pytest.raises(ValueError, match=r"which A100\? 'A100 40GB' \(39.4 GiB\), 'A100 80GB'"):
+        card_name("A100")
+    with pytest.raises(ValueError, match="unknown card 'V100': .*one of T4"):
         card_memory("V100")
+    with pytest.raises(ValueError, match="closest: RTX 4090"):
+        card_name("RTX 4080")
+
+
+def _t4_reserve_rows() -> dict[str, list[float]]:
+    """(reserved - persistent) / (allocated - persistent), fitcheck-llm T4 rows, by backend."""
+    rows = json.loads((ROOT / "benchmarks" / "published_peaks.json").read_text())["rows"]
+    found: dict[str, list[float]] = {}
+    for r in rows:
+        if not (r["source"].startswith("fitcheck-llm") and r["card"] == "T4"
+                and r.get("peak_reserved_mib")):  # fmt: skip
+            continue
+        s = r["setting"]
+        m = predict_hf_memory(
+            r["config"], s["batch_size"], s["seq_len"], lora_rank=s["lora_rank"],
+            dtype=s["dtype"], attn_impl=s["attn_impl"], checkpointing=s["checkpointing"],
+            lora_targets=s["lora_targets"], loop=s["loop"], weights=s["weights"],
+            double_quant=s["double_quant"], optimizer=s["optimizer"],
+        )  # fmt: skip
+        still = m.band.persistent / 2**20
+        ratio = (r["peak_reserved_mib"] - still) / (r["peak_allocated_mib"] - still)
+        found.setdefault(s["attn_impl"], []).append(ratio)
+    return found
+
+
+def test_the_fixed_rows_reserve_is_the_t4_rows_median_and_worst():
+    found = _t4_reserve_rows()
+    assert len(found["sdpa"]) + len(found["eager"]) == 69
+    for attn, ratios in found.items():
+        low, high = RESERVE["fixed"][attn]
+        assert low == pytest.approx(statistics.median(ratios), abs=0.005), attn
+        assert high >= max(ratios) > high - 0.01, attn  # the worst row, rounded up
+    assert RESERVE["fixed"]["flash"] == RESERVE["fixed"]["sdpa"]
+
+
+def test_the_device_band_spares_what_persists_and_adds_the_context():
+    weights, peak = 10 * 2**30, 12 * 2**30
+    band = device_band(peak, weights, "sdpa", "H100 80GB")
+    (low, high), (c_low, c_high) = reserve_ratio("sdpa"), CONTEXT["H100 80GB"]
+    assert band.fragments == peak - weights
+    assert band.low == weights + int((peak - weights) * low) + c_low
+    assert band.high == weights + int((peak - weights) * high) + c_high > band.low
+    # the case the old factor got wrong: the whole peak times the ratio
+    assert band.high < int(peak * high) + c_high
+    t4 = device_band(peak, weights, "sdpa", "T4")
+    assert t4.context == (CONTEXT["T4"][0],) * 2 and CONTEXT["T4"][0] < c_low
+    assert device_band(peak, weights, "eager").high > band.high  # score blocks fragment more
+    loose = device_band(peak, weights, "sdpa", "H100 80GB", workload="varying")
+    tight = device_band(peak, weights, "sdpa", "H100 80GB", allocator="expandable")
+    assert tight.high < band.high < loose.high
+    with pytest.raises(ValueError, match="workload must be one of"):
+        reserve_ratio("sdpa", workload="ragged")
 
 
 def test_memory_adds_states_and_refuses_bad_sharding():

@@ -8,7 +8,7 @@ from helpers import tiny_config
 
 from course_lib.data import make_instruction_dataset
 from course_lib.finetune import plan_finetune
-from course_lib.hf.cards import CARDS, DEFAULT_CONTEXT, RESERVE
+from course_lib.hf.cards import CARDS, CONTEXT, reserve_ratio
 from course_lib.hf.memory import predict_hf_memory
 from course_lib.hf_configs import load_config
 from course_lib.lessons.choosing import (
@@ -123,9 +123,11 @@ def test_card_plan_is_the_largest_micro_batch_the_card_shows_within_its_memory()
     fits, over = _predicted("Llama-3.1-8B", n, **QLORA), _predicted("Llama-3.1-8B", n + 1, **QLORA)
     assert fits.device_bytes <= p.card_bytes < over.device_bytes
     assert p.device[n] == fits.device_bytes and p.allocated[n] == fits.peak_bytes
-    for m in p.device:  # what the card shows: the reserve over the tensors, then the context
-        assert p.device[m] == int(p.reserve * p.allocated[m]) + p.context_bytes
-    assert p.reserve == RESERVE["sdpa"] and p.context_bytes == DEFAULT_CONTEXT
+    for m in p.device:  # the band's top: the reserve over what fragments, then the context
+        fragments = p.allocated[m] - p.fixed_bytes
+        assert p.device[m] == p.fixed_bytes + int(p.reserve * fragments) + p.context_bytes
+    assert p.reserve == reserve_ratio("sdpa")[1] and p.context_bytes == CONTEXT["RTX 4090"][1]
+    assert p.fixed_bytes == fits.band.persistent  # weights, adapters, optimiser state
     # the tensors of one more row would still fit: the device's reserve decides the last row
     assert p.allocated[n + 1] <= p.card_bytes < p.device[n + 1]
 
@@ -178,8 +180,11 @@ def test_card_plan_says_what_it_decided():
         f"largest micro-batch {n}," in qlora.verdict()
         and f"{spare:.2f} GiB spare" in qlora.verdict()
     )
-    assert "the largest part at that peak: logits" in qlora.verdict()
-    assert "not even one row fits" in card_plan("Llama-3.1-8B", "A100 80GB", "full").verdict()
+    # the weights are the largest part, but the logits grow: they decide the last row
+    assert max(qlora.parts[n], key=qlora.parts[n].get) == "weights"
+    assert "what grows most with one more row: logits" in qlora.verdict()
+    full = card_plan("Llama-3.1-8B", "A100 80GB", "full").verdict()
+    assert "not even one row fits" in full and "the largest part of one row" in full
     table = qlora.table(rows=(1, 2, n))
     assert all(part in table for part in PARTS) and f"{n} rows" in table
     assert f"{qlora.allocated[2] / GiB:.4f}" in table

@@ -79,39 +79,41 @@ def largest_fitting(fits, guess):  # the right search, but it returns the smalle
 
 _Q5 = """
 _per_row = two_rows_qlora - one_row_qlora
-def _shows(allocated):
+def _shows(allocated, fixed):
     return {shows}
 q5_rows_qlora = 0
-while _shows(one_row_qlora + q5_rows_qlora * _per_row) <= {card}:
+while _shows(one_row_qlora + q5_rows_qlora * _per_row, fixed_qlora) <= {card}:
     q5_rows_qlora += 1
-q5_spare_gib_qlora = ({card} - _shows(one_row_qlora + (q5_rows_qlora - 1) * _per_row)) / {unit}
-q5_full_fits = _shows(one_row_full) <= {card_full}
+_peak = one_row_qlora + (q5_rows_qlora - 1) * _per_row
+q5_spare_gib_qlora = ({card} - _shows(_peak, fixed_qlora)) / {unit}
+q5_full_fits = _shows(one_row_full, fixed_full) <= {card_full}
 """
 
 
-def _q5(shows="int(reserve * allocated) + context_bytes", card="card_qlora",
+def _q5(shows="fixed + int(reserve * (allocated - fixed)) + context_bytes", card="card_qlora",
         card_full="card_full", unit="2**30") -> str:  # fmt: skip
     return _Q5.format(shows=shows, card=card, card_full=card_full, unit=unit)
 
 
 _Q5_ONE_ROW_PEAKS = """
-def _shows(allocated):
-    return int(reserve * allocated) + context_bytes
+def _shows(allocated, fixed):
+    return fixed + int(reserve * (allocated - fixed)) + context_bytes
 q5_rows_qlora = 0
-while _shows((q5_rows_qlora + 1) * one_row_qlora) <= card_qlora:  # n rows as n one-row peaks
+while _shows((q5_rows_qlora + 1) * one_row_qlora, fixed_qlora) <= card_qlora:  # n one-row peaks
     q5_rows_qlora += 1
-q5_spare_gib_qlora = (card_qlora - _shows(q5_rows_qlora * one_row_qlora)) / 2**30
-q5_full_fits = _shows(one_row_full) <= card_full
+q5_spare_gib_qlora = (card_qlora - _shows(q5_rows_qlora * one_row_qlora, fixed_qlora)) / 2**30
+q5_full_fits = _shows(one_row_full, fixed_full) <= card_full
 """
 
 _Q5_ROUNDED_UP = """
 import math
 _per_row = two_rows_qlora - one_row_qlora
-_room = (card_qlora - context_bytes) / reserve
+_room = fixed_qlora + (card_qlora - context_bytes - fixed_qlora) / reserve
 q5_rows_qlora = math.ceil((_room - one_row_qlora) / _per_row) + 1
 _peak = one_row_qlora + (q5_rows_qlora - 1) * _per_row
-q5_spare_gib_qlora = (card_qlora - int(reserve * _peak) - context_bytes) / 2**30
-q5_full_fits = int(reserve * one_row_full) + context_bytes <= card_full
+_shown = fixed_qlora + int(reserve * (_peak - fixed_qlora)) + context_bytes
+q5_spare_gib_qlora = (card_qlora - _shown) / 2**30
+q5_full_fits = fixed_full + int(reserve * (one_row_full - fixed_full)) + context_bytes <= card_full
 """
 
 ITEMS: dict[str, Item] = {
@@ -223,7 +225,12 @@ ITEMS: dict[str, Item] = {
     "q5": Item(
         wrong={
             "the tensors only (no reserve, no CUDA context)": _q5(shows="allocated"),
-            "the reserve but no CUDA context": _q5(shows="int(reserve * allocated)"),
+            "the reserve but no CUDA context": _q5(
+                shows="fixed + int(reserve * (allocated - fixed))"
+            ),
+            "the reserve over the weights too": _q5(
+                shows="int(reserve * allocated) + context_bytes"
+            ),
             "the CUDA context but no reserve": _q5(shows="allocated + context_bytes"),
             "decimal GB cards (24e9, 80e9 bytes)": _q5(card="24 * 10**9", card_full="80 * 10**9"),
             "the spare in GB, not GiB": _q5(unit="10**9"),

@@ -1,111 +1,26 @@
-"""What :func:`course_lib.finetune.plan_finetune` chose and why: :class:`FinetunePlan`, its text
-and its JSON, and the :class:`Predictor` each probe of its search calls.
+"""What a fine-tune plan chose and the bytes behind it: :class:`FinetunePlan`, its numbers and
+its JSON (its words are :mod:`~course_lib.finetune.text`'s, written into it once the numbers are
+chosen). No torch here.
 
 The plan's bytes are :func:`course_lib.hf.memory.predict_hf_memory`'s at the chosen micro-batch:
-``peak_bytes`` (the tensors, what ``max_memory_allocated`` reports), ``device_bytes`` (with the
-allocator's reserve and the CUDA context), ``components`` (``peak_bytes`` by part at the moment
-that decides it) and ``decides`` (the largest part). No torch here.
+``peak_bytes`` (the tensors, what ``max_memory_allocated`` reports, a point), the device band
+``device_bytes_low`` to ``device_bytes`` (the reserve over what fragments and the CUDA context,
+at both ends: the plan fits at the top), ``components`` (``peak_bytes`` by part at the moment
+that decides it) and ``decides`` (the part that grows most with one more row: what limits the
+micro-batch).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from . import finetune_text
-from ._checks import Checkpointing, one_of
-from .hf.arch import arch_parameter_count, architecture
-from .hf.cards import CAPABILITY, CONTEXT, DEFAULT_CONTEXT, RESERVE
-from .hf.memory import HFMemory, predict_hf_memory, trainable_parameters
-from .units import table
-
-PACKING = ("rows", "padding-free")
-
-
-class Predictor:
-    """``predict_hf_memory`` for one plan's settings, by checkpointing mode and micro-batch
-    (remembered: the search and the report share the predictions). With packing, a
-    micro-batch is the worst one drawn from the length distribution.
-
-    Args:
-        config: the config dict.
-        seq_len: tokens per row (the packed rows' capacity).
-        settings: :func:`~course_lib.hf.memory.predict_hf_memory`'s keywords.
-        packing: ``False``, ``True``/``"rows"`` or ``"padding-free"``.
-        lengths: the documents' lengths for packing.
-
-    Raises:
-        ValueError: packing without lengths, lengths without packing, or a bad packing mode.
-    """
-
-    def __init__(
-        self, config: dict, seq_len: int, settings: dict, packing: bool | str, lengths: Any
-    ) -> None:
-        self.config, self.seq_len, self.settings = config, seq_len, settings
-        self.memo: dict[tuple[str, int, bool], HFMemory] = {}
-        self.packed: Any = None
-        mode = "rows" if packing is True else packing or None
-        if mode is not None:
-            one_of("packing", mode, PACKING)
-            if lengths is None:
-                raise ValueError("packing needs the documents' lengths (lengths=, --lengths)")
-            from .hf.packing_plan import pack_sample
-
-            self.packed = pack_sample(lengths, seq_len if mode == "rows" else None)
-        elif lengths is not None:
-            raise ValueError("lengths are for packing: pass packing=True (--packing) too")
-        self.packing = mode
-
-    def __call__(self, mode: Checkpointing, rows: int, expected: bool = False) -> HFMemory:
-        """The prediction at ``rows`` rows (the worst packed micro-batch, or the expected one).
-
-        Args:
-            mode: ``"off"`` or ``"blocks"``.
-            rows: rows (padding-free: documents) in the micro-batch.
-            expected: the expected packed micro-batch instead of the worst.
-
-        Returns:
-            The :class:`~course_lib.hf.memory.HFMemory`.
-
-        Raises:
-            ValueError: a setting the memory model refuses.
-        """
-        key = (mode, rows, expected)
-        if key not in self.memo:
-            batch, seq_len, documents = self.shape(rows, expected)
-            kw = dict(self.settings, checkpointing=mode)
-            if self.packed is not None:
-                kw["documents"] = max(1, min(documents, seq_len))
-            self.memo[key] = predict_hf_memory(self.config, batch, seq_len, **kw)
-        return self.memo[key]
-
-    def shape(self, rows: int, expected: bool = False) -> tuple[int, int, int]:
-        """``(rows, seq_len, documents per row)`` of a micro-batch of ``rows`` rows.
-
-        Args:
-            rows: rows (padding-free: documents).
-            expected: the expected packed micro-batch instead of the worst.
-
-        Returns:
-            ``(rows, seq_len, documents per row)``.
-        """
-        if self.packed is None:
-            return rows, self.seq_len, 1
-        worst, mean, _ = self.packed.shapes(rows, self.settings.get("attn_impl") == "flash")
-        return mean if expected else worst
-
-    def tokens_per_row(self, seq_len: int) -> float:
-        """Tokens a row holds (packed: on average; padding-free: a document, on average).
-
-        Args:
-            seq_len: tokens per full row.
-
-        Returns:
-            Tokens per row.
-        """
-        if self.packed is None:
-            return float(seq_len)
-        return float(self.packed.fills.mean())
+from .._checks import Checkpointing
+from ..hf.arch import arch_parameter_count, architecture
+from ..hf.cards import CAPABILITY
+from ..hf.memory import HFMemory, trainable_parameters
+from ..units import table
+from .options import Settings
+from .predictor import Predictor
 
 
 @dataclass
@@ -126,7 +41,7 @@ class FinetunePlan:
     memory_budget: int
     card: str | None
     target_tokens: int | None
-    settings: dict
+    settings: Settings
     assumed: list[str]
     predictor: Predictor = field(repr=False)
     finetune: str = "lora"
@@ -139,11 +54,13 @@ class FinetunePlan:
     fits: bool = False
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list, repr=False)  # the table's rows
 
     def __post_init__(self) -> None:
+        """The kind of fine-tune, read off the settings."""
         s = self.settings
-        self.finetune = "full" if s["lora_rank"] is None else (
-            "qlora" if s.get("weights") == "nf4" else "lora")  # fmt: skip
+        self.finetune = "full" if s.lora_rank is None else (
+            "qlora" if s.weights == "nf4" else "lora")  # fmt: skip
 
     # -- the settings, as the plan read them ----------------------------------------------------
 
@@ -155,7 +72,7 @@ class FinetunePlan:
     @property
     def lora_rank(self) -> int | None:
         """LoRA's rank (``None``: a full fine-tune)."""
-        return self.settings["lora_rank"]
+        return self.settings.lora_rank
 
     @property
     def lora_targets(self) -> tuple:
@@ -170,7 +87,7 @@ class FinetunePlan:
     @property
     def devices(self) -> int:
         """Data-parallel devices."""
-        return self.settings["devices"]
+        return self.settings.devices
 
     @property
     def _any(self) -> HFMemory:
@@ -187,8 +104,7 @@ class FinetunePlan:
     @property
     def n_trainable(self) -> int:
         """Trainable parameters (the adapters' for LoRA)."""
-        targets = self.settings.get("lora_targets")
-        return trainable_parameters(self.config, self.lora_rank, targets)
+        return trainable_parameters(self.config, self.lora_rank, self.settings.lora_targets)
 
     def _part(self, name: str) -> int:
         return self._any.components.get(name, 0)
@@ -236,8 +152,26 @@ class FinetunePlan:
         return dict(self.memory.at_peak) if self.memory and self.micro_batch else {}
 
     @property
+    def device_bytes_low(self) -> int:
+        """The band's bottom at the plan (:mod:`course_lib.hf.cards`; 0: nothing fits)."""
+        return self.memory.device_bytes_low if self.memory and self.micro_batch else 0
+
+    @property
+    def growth(self) -> dict[str, int]:
+        """Bytes each part of the allocated peak adds with one more row at the plan (name ->
+        bytes; empty when nothing fits): what limits the micro-batch."""
+        if not (self.memory and self.micro_batch):
+            return {}
+        now, more = self.memory.at_peak, self.predictor(self.checkpointing, self.micro_batch + 1)
+        return {k: more.at_peak.get(k, 0) - now.get(k, 0) for k in {*now, *more.at_peak}}
+
+    @property
     def decides(self) -> str:
-        """The largest part of the peak (``""`` when nothing fits)."""
+        """The part whose growth limits the plan: the one that grows most with one more row
+        (the largest part when none grows, or when nothing fits; ``""`` then)."""
+        grows = {k: v for k, v in self.growth.items() if v > 0}
+        if grows:
+            return max(sorted(grows), key=lambda k: grows[k])
         return self.memory.decides if self.memory and self.micro_batch else ""
 
     @property
@@ -246,21 +180,11 @@ class FinetunePlan:
         return self.memory.peak_at if self.memory else ""
 
     @property
-    def step_peak(self) -> int:
-        """The peak above the fixed bytes (gradients, activations, buffers)."""
-        return self.peak_bytes - self.fixed if self.peak_bytes else 0
-
-    @property
     def activations_per_row(self) -> dict[Checkpointing, int]:
         """Bytes one more row adds to the allocated peak, by checkpointing mode (between one
         and two rows: the peak is a line in the rows)."""
         return {m: self.predictor(m, 2).peak_bytes - self.predictor(m, 1).peak_bytes
                 for m in ("off", "blocks")}  # fmt: skip
-
-    @property
-    def logits_per_row(self) -> int:
-        """The fp32 log-probabilities of one row (``seq_len x vocab``)."""
-        return self.seq_len * architecture(self.config).vocab_size * 4
 
     # -- the numbers ----------------------------------------------------------------------------
 
@@ -278,7 +202,7 @@ class FinetunePlan:
     @property
     def tokens_per_step(self) -> int:
         """Tokens per optimiser step, over every device (packed rows: the expected fill)."""
-        per_row = self.predictor.tokens_per_row(self.seq_len)
+        per_row = self.predictor.tokens_per_row()
         return round(self.effective_batch_size * per_row)
 
     def choose(self, mode: Checkpointing, rows: int, searched: bool) -> None:
@@ -295,16 +219,12 @@ class FinetunePlan:
         fitting = self.fits if not searched else bool(self.max_micro_batch_by_mode[mode])
         self.micro_batch = rows if fitting or not searched else 0
         if not searched and self.target_tokens:
-            per_step = rows * self.devices * self.predictor.tokens_per_row(self.seq_len)
+            per_step = rows * self.devices * self.predictor.tokens_per_row()
             self.grad_accum_steps = max(1, -(-self.target_tokens // max(1, int(per_step))))
         elif not searched:
             self.grad_accum_steps = 1
         if not self.micro_batch:
             self.grad_accum_steps = 0
-
-    def finish(self) -> None:
-        """Notes and warnings, once the numbers are chosen."""
-        finetune_text.warn(self)
 
     # -- as text and JSON -----------------------------------------------------------------------
 
@@ -314,11 +234,11 @@ class FinetunePlan:
         Returns:
             The rows, notes and warnings, as text.
         """
-        return table(finetune_text.rows(self), self.notes, self.warnings)
+        return table(self.lines, self.notes, self.warnings)
 
     __str__ = to_table
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The plan as one JSON-ready dict (what ``--json`` prints): the bytes, the numbers,
         the settings and the defaults assumed.
 
@@ -326,20 +246,25 @@ class FinetunePlan:
             A dict of plain values (ints, strings, lists, dicts).
         """
         m = self._any
-        context = CONTEXT.get(self.card or "", DEFAULT_CONTEXT)
+        band = m.band
         return {
             "model": self.model, "model_type": self.config.get("model_type"),
             "n_params": self.n_params, "n_trainable": self.n_trainable, "dtype": self.dtype,
             "finetune": self.finetune, "lora_rank": self.lora_rank,
             "lora_targets": list(self.lora_targets), "attn_impl": self.attn_impl,
-            **{k: self.settings.get(k) for k in ("optimizer", "loss", "loop", "devices",
-                                                  "sharding", "checkpoint_every")},
+            **{k: getattr(self.settings, k) for k in ("optimizer", "loss", "loop", "devices",
+                                                      "sharding", "checkpoint_every")},
             "packing": self.predictor.packing, "seq_len": self.seq_len, "gpu": self.card,
             "memory_budget": self.memory_budget, "peak_bytes": self.peak_bytes,
-            "device_bytes": self.device_bytes, "reserved_bytes": m.reserved_bytes if
-            self.micro_batch else 0, "context_bytes": context,
-            "reserve_ratio": RESERVE.get(self.attn_impl, RESERVE["eager"]),
+            "device_bytes": self.device_bytes, "device_bytes_low": self.device_bytes_low,
+            "device_bytes_high": self.device_bytes, "reserved_bytes": m.reserved_bytes if
+            self.micro_batch else 0, "context_bytes": band.context[1],
+            "context_bytes_band": list(band.context), "reserve_ratio": band.ratio[1],
+            "reserve_ratio_band": list(band.ratio), "workload": self.settings.workload,
+            "allocator": self.settings.allocator, "micro_batch_reason": self.why_micro_batch,
             "components": self.components, "peak_at": self.peak_at, "decides": self.decides,
+            "decides_share": round(self.components.get(self.decides, 0) / self.peak_bytes, 4)
+            if self.peak_bytes else 0.0, "decides_growth_per_row": self.growth.get(self.decides, 0),
             "fits": self.fits, "max_micro_batch": self.max_micro_batch,
             "max_micro_batch_by_mode": dict(self.max_micro_batch_by_mode),
             "micro_batch": self.micro_batch, "grad_accum_steps": self.grad_accum_steps,
@@ -349,6 +274,24 @@ class FinetunePlan:
             "assumed": list(self.assumed), "notes": list(self.notes),
             "warnings": list(self.warnings),
         }  # fmt: skip
+
+    @property
+    def why_micro_batch(self) -> str:
+        """Why the plan's micro-batch is not the largest that fits, in words (``""``: it is)."""
+        top = self.max_micro_batch
+        other: Checkpointing = "off" if self.checkpointing == "blocks" else "blocks"
+        if not self.micro_batch or top is None:
+            return ""
+        if self.micro_batch < top:
+            return (f"the token target chose it: {self.micro_batch} x {self.grad_accum_steps} "
+                    f"step(s) x {self.devices} device(s) is the fewest tokens per step that "
+                    f"reach {self.target_tokens:,}; the largest micro-batch, {top}, would take "
+                    "more")  # fmt: skip
+        more = self.max_micro_batch_by_mode.get(other, 0)
+        if self.checkpointing == "off" and more > top:
+            return (f"checkpointing is off because one row fits without it (recomputing costs "
+                    f"about 1.3x the time per step); with it {more} rows would fit")  # fmt: skip
+        return ""
 
     def capability(self) -> tuple[int, int] | None:
         """The card's compute capability, when a shipped card was named.

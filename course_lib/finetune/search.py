@@ -1,44 +1,29 @@
-"""The plan for a real fine-tune: a Hugging Face config, full, LoRA or QLoRA, on your card.
-
-:func:`plan_finetune` searches the micro-batch with the one "what fits" search
-(:func:`course_lib.fit.find_largest`), each probe a whole prediction of the step on the device,
-:func:`course_lib.hf.memory.predict_hf_memory`: weights (16-bit, or NF4 for QLoRA), adapters,
-gradients, the optimiser's state and its step, the step's activations, logits and transients,
-and what the device shows beyond the tensors (the caching allocator's reserve and the CUDA
-context, :mod:`course_lib.hf.cards`). A micro-batch fits when that ``device_bytes`` is at most
-the card's memory: a plan never uses the memory the reserve and the context need.
-
-The recipe: checkpointing only if one row does not fit without it (recomputation costs time),
-unless ``checkpointing`` fixes it; then the fewest tokens per step that reach
-``target_tokens`` (the largest micro-batch without a target). Every default the plan assumes
-(LoRA targets, the loop, the optimiser's step) is listed in ``assumed``, and
-:class:`FinetunePlan` says which part of the peak decides (``decides``); print it, or read its
-:meth:`~FinetunePlan.to_dict` (``python -m course_lib plan ... --json``).
-"""
+"""The fine-tune plan's search: :func:`plan_finetune` reads the model and the card, checks the
+settings (:mod:`~course_lib.finetune.options`), finds the largest micro-batch that fits at the
+top of the device band (:func:`course_lib.fit`'s "what fits" question, each probe a
+:class:`~course_lib.finetune.predictor.Predictor` call), then the recipe's micro-batch and
+accumulation, and has :mod:`~course_lib.finetune.text` write the plan's words. No torch here."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
-from typing import Any
 
-from . import _checks
-from ._checks import Checkpointing, checkpointing_mode, one_of, positive_int
-from .finetune_report import FinetunePlan, Predictor
-from .hf.arch import architecture, config_dict
-from .hf.cards import card_memory, card_name
-from .hf.families import lora_targets_for
-from .hf.states import OPTIMIZERS, SHARDING
-from .hf_configs import load_config
+from .. import _checks
+from .._checks import Checkpointing, checkpointing_mode, positive_int
+from ..hf.arch import config_dict
+from ..hf.cards import card_memory, card_name
+from ..hf_configs import load_config
+from .options import MODES, Run, Targets, packing_mode, settings
+from .plan import FinetunePlan
+from .predictor import Lengths, Predictor
+from .text import describe
 
-__all__ = ["FinetunePlan", "plan_finetune", "resolve_model", "FINETUNES"]
-
-FINETUNES = ("full", "lora", "qlora")
-MODES: tuple[Checkpointing, ...] = ("off", "blocks")  # HF models checkpoint whole layers
 MAX_ROWS = 10**9  # the search's cap: no plan needs a micro-batch of a billion rows
 
 
-def resolve_model(model: Any) -> tuple[str, dict]:
+def resolve_model(model: object) -> tuple[str, dict]:
     """The label and the config dict of a model.
 
     Args:
@@ -50,14 +35,14 @@ def resolve_model(model: Any) -> tuple[str, dict]:
     Raises:
         ValueError: an unknown name or a file that is not a config (:func:`load_config`).
     """
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        return str(model), load_config(model)
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model), load_config(model)
     config = config_dict(model)
     return config.get("_name_or_path") or config.get("model_type", "model"), config
 
 
 def plan_finetune(
-    model: Any,
+    model: object,
     memory_budget: int | str | None = None,
     seq_len: int | None = None,
     *,
@@ -65,13 +50,13 @@ def plan_finetune(
     dtype: object = None,
     finetune: str = "lora",
     lora_rank: int = 16,
-    lora_targets: str | list[str] | tuple[str, ...] | None = None,
+    lora_targets: Targets = None,
     optimizer: str = "adamw",
-    attn_impl: str = "sdpa",
+    attn_impl: str | None = None,
     loss: str = "standard",
     loop: str = "trainer",
     packing: bool | str = False,
-    lengths: Any = None,
+    lengths: Lengths = None,
     devices: int = 1,
     sharding: str = "none",
     checkpointing: Checkpointing | bool | None = None,
@@ -79,7 +64,8 @@ def plan_finetune(
     micro_batch: int | None = None,
     target_tokens: int | None = None,
     gpu_memory: int | str | None = None,
-    **memory_kwargs: Any,
+    allocator: str = "default",
+    **memory_kwargs: object,
 ) -> FinetunePlan:
     """Plan a fine-tune of ``model`` on one card (per device, with ``devices`` of them).
 
@@ -98,7 +84,9 @@ def plan_finetune(
         lora_targets: ``None`` (PEFT's default for the family), ``"all-linear"`` or names.
         optimizer: one of :data:`course_lib.hf.states.OPTIMIZERS` (``"adamw"``:
             ``torch.optim.AdamW``, moments in the trained parameters' dtype).
-        attn_impl: ``"sdpa"``, ``"eager"`` or ``"flash"`` (FlashAttention-2).
+        attn_impl: ``"sdpa"``, ``"eager"`` or ``"flash"`` (FlashAttention-2); ``None``: sdpa,
+            or eager for a model sdpa cannot run at ``seq_len`` (Gemma 2's soft-capping, a
+            sliding window no longer than the rows), said in ``assumed``.
         loss: ``"standard"`` (fp32 log-probabilities of the full logits) or ``"chunked"``.
         loop: ``"trainer"`` (``Trainer``: outputs dropped before backward, fused AdamW) or
             ``"plain"`` (``outputs = model(...)`` held; ``torch.optim.AdamW``'s foreach step).
@@ -114,6 +102,8 @@ def plan_finetune(
         micro_batch: predict this micro-batch instead of searching.
         target_tokens: tokens per optimiser step to reach, or ``None``.
         gpu_memory: the old name of ``memory_budget`` (deprecated).
+        allocator: ``"default"`` or ``"expandable"`` (``PYTORCH_CUDA_ALLOC_CONF=
+            expandable_segments:True``): which measured reserve the device band takes.
         **memory_kwargs: more of :func:`~course_lib.hf.memory.predict_hf_memory`'s settings
             (``weights``, ``double_quant``, ``kbit_prepare``, ``adapter_dtype``,
             ``lora_dropout``, ``foreach``, ``fused``, ``offload``, ...).
@@ -131,14 +121,17 @@ def plan_finetune(
         raise ValueError("seq_len is required: the tokens in a row (the longest)")
     positive_int("seq_len", seq_len)
     fixed = None if checkpointing is None else checkpointing_mode(checkpointing)
-    settings, assumed = _settings(config, locals(), memory_kwargs)
-    pred = Predictor(config, seq_len, settings, packing, lengths)
-    p = FinetunePlan(label, config, seq_len, budget, card, target_tokens, settings, assumed, pred)
+    mode = packing_mode(packing)
+    run = Run(finetune, lora_rank, lora_targets, optimizer, loss, loop, devices, sharding,
+              checkpoint_every, target_tokens, allocator, mode)  # fmt: skip
+    s, assumed = settings(config, seq_len, dtype, attn_impl, card, run, dict(memory_kwargs))
+    pred = Predictor(config, seq_len, s, mode, lengths)
+    p = FinetunePlan(label, config, seq_len, budget, card, target_tokens, s, assumed, pred)
     if micro_batch is not None:
         _predict_one(p, positive_int("micro_batch", micro_batch), fixed)
     else:
         _search(p, fixed)
-    p.finish()
+    describe(p)
     return p
 
 
@@ -160,46 +153,6 @@ def _budget(memory_budget: object, gpu_memory: object, gpu: str | None) -> tuple
             raise ValueError("give the card's memory (memory_budget='24GiB') or a gpu name")
         return card_memory(card), card
     return _checks.memory_budget(memory_budget), card
-
-
-def _settings(config: dict, a: dict, extra: dict) -> tuple[dict, list[str]]:
-    """:func:`predict_hf_memory`'s keywords for the plan's arguments ``a``, checked, and the
-    defaults the plan assumed, in words."""
-    one_of("finetune", a["finetune"], FINETUNES)
-    one_of("optimizer", a["optimizer"], OPTIMIZERS)
-    one_of("sharding", a["sharding"], SHARDING)
-    one_of("loop", a["loop"], ("trainer", "plain"))
-    if a["target_tokens"] is not None:
-        positive_int("target_tokens", a["target_tokens"])
-    arch, lora = architecture(config), a["finetune"] != "full"
-    s: dict[str, Any] = dict(
-        dtype=a["dtype"], attn_impl=a["attn_impl"], loss=a["loss"], loop=a["loop"],
-        optimizer=a["optimizer"], devices=positive_int("devices", a["devices"]),
-        sharding=a["sharding"], card=a["card"],
-        checkpoint_every=positive_int("checkpoint_every", a["checkpoint_every"]),
-        lora_rank=positive_int("lora_rank", a["lora_rank"]) if lora else None,
-    )  # fmt: skip
-    assumed = []
-    if lora:
-        s["lora_targets"] = a["lora_targets"]
-        targets = lora_targets_for(arch, a["lora_targets"])
-        if a["lora_targets"] is None:
-            assumed.append(f"LoRA on {', '.join(targets)}: PEFT's default for "
-                           f"{arch.model_type} (--lora-targets to change)")  # fmt: skip
-    if a["finetune"] == "qlora":
-        s.update(weights="nf4", double_quant=True)
-        assumed.append("QLoRA: NF4 weights with double quantisation (the QLoRA paper's recipe), "
-                       "prepare_model_for_kbit_training (the other weights in fp32)")  # fmt: skip
-    if "foreach" not in extra and "fused" not in extra and a["optimizer"] in ("adamw",):
-        s["fused"] = a["loop"] == "trainer"
-        assumed.append("AdamW's step: fused, the Trainer's default (adamw_torch_fused)"
-                       if s["fused"] else "AdamW's step: foreach, torch.optim.AdamW's default on "
-                       "CUDA (one more copy of the second moment)")  # fmt: skip
-    if a["loop"] == "trainer":
-        assumed.append("loop: the Trainer's (outputs dropped before backward); --loop plain "
-                       "holds them, and their logits, through the backward")  # fmt: skip
-    s.update(extra)
-    return s, assumed
 
 
 def _predict_one(p: FinetunePlan, rows: int, fixed: Checkpointing | None) -> None:
@@ -281,7 +234,7 @@ def _accumulate(p: FinetunePlan, m_max: int) -> int:
     if not p.target_tokens:
         p.grad_accum_steps = 1
         return m_max
-    per_row = p.predictor.tokens_per_row(p.seq_len) * p.devices
+    per_row = p.predictor.tokens_per_row() * p.devices
     rows = max(1, -(-p.target_tokens // max(1, int(per_row))))
     m, a = min(((m, -(-rows // m)) for m in range(1, min(m_max, rows) + 1)),
                key=lambda ma: (ma[0] * ma[1], -ma[0]))  # fmt: skip

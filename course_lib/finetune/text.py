@@ -1,16 +1,15 @@
-"""A :class:`~course_lib.finetune_report.FinetunePlan` in words: the rows ``print(plan)`` shows
-and the warnings and notes it adds (what was assumed, what decides, what to change when
-nothing fits). No torch here."""
+"""A :class:`~course_lib.finetune.plan.FinetunePlan` in words: the rows ``print(plan)`` shows
+and the notes and warnings it carries (what was assumed, why this micro-batch, what decides,
+when ``expandable_segments`` would change the answer, what to change when nothing fits),
+written into the plan once its numbers are chosen (:func:`describe`). No torch here."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from .hf.arch import architecture
-from .hf.cards import CONTEXT, DEFAULT_CONTEXT, RESERVE, device_bytes
-from .units import format_bytes as fb
-
-FinetunePlan = Any  # a course_lib.finetune_report.FinetunePlan (it imports this module)
+from ..hf.arch import architecture
+from ..hf.cards import device_band
+from ..hf.memory import HFMemory
+from ..units import format_bytes as fb
+from .plan import FinetunePlan
 
 OPTIMISER_WORDS = {
     "adamw": "torch.optim.AdamW: two moments in the trained parameters' dtype",
@@ -36,10 +35,11 @@ def rows(p: FinetunePlan) -> list[tuple[str, str]]:
         ("model", f"{p.model} ({arch.model_type}, {arch.num_hidden_layers} layers): "
                   f"{p.n_params:,} parameters in {p.dtype}"),
         ("fine-tune", _tuning(p)),
-        ("optimiser", f"{p.settings['optimizer']} ({OPTIMISER_WORDS[p.settings['optimizer']]})"),
+        ("optimiser", f"{p.settings.optimizer} ({OPTIMISER_WORDS[p.settings.optimizer]})"),
         ("rows", _rows_text(p)),
         ("GPU memory", f"{p.card}: {fb(p.memory_budget)} ({p.memory_budget:,} bytes, what "
-                       "torch reports)" if p.card else fb(p.memory_budget)),
+                       "torch reports)" if p.card else f"{fb(p.memory_budget)} "
+                       f"({p.memory_budget:,} bytes: GB = 10**9, GiB = 2**30)"),
         ("weights", fb(p.weights)),
         ("adapters", f"{fb(p.adapters)}" if p.adapters else "none"),
         ("gradients", fb(p.gradients)),
@@ -76,11 +76,11 @@ def _tuning(p: FinetunePlan) -> str:
 
 def _rows_text(p: FinetunePlan) -> str:
     s = p.settings
-    text = f"{p.seq_len:,} tokens each, {p.attn_impl} attention, {s['loss']} loss, {s['loop']} loop"
+    text = f"{p.seq_len:,} tokens each, {p.attn_impl} attention, {s.loss} loss, {s.loop} loop"
     if p.predictor.packing:
         text += f", {p.predictor.packing} packed from the lengths (the worst micro-batch)"
-    if s["devices"] > 1 or s["sharding"] != "none":
-        text += f"; {s['devices']} devices, sharding {s['sharding']}"
+    if s.devices > 1 or s.sharding != "none":
+        text += f"; {s.devices} devices, sharding {s.sharding}"
     return text
 
 
@@ -88,28 +88,51 @@ def _choice(p: FinetunePlan) -> list[tuple[str, str]]:
     m, budget = p.memory, p.memory_budget
     assert m is not None
     steps = f"{p.grad_accum_steps} accumulation step{'s' * (p.grad_accum_steps > 1)}"
-    every = p.settings["checkpoint_every"]
+    every = p.settings.checkpoint_every
     ckpt = p.checkpointing + (f" (every {every}th layer)" if every > 1 and
                               p.checkpointing == "blocks" else "")  # fmt: skip
     target = f" (target {p.target_tokens:,})" if p.target_tokens else ""
     parts = sorted(p.components.items(), key=lambda kv: -kv[1])
-    context = CONTEXT.get(p.card or "", DEFAULT_CONTEXT)
-    measured = "measured on a T4" if p.card == "T4" else "the T4's, assumed for this card"
-    ratio = RESERVE.get(p.attn_impl, RESERVE["eager"])
-    source = "sdpa's, assumed for flash" if p.attn_impl == "flash" else p.attn_impl
-    share = 100 * p.components[p.decides] / p.peak_bytes
-    return [
+    band = m.band
+    (low, high), (c_low, c_high) = band.ratio, band.context
+    where = ("measured on a T4" if p.card == "T4" else "published figures for current "
+             "cards, lazy module loading")  # fmt: skip
+    source = {"expandable": "expandable_segments, assumed", "fixed": "full rows: the T4 rows' "
+              "median and highest", "varying": "rows of varying length: FSDP runs on A100s",
+              "packing": "packed rows: taken as varying rows"}  # fmt: skip
+    kind = "expandable" if p.settings.allocator == "expandable" else p.settings.workload
+    grown, total = p.growth.get(p.decides, 0), sum(v for v in p.growth.values() if v > 0)
+    share = 100 * p.components.get(p.decides, 0) / p.peak_bytes
+    why = (f"+{fb(grown)} of the +{fb(total)} one more row adds to the allocated peak "
+           f"({100 * grown / total:.0f}%); it is {fb(p.components.get(p.decides, 0))} now, "
+           if grown > 0 else "nothing grows with one more row; the largest part, ")  # fmt: skip
+    out = [
         ("plan", f"micro-batch {p.micro_batch} x {steps}, checkpointing {ckpt}"),
         ("tokens per step", f"{p.tokens_per_step:,}{target}"),
         ("allocated peak", f"{fb(p.peak_bytes)} at {p.peak_at}: "
                            + ", ".join(f"{k} {fb(v)}" for k, v in parts[:5])),
-        ("on the device", f"{fb(p.device_bytes)} of {fb(budget)} "
-                          f"({100 * p.device_bytes / budget:.0f}%): allocator reserve "
-                          f"x{ratio:.2f} ({source}: the T4 rows' median), CUDA context "
-                          f"{fb(context)} ({measured})"),
-        ("decides", f"{p.decides} ({fb(p.components[p.decides])}, {share:.0f}% of the "
-                    "allocated peak)"),
+        ("on the device", f"{fb(p.device_bytes_low)} to {fb(p.device_bytes)} of {fb(budget)} "
+                          f"({100 * p.device_bytes / budget:.0f}% at the top, the end the plan "
+                          f"uses): {fb(band.persistent)} kept as it is (weights, adapters, "
+                          f"optimiser state), the reserve x{low:.2f} to x{high:.2f} over the other "
+                          f"{fb(band.fragments)} ({source[kind]}), CUDA context "
+                          f"{fb(c_low)} to {fb(c_high)} ({where})"),
+        ("decides", f"{p.decides}: {why}{share:.0f}% of the allocated peak"),
     ]  # fmt: skip
+    if p.why_micro_batch:
+        out.insert(1, ("why", p.why_micro_batch))
+    return out
+
+
+def describe(p: FinetunePlan) -> None:
+    """Write the plan's words into it: ``p.lines`` (:func:`rows`), then ``p.notes`` and
+    ``p.warnings`` (:func:`warn`).
+
+    Args:
+        p: the plan, its numbers chosen.
+    """
+    warn(p)
+    p.lines = rows(p)
 
 
 def warn(p: FinetunePlan) -> None:
@@ -123,6 +146,7 @@ def warn(p: FinetunePlan) -> None:
     if p.attn_impl == "eager":
         p.notes.append("eager attention keeps batch x heads x seq_len^2 scores per layer; "
                        "sdpa and flash do not")  # fmt: skip
+    _expandable(p)
     cap = p.capability()
     if p.attn_impl == "flash" and cap and cap < (8, 0):
         p.warnings.append(f"FlashAttention-2 needs compute capability 8.0 or newer; the "
@@ -143,8 +167,25 @@ def warn(p: FinetunePlan) -> None:
         )
 
 
-def _nothing_fits(p: FinetunePlan, one: dict) -> str:
-    fixed = device_bytes(p.fixed, p.attn_impl, p.card)
+def _expandable(p: FinetunePlan) -> None:
+    """Say when ``expandable_segments`` changes the answer: one more row (one row, when
+    nothing fits) fits the card at the top of the expandable allocator's band."""
+    if p.settings.allocator != "default":
+        return
+    rows = p.micro_batch + 1 if p.micro_batch else 1
+    m = p.predictor(p.checkpointing, rows)
+    top = device_band(m.peak_bytes, m.band.persistent, p.attn_impl, p.card,
+                      p.settings.workload, "expandable").high  # fmt: skip
+    if top <= p.memory_budget:
+        p.notes.append(f"with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (--allocator "
+                       f"expandable) micro-batch {rows} fits: {fb(top)} at the top of its band "
+                       "(the default allocator's reserve decides the last row)")  # fmt: skip
+
+
+def _nothing_fits(p: FinetunePlan, one: dict[str, HFMemory]) -> str:
+    band = device_band(p.fixed, p.fixed, p.attn_impl, p.card,
+                       p.settings.workload, p.settings.allocator)  # fmt: skip
+    fixed = band.high
     if fixed >= p.memory_budget:
         return (
             f"nothing fits: the weights, adapters and optimiser state alone need {fb(fixed)} on "
@@ -157,7 +198,7 @@ def _nothing_fits(p: FinetunePlan, one: dict) -> str:
         f"on the device without activation checkpointing and {fb(one['blocks'].device_bytes)} "
         f"with it, more than the {fb(p.memory_budget)} of the card; shorten the rows"
         + (", use sdpa attention" if p.attn_impl == "eager" else "")
-        + (", use the chunked loss" if p.settings["loss"] == "standard" else "")
+        + (", use the chunked loss" if p.settings.loss == "standard" else "")
         + (", fine-tune with LoRA" if p.finetune == "full" else "")
         + " or get more memory"
     )

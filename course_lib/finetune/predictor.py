@@ -1,0 +1,117 @@
+"""The predictions a fine-tune plan's search probes: :class:`Predictor`, one plan's settings
+through :func:`~course_lib.hf.memory.predict_hf_memory` by checkpointing mode and micro-batch,
+remembered (the search and the report share them), and packed micro-batches drawn from the
+documents' lengths. No torch here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .._checks import Checkpointing
+from ..hf.memory import HFMemory, predict_hf_memory
+from .options import Settings
+
+if TYPE_CHECKING:  # numpy's import is a third of a plan's time: only packing needs it
+    from ..hf.packing_plan import Packed
+
+Lengths = str | os.PathLike[str] | Sequence[int] | None
+
+
+class Predictor:
+    """``predict_hf_memory`` for one plan's settings, by checkpointing mode and micro-batch.
+    With packing, a micro-batch is the worst one drawn from the length distribution.
+
+    Args:
+        config: the config dict.
+        seq_len: tokens per row (the packed rows' capacity).
+        settings: the plan's settings.
+        packing: ``None``, ``"rows"`` or ``"padding-free"``
+            (:func:`~course_lib.finetune.options.packing_mode`).
+        lengths: the documents' lengths for packing: a shipped histogram's name, a CSV path or
+            the lengths.
+
+    Raises:
+        ValueError: packing without lengths, or lengths without packing.
+    """
+
+    def __init__(
+        self, config: dict, seq_len: int, settings: Settings, packing: str | None,
+        lengths: Lengths,
+    ) -> None:  # fmt: skip
+        self.config, self.seq_len, self.settings = config, seq_len, settings
+        self.memo: dict[tuple[str, int, bool], HFMemory] = {}
+        self.packed: Packed | None = None
+        if packing is not None:
+            if lengths is None:
+                raise ValueError("packing needs the documents' lengths (lengths=, --lengths)")
+            from ..hf.packing_plan import pack_sample
+
+            source = os.fspath(lengths) if isinstance(lengths, os.PathLike) else lengths
+            self.packed = pack_sample(source, seq_len if packing == "rows" else None)
+        elif lengths is not None:
+            raise ValueError("lengths are for packing: pass packing=True (--packing) too")
+        self.packing = packing
+
+    def __call__(self, mode: Checkpointing, rows: int, expected: bool = False) -> HFMemory:
+        """The prediction at ``rows`` rows (the worst packed micro-batch, or the expected one).
+
+        Args:
+            mode: ``"off"`` or ``"blocks"``.
+            rows: rows (padding-free: documents) in the micro-batch.
+            expected: the expected packed micro-batch instead of the worst.
+
+        Returns:
+            The :class:`~course_lib.hf.memory.HFMemory`.
+
+        Raises:
+            ValueError: a setting the memory model refuses.
+        """
+        key = (mode, rows, expected)
+        if key not in self.memo:
+            batch, seq_len, documents = self.shape(rows, expected)
+            per_row = max(1, min(documents, seq_len)) if self.packed is not None else None
+            self.memo[key] = self._predict(mode, batch, seq_len, per_row)
+        return self.memo[key]
+
+    def _predict(
+        self, mode: Checkpointing, batch: int, seq_len: int, documents: int | None
+    ) -> HFMemory:
+        s = self.settings
+        return predict_hf_memory(
+            self.config, batch, seq_len, lora_rank=s.lora_rank, dtype=s.dtype,
+            optimizer=s.optimizer, foreach=s.foreach, devices=s.devices, sharding=s.sharding,
+            offload=s.offload, double_quant=s.double_quant, card=s.card, fused=s.fused,
+            master_weights=s.master_weights, reduce_dtype=s.reduce_dtype,
+            workload=s.workload, allocator=s.allocator, attn_impl=s.attn_impl,
+            checkpointing=mode, lora_targets=s.lora_targets, lora_dropout=s.lora_dropout,
+            adapter_dtype=s.adapter_dtype, weights=s.weights, kbit_prepare=s.kbit_prepare,
+            loss=s.loss, loop=s.loop, device=s.device, checkpoint_every=s.checkpoint_every,
+            experts=s.experts, documents=documents,
+        )  # fmt: skip
+
+    def shape(self, rows: int, expected: bool = False) -> tuple[int, int, int]:
+        """``(rows, seq_len, documents per row)`` of a micro-batch of ``rows`` rows.
+
+        Args:
+            rows: rows (padding-free: documents).
+            expected: the expected packed micro-batch instead of the worst.
+
+        Returns:
+            ``(rows, seq_len, documents per row)``.
+        """
+        if self.packed is None:
+            return rows, self.seq_len, 1
+        worst, mean, _ = self.packed.shapes(rows, self.settings.attn_impl == "flash")
+        return mean if expected else worst
+
+    def tokens_per_row(self) -> float:
+        """Tokens a row holds (packed: on average; padding-free: a document, on average).
+
+        Returns:
+            Tokens per row.
+        """
+        if self.packed is None:
+            return float(self.seq_len)
+        return float(self.packed.fills.mean())

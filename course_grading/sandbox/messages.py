@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import zmq
 from jupyter_client.asynchronous import AsyncKernelClient
@@ -31,7 +32,12 @@ EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECT_
 
 
 def cap_context(context: zmq.Context, max_bytes: int) -> None:
-    """Every socket ``context`` makes from now on refuses messages over ``max_bytes``."""
+    """Every socket ``context`` makes from now on refuses messages over ``max_bytes``.
+
+    Args:
+        context: the zmq context the kernel client's sockets are made from.
+        max_bytes: the largest message (bytes) a socket accepts; a larger one is refused unread.
+    """
     context.setsockopt(zmq.MAXMSGSIZE, max_bytes)
     context.setsockopt(zmq.RCVHWM, QUEUED)
 
@@ -49,9 +55,21 @@ class GuardedKernelClient(AsyncKernelClient):
 class MessageGuard:
     """Watch a client's channels for refused messages (module docstring)."""
 
-    def __init__(self, client, alive, stop_kernel) -> None:
-        """``client``: the ``GuardedKernelClient``; ``alive``: an async callable, whether the
-        kernel lives; ``stop_kernel``: an async callable that ends it."""
+    def __init__(
+        self,
+        client: GuardedKernelClient,
+        alive: Callable[[], Awaitable[bool]],
+        stop_kernel: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Remember the client and how to ask after (and end) its kernel; nothing is watched yet.
+
+        Args:
+            client: the ``GuardedKernelClient`` whose shell and IOPub channels are watched.
+            alive: an async callable: whether the kernel still runs (a drop after it ended is
+                not a refusal).
+            stop_kernel: an async callable that ends the kernel (a refused reply on the shell
+                channel means the notebook cannot go on).
+        """
         self.client, self.alive, self.stop_kernel = client, alive, stop_kernel
         self.refused: list[tuple[str, int | None]] = []  # (channel, cell index)
         self.cell: int | None = None  # the cell running now
@@ -59,6 +77,7 @@ class MessageGuard:
         self._tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
+        """Start watching the shell and IOPub channels (call once the client is connected)."""
         for name in ("shell", "iopub"):
             self._watch(name)
 
@@ -102,20 +121,34 @@ class MessageGuard:
         self._watch("iopub")
 
     def refused_in(self, cell: int) -> bool:
+        """Whether a message was refused while cell ``cell`` ran.
+
+        Args:
+            cell: the index of the cell in the notebook.
+
+        Returns:
+            True when a refusal was recorded with that cell running (its output is cut short).
+        """
         return any(index == cell for _, index in self.refused)
 
     def fatal(self) -> str | None:
-        """Why the notebook had to stop (a refused reply), or ``None``."""
+        """Why the notebook had to stop (a refused reply), or ``None``.
+
+        Returns:
+            The reason, naming the cap, when a shell reply was refused; ``None`` otherwise.
+        """
         if any(name != "iopub" for name, _ in self.refused):
             cap = self.client.max_bytes / 2**20
             return f"the kernel sent a reply over {cap:g} MiB; it was refused unread"
         return None
 
     def close_retired(self) -> None:
+        """Close the IOPub channels replaced after a refusal (once their cell has ended)."""
         while self.retired:
             self.retired.pop().close()
 
     def stop(self) -> None:
+        """Stop watching (cancel the watching tasks) and close every replaced channel."""
         for task in self._tasks:
             task.cancel()
         self.close_retired()

@@ -22,11 +22,15 @@ import secrets
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from course_grading.judge import plain
 from course_grading.judge.evidence import QUOTED_BASE64
 from course_grading.sandbox import bwrap as sandbox
 from course_grading.sandbox.jobs import JobSpec
+
+if TYPE_CHECKING:
+    from nbclient import NotebookClient
 
 PROBE = """
 def _shapes_probe(hidden, venv, port, token, folders):
@@ -80,7 +84,14 @@ class SandboxBroken(Exception):
 
 
 def folder_limits(limits: sandbox.Limits) -> dict[str, int]:
-    """The tmpfs folders of a sandbox and their largest allowed sizes (bytes)."""
+    """The tmpfs folders of a sandbox and their largest allowed sizes (bytes).
+
+    Args:
+        limits: the sandbox's limits (its tmpfs and shared-memory sizes).
+
+    Returns:
+        Each tmpfs folder's path, mapped to the most bytes it may hold.
+    """
     return {
         "/tmp": limits.tmpfs_bytes,
         sandbox.HOME: limits.tmpfs_bytes,
@@ -100,7 +111,14 @@ class Listener:
 
     def reached(self, wait: float = 1.0) -> bool:
         """Whether a connection carrying the token arrived; other connections are read and
-        dropped. ``wait``: seconds one connection may take to send its first bytes."""
+        dropped.
+
+        Args:
+            wait: seconds one connection may take to send its first bytes.
+
+        Returns:
+            True when some connection sent the token: the kernel reached the host.
+        """
         self.socket.setblocking(False)
         while True:
             try:
@@ -112,6 +130,7 @@ class Listener:
                     return True
 
     def close(self) -> None:
+        """Stop listening (the port is free again)."""
         self.socket.close()
 
 
@@ -130,8 +149,18 @@ def _read(conn: socket.socket, size: int, wait: float) -> bytes:
     return data
 
 
-async def run_probe(client, spec: JobSpec) -> dict:
-    """Ask ``client``'s kernel, before any cell, what it can see and reach (``PROBE``)."""
+async def run_probe(client: NotebookClient, spec: JobSpec) -> dict:
+    """Ask ``client``'s kernel, before any cell, what it can see and reach (``PROBE``).
+
+    Args:
+        client: the notebook client (the grader's ``GradingClient``) whose kernel has started
+            and run no cell yet.
+        spec: the job: the grader's hidden paths, the student's uid and the sandbox's limits.
+
+    Returns:
+        What the kernel found (see ``PROBE``) with ``reached_host`` added, or ``{"error":
+        why}`` when the probe did not run or its answer could not be read.
+    """
     listener = Listener()
     folders = list(folder_limits(sandbox.Limits(**spec.limits)))
     try:
@@ -156,12 +185,30 @@ async def run_probe(client, spec: JobSpec) -> dict:
 
 
 def probe_call(hidden: list[str], venv: str, listener: Listener, folders: list[str]) -> str:
-    """The expression that runs ``PROBE``'s function once it is defined."""
+    """The expression that runs ``PROBE``'s function once it is defined.
+
+    Args:
+        hidden: paths the kernel must not see.
+        venv: the virtual environment's folder, which the kernel must not be able to write.
+        listener: the host port the kernel must not reach, and its token.
+        folders: the tmpfs folders whose sizes the probe measures.
+
+    Returns:
+        Python source of the call, for the kernel's ``user_expressions``.
+    """
     return f"_shapes_probe({hidden!r}, {venv!r}, {listener.port}, {listener.token!r}, {folders!r})"
 
 
 def probe_failure(probe: dict | None, spec: JobSpec) -> str:
-    """Why the probe says the sandbox does not hold, or ``""`` when it holds."""
+    """Why the probe says the sandbox does not hold, or ``""`` when it holds.
+
+    Args:
+        probe: what :func:`run_probe` returned (``None`` when no kernel started).
+        spec: the job the probe ran for (its uid and limits are what the probe must find).
+
+    Returns:
+        The first way the sandbox is open, in words, or ``""``.
+    """
     if probe is None or "error" in probe:
         return f"the sandbox check did not run ({(probe or {}).get('error', 'no kernel')})"
     limits = sandbox.Limits(**spec.limits)
@@ -189,7 +236,14 @@ def probe_failure(probe: dict | None, spec: JobSpec) -> str:
 
 def probe_reply(text: object) -> dict:
     """The probe's answer from the kernel's ``text/plain`` reply: the quoted base64 of its JSON
-    (read as ``evidence.py`` reads values: matched, decoded, bounded by ``plain.parse``)."""
+    (read as ``evidence.py`` reads values: matched, decoded, bounded by ``plain.parse``).
+
+    Args:
+        text: the ``text/plain`` of the probe's user expression, as the kernel sent it.
+
+    Returns:
+        The probe's answer as a dict, or ``{"error": why}`` when it is not the probe's text.
+    """
     found = QUOTED_BASE64.fullmatch(text) if isinstance(text, str) and len(text) < 2**20 else None
     if found is None:
         return {"error": "the probe's answer is not the text it writes"}

@@ -19,6 +19,7 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,14 +39,25 @@ class Usage:
 
 
 def become_subreaper() -> None:
-    """Make orphaned descendants of this process its children, not init's (Linux)."""
+    """Make orphaned descendants of this process its children, not init's (Linux).
+
+    Raises:
+        OSError: the kernel refused ``prctl(PR_SET_CHILD_SUBREAPER)``.
+    """
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
 def children(pid: int) -> list[int]:
-    """The children of process ``pid`` (of any of its threads); ``[]`` once it is gone."""
+    """The children of process ``pid`` (of any of its threads); ``[]`` once it is gone.
+
+    Args:
+        pid: the process whose children are read from ``/proc``.
+
+    Returns:
+        The pids of its children, thread by thread.
+    """
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -60,7 +72,14 @@ def children(pid: int) -> list[int]:
 
 
 def tree(root: int) -> list[int]:
-    """``root`` and every descendant of it, parents before children."""
+    """``root`` and every descendant of it, parents before children.
+
+    Args:
+        root: the process at the top of the tree (the launched bwrap).
+
+    Returns:
+        The pids of the tree, ``root`` first.
+    """
     found, frontier = [root], [root]
     while frontier:
         frontier = [child for pid in frontier for child in children(pid) if child not in found]
@@ -70,7 +89,14 @@ def tree(root: int) -> list[int]:
 
 def namespace_init(launched: int) -> int | None:
     """The sandbox's init (its pid 1, seen from here): the child of the launched bwrap that
-    lives in another PID namespace; ``None`` until bwrap has made it."""
+    lives in another PID namespace; ``None`` until bwrap has made it.
+
+    Args:
+        launched: the pid of the bwrap process the grader started.
+
+    Returns:
+        The init's pid, or ``None`` when no child of ``launched`` is in another namespace yet.
+    """
     try:
         ours = os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -96,7 +122,14 @@ def _stat(pid: int) -> tuple[str, float, int] | None:
 
 
 def usage(root: int) -> Usage:
-    """CPU time and memory of the process tree under ``root`` (module docstring)."""
+    """CPU time and memory of the process tree under ``root`` (module docstring).
+
+    Args:
+        root: the process at the top of the tree.
+
+    Returns:
+        The tree's CPU seconds, resident bytes, pids and its largest live process.
+    """
     found = Usage()
     most = -1
     for pid in tree(root):
@@ -113,8 +146,15 @@ def usage(root: int) -> Usage:
     return found
 
 
-def kill(pids) -> int:
-    """Send ``SIGKILL`` to each of ``pids``; return how many were still there."""
+def kill(pids: Iterable[int]) -> int:
+    """Send ``SIGKILL`` to each of ``pids``; return how many were still there.
+
+    Args:
+        pids: the processes to kill (one that is gone, or not ours, is passed over).
+
+    Returns:
+        How many were sent the signal.
+    """
     sent = 0
     for pid in pids:
         try:
@@ -126,7 +166,14 @@ def kill(pids) -> int:
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie."""
+    """Whether ``pid`` exists and is not a zombie.
+
+    Args:
+        pid: the process to look up in ``/proc``.
+
+    Returns:
+        True while it exists and has not ended.
+    """
     stat = _stat(pid)
     return stat is not None and stat[0] != "Z"
 
@@ -150,8 +197,15 @@ def _processes() -> dict[int, tuple[int, int, str]]:
     return found
 
 
-def running(uids) -> list[int]:
-    """Live processes whose real uid is one of ``uids``."""
+def running(uids: Container[int]) -> list[int]:
+    """Live processes whose real uid is one of ``uids``.
+
+    Args:
+        uids: the real user ids to look for.
+
+    Returns:
+        Their live (not zombie) processes' pids, in order.
+    """
     return sorted(
         pid for pid, (_, uid, state) in _processes().items() if uid in uids and state != "Z"
     )
@@ -173,6 +227,13 @@ def kill_leftovers(grace: float = 0.0, expected: frozenset = frozenset()) -> int
 
     Processes get ``grace`` seconds to end on their own (a kernel still shutting down);
     returns how many had to be killed, not counting the ``expected`` ones (the kernel itself).
+
+    Args:
+        grace: seconds the descendants get to end on their own before they are killed.
+        expected: pids whose killing is not counted (the kernel itself).
+
+    Returns:
+        How many processes had to be killed, less the expected ones.
     """
     me = os.getpid()
     deadline = time.monotonic() + grace

@@ -31,6 +31,9 @@ import fractions
 import math
 import sys
 
+# Annotations here are strings: this file also runs as code in the student's kernel, where a
+# name in an annotation would be looked up in the student's namespace when a function is defined.
+
 MAX_DEPTH = 20
 MAX_ITEMS = 200_000  # numbers, strings and containers in one encoded value
 MAX_CHARS = 1_000_000  # characters of all strings in one encoded value
@@ -82,9 +85,14 @@ def _tensor_of(value):
 
 
 class Encoder:
-    """One encoding pass, counting what it has written against the limits."""
+    """One encoding pass, counting what it has written against the limits.
 
-    def __init__(self, tensors=False):
+    Args:
+        tensors: whether a torch tensor or numpy array of any shape is encoded as
+            ``{"tensor": ...}`` (the function runner) rather than ``not_plain``.
+    """
+
+    def __init__(self, tensors: "bool" = False) -> "None":
         self.tensors = tensors
         self.items = 0
         self.chars = 0
@@ -101,7 +109,20 @@ class Encoder:
             raise TooLarge(f"a number of more than {MAX_BITS} bits")
         return number
 
-    def encode(self, value, depth=0):
+    def encode(self, value: "object", depth: "int" = 0) -> "object":
+        """``value`` as JSON-able data (module docstring), counted against the limits.
+
+        Args:
+            value: the value to encode.
+            depth: how deep ``value`` sits in the value being encoded (0 at the top).
+
+        Returns:
+            The encoding: a JSON scalar, or a one-key dict naming its type.
+
+        Raises:
+            TooLarge: the value is nested deeper than ``MAX_DEPTH``, holds more than
+                ``MAX_ITEMS`` items or ``MAX_CHARS`` characters, or a number over ``MAX_BITS``.
+        """
         if depth > MAX_DEPTH:
             raise TooLarge(f"nested more than {MAX_DEPTH} deep")
         self._count()
@@ -159,8 +180,16 @@ def _type_name(value):
         return "?"
 
 
-def encode(value, tensors=False):
-    """``value`` as JSON-able data (module docstring); ``{"too_large": why}`` over the limits."""
+def encode(value: "object", tensors: "bool" = False) -> "object":
+    """``value`` as JSON-able data (module docstring); ``{"too_large": why}`` over the limits.
+
+    Args:
+        value: the value to encode.
+        tensors: whether tensors and arrays of any shape are encoded (the function runner).
+
+    Returns:
+        The encoding, or ``{"too_large": why}`` when the value is over a limit.
+    """
     try:
         return Encoder(tensors).encode(value)
     except TooLarge as why:

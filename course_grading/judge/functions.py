@@ -18,18 +18,26 @@ from __future__ import annotations
 import ast
 import json
 import os
+import secrets
+import select
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 from course_grading.errors import GradingError
 from course_grading.judge import plain
 from course_grading.sandbox import bwrap as sandbox
+from course_grading.sandbox import processes
 
 RUNNER_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "inside"
 INSIDE = "/run/shapes"  # where the runner and the staged package are, inside the sandbox
@@ -43,9 +51,15 @@ class FunctionSandbox:
 
     bwrap: str | None = None  # None: no sandbox (``--no-sandbox``; unsafe)
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
-    cpu_seconds: int = 60  # CPU time of one run (every call of one item)
+    cpu_seconds: int = 60  # CPU time of one run (the cell and every call of one item)
     wall_seconds: int = 180  # a generous backstop for one run
     uid: int | None = None  # a root grader's uid for these sandboxes
+    call_floor: float = 2.0  # CPU seconds any call may take, however fast the solution is
+    call_factor: float = 20.0  # a call may take this many times the solution's slowest call
+    call_cap: float = 20.0  # CPU seconds of a call where the solution was not measured
+    call_wall_factor: float = 3.0  # wall-clock seconds: this times the CPU limit, plus 1 s
+    #: (lesson, grade_id) -> CPU seconds of the solution's slowest call, measured in this run
+    solution_cpu: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     @classmethod
     def default(cls, *, sandboxed: bool = True, limits: sandbox.Limits | None = None):
@@ -175,7 +189,7 @@ def stage(allowed: tuple[str, ...], forbidden: tuple[str, ...], dest: Path) -> l
     return modules
 
 
-# --- running ----------------------------------------------------------------------------------
+# --- running ---------------------------------------------------------------------------------
 
 
 def _drain(stream, keep: bytearray, limit: int) -> None:
@@ -183,17 +197,6 @@ def _drain(stream, keep: bytearray, limit: int) -> None:
     for chunk in iter(lambda: stream.read(65536), b""):
         keep += chunk
         del keep[:-limit]
-
-
-def _read_answer(proc: subprocess.Popen, limit: int) -> tuple[bytes, bool]:
-    """Up to ``limit`` bytes of ``proc``'s stdout; whether it wrote more (it is then killed)."""
-    data = bytearray()
-    for chunk in iter(lambda: proc.stdout.read(65536), b""):
-        data += chunk
-        if len(data) > limit:
-            proc.kill()
-            return bytes(data[:limit]), True
-    return bytes(data), False
 
 
 def _argv(settings: FunctionSandbox, folder: Path) -> list[str]:
@@ -221,6 +224,318 @@ def _argv(settings: FunctionSandbox, folder: Path) -> list[str]:
     )
 
 
+# --- the judge's side of a call ------------------------------------------------------------------
+
+HEADER = struct.Struct(">I")
+POLL = 0.05  # seconds between looks at a running call's CPU time
+ASKS_PER_CALL = 10_000  # questions one call may put to its proxies
+BYTES_PER_CALL = 4 * ANSWER_BYTES  # everything one call may send the judge
+
+
+@dataclass(frozen=True)
+class CallLimit:
+    """What one call may take: CPU seconds, wall-clock seconds, and why (for the row)."""
+
+    cpu: float
+    wall: float
+    why: str
+
+
+class Stopped(Exception):
+    """A call (or the cell's definition) was stopped; ``kind`` names why, the message says it."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Predicate:
+    """``fits(n)``, judged here: the limit and every probe stay in the judge's process."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.probes: list = []
+
+    def ask(self, method: str, args: list) -> object:
+        if method != "call" or len(args) != 1:
+            raise TypeError("fits() takes exactly one argument, a number")
+        n = args[0]
+        if type(n) in (int, float):
+            self.probes.append(n)
+        else:
+            self.probes.append(plain.describe(n, 40))
+        if type(n) not in (int, float, bool, Fraction, Decimal):
+            raise TypeError(f"fits() takes a number, not {type(n).__name__}")
+        return 1 <= n <= self.limit
+
+
+class _Recorder:
+    """The optimiser stand-in, judged here: it keeps every step's gradient and counts."""
+
+    def __init__(self) -> None:
+        self.steps: list = []
+        self.zero_grads = 0
+
+    def ask(self, method: str, args: list) -> object:
+        if method == "zero_grad" and not args:
+            self.zero_grads += 1
+            return None
+        if method == "step" and len(args) == 1 and isinstance(args[0], plain.Tensor):
+            self.steps.append(args[0])
+            return None
+        raise TypeError(f"the optimiser has no {method}() taking these arguments")
+
+
+def _judge_side(call: dict, proxies: dict[int, object]) -> dict:
+    """``call`` as the runner gets it: every predicate and recorder replaced by a proxy whose
+    state stays in ``proxies`` (id -> the judge's object)."""
+    args = []
+    for spec in call.get("args", []):
+        if isinstance(spec, dict) and "predicate" in spec:
+            proxies[len(args)] = _Predicate(spec["predicate"]["limit"])
+            spec = {"proxy": {"kind": "predicate", "id": len(args)}}
+        elif isinstance(spec, dict) and "recorder" in spec:
+            proxies[len(args)] = _Recorder()
+            of = spec["recorder"]["params_of"]
+            spec = {"proxy": {"kind": "recorder", "id": len(args), "params_of": of}}
+        args.append(spec)
+    return dict(call, op="call", args=args)
+
+
+def _collected(what: dict, sent: object, proxies: dict[int, object]) -> object:
+    """One ``after`` entry: the judge's own record for a proxy, the runner's for a gradient."""
+    ((kind, index),) = what.items()
+    proxy = proxies.get(index)
+    if kind == "probes" and isinstance(proxy, _Predicate):
+        return list(proxy.probes)
+    if kind == "steps" and isinstance(proxy, _Recorder):
+        return list(proxy.steps)
+    if kind == "grads":
+        try:
+            return plain.decode(sent, tensors=True)
+        except plain.NotPlain as err:
+            return err
+    raise GradingError(f"the check collects {what!r}, which its call does not have")
+
+
+class _Session:
+    """One runner process and the framed pipe to it; every read bounded and timed."""
+
+    def __init__(self, argv: list[str], settings: FunctionSandbox) -> None:
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/",
+                env={} if settings.bwrap else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            )
+        except OSError as err:
+            raise GradingError(f"cannot start the function sandbox: {err}") from None
+        self.errors = bytearray()
+        self._drain = threading.Thread(
+            target=_drain, args=(self.proc.stderr, self.errors, STDERR_TAIL), daemon=True
+        )
+        self._drain.start()
+        self.out = self.proc.stdout.fileno()
+        self.buffer = bytearray()
+        self.settings = settings
+
+    def pending(self) -> bool:
+        """Whether the runner wrote anything nobody asked for yet."""
+        if self.buffer:
+            return True
+        ready, _, _ = select.select([self.out], [], [], 0)
+        return bool(ready) and self._peek()
+
+    def _peek(self) -> bool:
+        chunk = os.read(self.out, 65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def send(self, message: dict) -> None:
+        data = json.dumps(message).encode()
+        try:
+            self.proc.stdin.write(HEADER.pack(len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._ended() from None
+
+    def _ended(self) -> Stopped:
+        status = self.proc.wait()
+        text = bytes(self.errors).decode("utf-8", "replace")
+        if "MemoryError" in text:
+            return Stopped("memory", "it ran out of memory")
+        if status in (-9, 137, -24, 152) or "CPU time limit" in text:
+            return Stopped(
+                "time",
+                f"its process reached its CPU-time limit ({self.settings.cpu_seconds} s for "
+                "the cell and every call together) and was stopped",
+            )
+        return Stopped("exit", f"its process ended during the call (exit status {status})")
+
+    def cpu(self) -> float:
+        return processes.usage(self.proc.pid).cpu
+
+    def receive(self, nonce: str, limit: CallLimit, cpu0: float, started: float) -> dict:
+        """The runner's next frame as JSON data, once it is whole; :class:`Stopped` when the
+        call reaches ``limit``, the process ends, or the frame is too large or not an answer to
+        the message ``nonce``."""
+        while True:
+            if len(self.buffer) >= HEADER.size:
+                (size,) = HEADER.unpack_from(self.buffer)
+                if size > ANSWER_BYTES:
+                    raise Stopped(
+                        "size", f"it sent the grader more than {ANSWER_BYTES // 2**20} MiB at once"
+                    )
+                if len(self.buffer) >= HEADER.size + size:
+                    frame = bytes(self.buffer[HEADER.size : HEADER.size + size])
+                    del self.buffer[: HEADER.size + size]
+                    return self._message(frame, nonce)
+            if time.monotonic() - started > limit.wall:
+                raise Stopped(
+                    "wall", f"it took more than {limit.wall:g} s of wall-clock time ({limit.why})"
+                )
+            if self.cpu() - cpu0 > limit.cpu:
+                raise Stopped("cpu", f"it used more than {limit.cpu:g} s of CPU time ({limit.why})")
+            ready, _, _ = select.select([self.out], [], [], POLL)
+            if ready and not self._peek():
+                raise self._ended()
+
+    @staticmethod
+    def _message(frame: bytes, nonce: str) -> dict:
+        try:
+            message = plain.parse(frame)
+        except plain.NotPlain as err:
+            raise Stopped(
+                "forged", f"it sent the grader something that is not an answer ({err})"
+            ) from None
+        if not isinstance(message, dict) or message.get("nonce") != nonce:
+            raise Stopped("forged", "it sent the grader a message that answers no question asked")
+        return message
+
+    def close(self) -> bool:
+        """End the runner; whether it wrote anything after its last answer."""
+        extra = bool(self.buffer)
+        try:
+            self.send({"op": "end"})
+            self.proc.stdin.close()
+        except (Stopped, OSError):
+            pass
+        deadline = time.monotonic() + 2.0
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.out], [], [], POLL)
+            if ready:
+                extra = self._peek() or extra
+        if self.proc.poll() is None:
+            processes.kill(processes.tree(self.proc.pid))
+            self.proc.kill()
+        self.proc.wait()
+        extra = extra or bool(self.proc.stdout.read(1))
+        self._drain.join(timeout=5)
+        return extra
+
+    def kill(self) -> None:
+        processes.kill(processes.tree(self.proc.pid))
+        self.proc.kill()
+
+
+def _nonce() -> str:
+    return secrets.token_hex(12)
+
+
+def _define(session: _Session, request: dict, limit: CallLimit) -> dict:
+    nonce = _nonce()
+    started, cpu0 = time.monotonic(), 0.0
+    session.send(dict(request, op="define", nonce=nonce))
+    reply = session.receive(nonce, limit, cpu0, started)
+    if reply.get("op") != "defined":
+        raise Stopped("forged", "it sent the grader a message that answers no question asked")
+    error = reply.get("error")
+    return {
+        "defined": reply.get("defined") is True,
+        "error": _exception(error) if isinstance(error, dict) else None,
+    }
+
+
+def _serve(session: _Session, call: dict, limit: CallLimit) -> dict:
+    """Make one call: answer its proxies' questions until its result comes; the result decoded."""
+    proxies: dict[int, object] = {}
+    wire = _judge_side(call, proxies)
+    nonce = _nonce()
+    if session.pending():
+        raise Stopped("extra", "it wrote to the grader's channel before it was asked")
+    started, cpu0 = time.monotonic(), session.cpu()
+    session.send(dict(wire, nonce=nonce))
+    received = 0
+    for _ in range(ASKS_PER_CALL + 1):
+        message = session.receive(nonce, limit, cpu0, started)
+        received += len(json.dumps(message))
+        if received > BYTES_PER_CALL:
+            raise Stopped("size", f"it sent more than {BYTES_PER_CALL // 2**20} MiB in one call")
+        if message.get("op") == "result":
+            out = _result(message, call, proxies)
+            out["cpu"] = max(0.0, session.cpu() - cpu0)
+            out["wall"] = time.monotonic() - started
+            return out
+        if message.get("op") != "ask":
+            raise Stopped("forged", "it sent the grader a message that answers no question asked")
+        session.send(_answer(message, proxies, nonce))
+    raise Stopped("size", f"it asked its proxies more than {ASKS_PER_CALL:,} questions in one call")
+
+
+def _answer(message: dict, proxies: dict[int, object], nonce: str) -> dict:
+    """The judge's answer to a proxy question (a refusal raises ``TypeError`` in the call)."""
+    proxy = proxies.get(message.get("proxy")) if type(message.get("proxy")) is int else None
+    try:
+        if proxy is None or not isinstance(message.get("method"), str):
+            raise TypeError("no such object")
+        args = message.get("args")
+        if not isinstance(args, list):
+            raise TypeError("malformed arguments")
+        decoded = [plain.decode(a, tensors=True) for a in args]
+        value = proxy.ask(message["method"], decoded)  # type: ignore[attr-defined]
+    except (TypeError, plain.NotPlain) as err:
+        return {"op": "refuse", "nonce": nonce, "message": str(err)[:200]}
+    return {"op": "answer", "nonce": nonce, "value": value}
+
+
+def _result(message: dict, call: dict, proxies: dict[int, object]) -> dict:
+    after = message.get("after") if isinstance(message.get("after"), list) else []
+    out: dict = {}
+    if "returned" in message:
+        try:
+            out["returned"] = plain.decode(message["returned"], tensors=True)
+        except plain.NotPlain as err:
+            out["not_plain"] = str(err)
+        wanted = call.get("after", [])
+        sent = after + [None] * (len(wanted) - len(after))
+        out["after"] = [_collected(w, s, proxies) for w, s in zip(wanted, sent)]
+    elif isinstance(message.get("raised"), dict):
+        out["raised"] = _exception(message["raised"])
+        out["after"] = []
+    else:
+        raise Stopped("forged", "it sent the grader a result with neither a value nor an error")
+    return out
+
+
+def call_limit(settings: FunctionSandbox, key: tuple[str, str] | None) -> CallLimit:
+    """The limit of each call of item ``key`` (``(lesson, grade_id)``): from the solution's own
+    slowest call where it was measured in this run, else the settings' cap."""
+    measured = settings.solution_cpu.get(key) if key else None
+    if measured is None:
+        cpu = settings.call_cap
+        why = f"at most {cpu:g} s a call"
+    else:
+        cpu = max(settings.call_floor, settings.call_factor * measured)
+        why = (
+            f"{settings.call_factor:g} times the solution's slowest call, at least "
+            f"{settings.call_floor:g} s"
+        )
+    return CallLimit(cpu, settings.call_wall_factor * cpu + 1.0, why)
+
+
 def run(
     source: str,
     function: str,
@@ -229,13 +544,20 @@ def run(
     allowed: tuple[str, ...] = (),
     forbidden: tuple[str, ...] = (),
     settings: FunctionSandbox,
+    key: tuple[str, str] | None = None,
 ) -> Ran:
-    """Define ``function`` from ``source`` in a fresh sandbox and make every call in ``calls``.
+    """Define ``function`` from ``source`` in a fresh sandbox and make the calls one at a time.
 
-    ``calls`` are in the runner's request form (``sandbox/inside/runner.py``). Never raises for the
-    student's sake: a crash, a time-out or an answer that is not plain data is a ``Ran`` with a
-    ``failure``; a ``GradingError`` means the grader cannot run functions here at all.
+    ``calls`` are in the request form of ``sandbox/inside/runner.py`` (``predicate`` and
+    ``recorder`` inputs become proxies answered here). ``key``, the item's ``(lesson,
+    grade_id)``, picks each call's limit (:func:`call_limit`). Never raises for the student's
+    sake: a cell that cannot be defined is a ``Ran`` with a ``failure``; a call that is stopped
+    is ``{"stopped": why, "kind": ...}`` in its place, and the calls after it are not made. A
+    ``GradingError`` means the grader cannot run functions here at all.
     """
+    limit = call_limit(settings, key)
+    define_limit = CallLimit(settings.call_cap, settings.call_wall_factor * settings.call_cap + 1,
+                             f"at most {settings.call_cap:g} s to run the cell")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="shapes-function-") as tmp:
         folder = Path(tmp) / "run"
         folder.mkdir()
@@ -252,92 +574,47 @@ def run(
             "site": sysconfig.get_paths()["purelib"],
             "stage": f"{inside}/pkg" if staged else None,
             "threads": max(1, settings.limits.threads),
-            "calls": calls,
         }
-        return _run(_argv(settings, folder), json.dumps(request).encode(), settings)
+        session = _Session(_argv(settings, folder), settings)
+        return _calls(session, request, calls, limit, define_limit)
 
 
-def _run(argv: list[str], request: bytes, settings: FunctionSandbox) -> Ran:
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd="/",
-            env={} if settings.bwrap else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-        )
-    except OSError as err:
-        raise GradingError(f"cannot start the function sandbox: {err}") from None
-    errors = bytearray()
-    drain = threading.Thread(target=_drain, args=(proc.stderr, errors, STDERR_TAIL))
-    drain.start()
-    timer = threading.Timer(settings.wall_seconds, proc.kill)
-    timer.start()
+def _calls(
+    session: _Session, request: dict, calls: list[dict], limit: CallLimit, define: CallLimit
+) -> Ran:
     try:
         try:
-            proc.stdin.write(request)
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        data, cut = _read_answer(proc, ANSWER_BYTES)
-        proc.wait()
+            answer: dict = dict(_define(session, request, define), calls=[])
+        except Stopped as stop:
+            session.kill()
+            return Ran(None, f"running your answer cell: {stop}")
+        if answer["error"] or not answer["defined"]:
+            return Ran(answer)
+        stopped = None
+        for call in calls:
+            if stopped is not None:
+                answer["calls"].append(
+                    {"stopped": f"not made: call {stopped + 1} was stopped", "kind": "skipped"}
+                )
+                continue
+            started = time.monotonic()
+            try:
+                answer["calls"].append(_serve(session, call, limit))
+            except Stopped as stop:
+                session.kill()
+                stopped = len(answer["calls"])
+                wall = time.monotonic() - started
+                answer["calls"].append({"stopped": str(stop), "kind": stop.kind, "wall": wall})
+        if stopped is None and session.close() and answer["calls"]:
+            answer["calls"][-1] = {
+                "stopped": "it wrote to the grader's channel after its last answer",
+                "kind": "extra",
+            }
+        return Ran(answer)
     finally:
-        timer.cancel()
-        drain.join()
-    if cut:
-        return Ran(None, "it returned more data than the grader reads")
-    if not data:
-        return Ran(None, _why_no_answer(proc.returncode, bytes(errors), settings))
-    try:
-        answer = plain.parse(data)
-        return Ran(_decoded(answer))
-    except plain.NotPlain as err:
-        return Ran(None, f"its results could not be read ({err})")
-
-
-def _why_no_answer(status: int, errors: bytes, settings: FunctionSandbox) -> str:
-    text = errors.decode("utf-8", "replace")
-    if status in (-9, 137) or "CPU time limit" in text or status in (-24, 152):
-        return (
-            f"it ran out of time (at most {settings.cpu_seconds} s of CPU time for every "
-            "call together) or was stopped"
-        )
-    if "MemoryError" in text:
-        return "it ran out of memory"
-    return f"the process ended without an answer (exit status {status})"
-
-
-def _decoded(answer: object) -> dict:
-    """The runner's answer with every returned and collected value decoded (plain data)."""
-    if not isinstance(answer, dict) or not isinstance(answer.get("calls"), list):
-        raise plain.NotPlain("malformed answer")
-    calls = []
-    for call in answer["calls"]:
-        if not isinstance(call, dict):
-            raise plain.NotPlain("malformed answer")
-        out: dict = {"after": []}
-        if "returned" in call:
-            try:
-                out["returned"] = plain.decode(call["returned"], tensors=True)
-            except plain.NotPlain as err:
-                out["not_plain"] = str(err)
-        elif isinstance(call.get("raised"), dict):
-            out["raised"] = _exception(call["raised"])
-        else:
-            raise plain.NotPlain("malformed answer")
-        for collected in call.get("after", []) if isinstance(call.get("after"), list) else []:
-            try:
-                out["after"].append(plain.decode(collected, tensors=True))
-            except plain.NotPlain as err:
-                out["after"].append(err)
-        calls.append(out)
-    error = answer.get("error")
-    return {
-        "defined": answer.get("defined") is True,
-        "error": _exception(error) if isinstance(error, dict) else None,
-        "calls": calls,
-    }
+        if session.proc.poll() is None:
+            session.kill()
+        session.proc.wait()
 
 
 def _exception(raw: dict) -> dict:

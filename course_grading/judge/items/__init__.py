@@ -54,13 +54,12 @@ registry (names, answer cell, points) and fails on a planted mismatch.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 
@@ -68,6 +67,7 @@ import nbformat
 
 from course_grading.errors import GradingError
 from course_grading.judge import functions, plain
+from course_grading.judge import secret as course_secret
 from course_grading.judge.plain import describe
 from course_grading.judge.visible import Digest, Property
 from course_lib.forms import (
@@ -130,6 +130,7 @@ class Verdict:
     max_points: float
     message: str
     review: tuple[str, ...] = ()
+    seconds: float = field(default=0.0, compare=False)  # wall-clock time of its function calls
 
     @property
     def full(self) -> bool:
@@ -508,9 +509,13 @@ class Result:
     raised: dict | None = None  # {"type", "message", "name", "stage"}
     not_plain: str | None = None
     after: list = field(default_factory=list)
+    stopped: str | None = None  # why the judge stopped the call (or did not make it)
 
     def value(self) -> object:
-        """The returned value; :class:`Reject` if the call raised or returned no plain value."""
+        """The returned value; :class:`Reject` if the call was stopped, raised or returned no
+        plain value."""
+        if self.stopped:
+            raise Reject(f"{self.shown} was stopped: {self.stopped}")
         if self.raised:
             raise Reject(f"{self.shown} raised {_exception_text(self.raised)}")
         if self.not_plain:
@@ -534,9 +539,8 @@ def _exception_text(raised: dict) -> str:
 
 
 def seed_for(lesson: str, grade_id: str, student: str) -> int:
-    """A seed per student and item: fresh inputs for each, the same on every re-grade."""
-    digest = hashlib.sha256(f"{lesson}\0{grade_id}\0{student}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
+    """The practice seed of one item for one student (no course secret: ``judge/secret.py``)."""
+    return course_secret.seed(None, lesson, grade_id, student, None)
 
 
 class Evidence:
@@ -550,14 +554,16 @@ class Evidence:
         values: dict[str, object] | None = None,
         answer_source: str | None = None,
         sandbox: functions.FunctionSandbox | None = None,
+        secret: bytes | None = None,
     ) -> None:
         self.item, self.student = item, student
         self._values = values or {}
         self.answer_source = answer_source
         self._sandbox = sandbox
-        self.seed = seed_for(item.lesson, item.grade_id, student)
+        self.seed = course_secret.seed(secret, item.lesson, item.grade_id, student, answer_source)
         self.rng = random.Random(self.seed)
         self.review: list[str] = []
+        self.call_times: list[tuple[float, float]] = []  # (CPU, wall) seconds of every call
 
     # values
     def value(self, name: str) -> object:
@@ -671,6 +677,7 @@ class Evidence:
             allowed=item.allowed,
             forbidden=item.forbidden,
             settings=self._sandbox or functions.FunctionSandbox(),
+            key=(item.lesson, item.grade_id),
         )
         if ran.answer is None:
             raise Reject(f"{item.function}: {ran.failure}")
@@ -684,13 +691,15 @@ class Evidence:
             raise Reject(f"{item.function}: the run ended before every call was made")
         results = []
         for text, got in zip(shown, answers):
+            self.call_times.append((got.get("cpu", 0.0), got.get("wall", 0.0)))
             results.append(
                 Result(
                     f"{item.function}({text})",
                     got.get("returned"),
                     got.get("raised"),
                     got.get("not_plain"),
-                    got["after"],
+                    got.get("after", []),
+                    got.get("stopped"),
                 )
             )
         return results
@@ -726,6 +735,14 @@ def verdict(
     of the student's computed with ``course_lib`` (``borrowed``, ``uses.borrowed``), or runs
     code built at run time that the grader cannot read (``unread``).
     """
+    decided = _decided(item, ev, uses, borrowed, unread)
+    seconds = sum(wall for _, wall in ev.call_times)
+    return replace(decided, seconds=seconds) if seconds else decided
+
+
+def _decided(
+    item: Item, ev: Evidence, uses: list[str], borrowed: Sequence[str], unread: Sequence[str]
+) -> Verdict:
     try:
         if item.own_work and uses:
             raise Reject(

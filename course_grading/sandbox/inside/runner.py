@@ -1,42 +1,83 @@
-"""Run one graded function in a fresh sandbox: exec its cell, build the inputs, call, serialise.
+"""Serve one graded function in a fresh sandbox, one call at a time, over a framed pipe.
 
-    python -I -S runner.py < request.json        (the result: JSON on the original stdout)
+    python -I -S runner.py        (frames on stdin and on the original stdout)
 
 This file runs *inside* the function sandbox (``course_grading.judge.functions``), next to the
-student's code, which can read it. It holds no expected value and no checking code: it only
-executes the answer cell's source as submitted, builds the inputs the grader asks for, calls the
-function, and writes what came back as plain data (``encode.py``). The grader compares.
+student's code, which can read it and change anything in this process. So it holds no expected
+value, no checking code, no hidden input but the arguments of the call it is serving, and no
+counter of what the function did: ``fits`` and the optimiser stand-in are proxies whose state
+lives in the judge's process, and every message this process writes is read there as the
+student's answer to one question, never as evidence of anything else.
 
-The request (JSON)::
+A frame is a 4-byte big-endian length and that many bytes of JSON. The judge writes::
 
-    {"source": cell source, "function": name, "site": site-packages folder, "stage": folder
-     holding the staged course_lib (or null), "threads": 1,
-     "calls": [{"args": [input, ...], "kwargs": {name: input}, "seed": int or null,
-                "take": attribute path of the result or null, "after": [collect, ...]}]}
+    {"op": "define", "nonce", "source", "function", "site", "stage", "threads"}
+    {"op": "call", "nonce", "args": [input, ...], "kwargs": {name: input}, "seed",
+     "take": attribute path or null, "after": [collect, ...]}
+    {"op": "answer", "nonce", "value"} or {"op": "refuse", "nonce", "message"}   (to an "ask")
+    {"op": "end"}
+
+and this process answers each ``define`` with ``{"op": "defined", "nonce", "defined": bool,
+"error": exception or null}`` and each ``call`` with ``{"op": "result", "nonce", "returned":
+value}`` (or ``"raised": exception``) plus ``"after": [value or null, ...]``. While a call runs,
+the function may ask a proxy: ``{"op": "ask", "nonce", "proxy": id, "method": "call" | "step" |
+"zero_grad", "args": [value, ...]}``, and waits for the judge's answer.
 
 An input is plain data as ``encode.py`` writes it, or one of::
 
     {"tensor": {"data": nested lists, "dtype": "int64"}}       a torch tensor
     {"new": {"callable": "module:name", "args": [...], "kwargs": {...}, "seed": int or null}}
-    {"predicate": {"limit": n}}       fits(n): 1 <= n <= limit, every call recorded
-    {"recorder": {"params_of": k}}    an optimiser stand-in: step() records the flat gradient
-                                      of argument k's parameters, zero_grad() clears them
+    {"proxy": {"kind": "predicate", "id": k}}                  fits(n), answered by the judge
+    {"proxy": {"kind": "recorder", "id": k, "params_of": i}}   step() sends argument i's flat
+                                                               gradient; zero_grad() clears it
 
-and ``after`` collects, once the call returned: ``{"grads": k}`` (argument k's flat gradient),
-``{"probes": k}`` (what predicate k was asked), ``{"steps": k}`` (what recorder k recorded).
-
-The answer: ``{"defined": bool, "error": exception or null, "calls": [{"returned": value} or
-{"raised": exception}, plus "after": [...]]}``; an exception is ``{"type", "message", "name"}``
-(``name``: the missing name of a ``NameError``) and the ``stage`` it happened in (``inputs``:
-building the inputs, after the cell ran; ``call``; ``after``: collecting).
+and ``after`` asks, once the call returned, for ``{"grads": i}`` (argument i's flat gradient);
+any other entry is the judge's own (``null`` here). An exception is ``{"type", "message",
+"name"}`` (``name``: the missing name of a ``NameError``) and the ``stage`` it happened in
+(``inputs``, ``call`` or ``after``).
 """
 
 import importlib
 import json
 import os
+import struct
 import sys
 
 MESSAGE_CHARS = 300
+HEADER = struct.Struct(">I")
+
+
+class Channel:
+    """The framed pipe to the judge (private descriptors: the student's prints go to stderr)."""
+
+    def __init__(self, read_fd, write_fd):
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self.nonce = None
+
+    def _exactly(self, size):
+        data = bytearray()
+        while len(data) < size:
+            chunk = os.read(self.read_fd, size - len(data))
+            if not chunk:
+                raise EOFError("the grader closed the channel")
+            data += chunk
+        return bytes(data)
+
+    def receive(self):
+        (size,) = HEADER.unpack(self._exactly(HEADER.size))
+        message = json.loads(self._exactly(size))
+        self.nonce = message.get("nonce", self.nonce)
+        return message
+
+    def send(self, message):
+        data = json.dumps(dict(message, nonce=self.nonce)).encode()
+        view = memoryview(HEADER.pack(len(data)) + data)
+        while view:
+            view = view[os.write(self.write_fd, view) :]
+
+
+CHANNEL = None  # set by main()
+ENCODE = None
 
 
 def _exception(err):
@@ -52,23 +93,36 @@ def _exception(err):
     }
 
 
-class Predicate:
-    """``fits(n)``: True for 1 <= n <= limit; remembers every ``n`` it was asked about."""
+def _ask(proxy, method, args):
+    """One question to the judge about proxy ``proxy``; its answer, or the judge's refusal."""
+    CHANNEL.send({"op": "ask", "proxy": proxy, "method": method, "args": args})
+    reply = CHANNEL.receive()
+    if reply.get("op") == "refuse":
+        raise TypeError(reply.get("message", "refused"))
+    return reply.get("value")
 
-    def __init__(self, limit):
-        self._limit = limit
-        self.probes = []
+
+class Predicate:
+    """``fits(n)``: the judge decides and remembers every ``n`` it was asked about."""
+
+    def __init__(self, proxy):
+        self._proxy = proxy
 
     def __call__(self, n):
-        self.probes.append(n if type(n) in (int, float) else repr(n)[:40])
-        return 1 <= n <= self._limit
+        encoded = ENCODE(n)
+        if isinstance(encoded, dict) and ("not_plain" in encoded or "too_large" in encoded):
+            raise TypeError(f"fits() takes a number, not {type(n).__name__}")
+        return _ask(self._proxy, "call", [encoded])
+
+    def __repr__(self):
+        return "<fits>"
 
 
 class Recorder:
-    """An optimiser stand-in: ``step()`` records the flat gradient, ``zero_grad()`` clears it."""
+    """An optimiser stand-in: ``step()`` sends the flat gradient, ``zero_grad()`` clears it."""
 
-    def __init__(self, params):
-        self.params, self.steps = list(params), []
+    def __init__(self, proxy, params):
+        self._proxy, self.params = proxy, list(params)
 
     def step(self):
         import torch
@@ -77,11 +131,12 @@ class Recorder:
             p.grad.flatten() if p.grad is not None else torch.zeros_like(p).flatten()
             for p in self.params
         ]
-        self.steps.append(torch.cat(grads).clone())
+        _ask(self._proxy, "step", [ENCODE(torch.cat(grads).detach(), tensors=True)])
 
     def zero_grad(self, set_to_none=True):
         for p in self.params:
             p.grad = None
+        _ask(self._proxy, "zero_grad", [])
 
 
 def _build(spec, built):
@@ -117,27 +172,19 @@ def _build(spec, built):
         args = [_build(x, built) for x in body.get("args", [])]
         kwargs = {k: _build(v, built) for k, v in body.get("kwargs", {}).items()}
         return target(*args, **kwargs)
-    if tag == "predicate":
-        return Predicate(body["limit"])
-    if tag == "recorder":
-        return Recorder(built[body["params_of"]].parameters())
+    if tag == "proxy":
+        if body["kind"] == "predicate":
+            return Predicate(body["id"])
+        return Recorder(body["id"], built[body["params_of"]].parameters())
     raise ValueError(f"unknown input kind {tag!r}")
 
 
-def _collect(what, args, encode):
-    ((kind, index),) = what.items()
-    target = args[index]
-    if kind == "probes":
-        return encode(target.probes)
-    if kind == "steps":
-        return encode(target.steps, tensors=True)
-    if kind == "grads":
-        import torch
+def _grads(model):
+    import torch
 
-        params = list(target.parameters())
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        return encode(torch.cat([g.flatten() for g in grads]), tensors=True)
-    raise ValueError(f"unknown collection {kind!r}")
+    params = list(model.parameters())
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    return ENCODE(torch.cat([g.flatten() for g in grads]).detach(), tensors=True)
 
 
 def _take(value, path):
@@ -146,7 +193,7 @@ def _take(value, path):
     return value
 
 
-def _call(function, call, encode):
+def _call(function, call):
     """One call: build its inputs, call, take the result, collect; never raises."""
     stage = "inputs"
     try:
@@ -160,41 +207,65 @@ def _call(function, call, encode):
             random.seed(call["seed"])
         stage = "call"
         result = _take(function(*built, **kwargs), call.get("take"))
-        answer = {"returned": encode(result, tensors=True)}
+        answer = {"returned": ENCODE(result, tensors=True)}
         stage = "after"
-        answer["after"] = [_collect(what, built, encode) for what in call.get("after", [])]
+        answer["after"] = [
+            _grads(built[what["grads"]]) if "grads" in what else None
+            for what in call.get("after", [])
+        ]
         return answer
     except BaseException as err:  # noqa: BLE001 (whatever the student's code raised)
         return {"raised": dict(_exception(err), stage=stage), "after": []}
 
 
-def main():
-    request = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:0] = [p for p in (request.get("stage"), here) if p]
+def _define(request):
+    """Run the answer cell; the function it defines (or ``None``) and the reply to send."""
+    sys.path[:0] = [p for p in (request.get("stage"),) if p]
     sys.path.append(request["site"])  # the venv's packages, without running any .pth file
-    from encode import encode
-
-    answer_fd = os.dup(1)  # the answer goes here; the student's prints go to stderr
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
     os.environ.setdefault("OMP_NUM_THREADS", str(request.get("threads", 1)))
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    answer = {"defined": False, "error": None, "calls": []}
+    reply = {"op": "defined", "defined": False, "error": None}
     try:
         exec(compile(request["source"], "<your answer cell>", "exec"), namespace)
     except BaseException as err:  # noqa: BLE001
-        answer["error"] = _exception(err)
+        reply["error"] = _exception(err)
+        return None, reply
     function = namespace.get(request["function"])
-    if answer["error"] is None and callable(function):
-        answer["defined"] = True
+    if callable(function):
+        reply["defined"] = True
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(request.get("threads", 1))
-        answer["calls"] = [_call(function, call, encode) for call in request["calls"]]
-    with os.fdopen(answer_fd, "w") as out:
-        json.dump(answer, out)
-    os._exit(0)  # no atexit hook or thread of the student's runs after the answer
+    return (function if reply["defined"] else None), reply
+
+
+def main():
+    global CHANNEL, ENCODE
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    from encode import encode
+
+    ENCODE = encode
+    CHANNEL = Channel(os.dup(0), os.dup(1))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the student's input() reads nothing; its prints go to stderr
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    sys.path.remove(here)  # the student's own ``import encode`` finds nothing of ours
+    function = None
+    while True:
+        try:
+            request = CHANNEL.receive()
+        except EOFError:
+            break
+        op = request.get("op")
+        if op == "define":
+            function, reply = _define(request)
+            CHANNEL.send(reply)
+        elif op == "call" and function is not None:
+            CHANNEL.send(dict(_call(function, request), op="result"))
+        else:
+            break
+    os._exit(0)  # no atexit hook or thread of the student's runs after the last answer
 
 
 if __name__ == "__main__":

@@ -18,18 +18,20 @@ import logging
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
 from course_grading.errors import GradingError
+from course_grading.judge import items as trusted
 from course_grading.judge.functions import FunctionSandbox
 from course_grading.judge.items import is_test_cell, items_of, strip_hidden, strip_hidden_tests
 from course_grading.judge.lesson import LessonSpec
-from course_grading.judge.verdicts import payload_of
+from course_grading.judge.verdicts import Graded, grade_submission, payload_of
 from course_grading.nbgrader import gradebook
 from course_grading.nbgrader.course import WorkCourse, ignored
 from course_grading.review.cheats import scan
@@ -53,6 +55,7 @@ class Options:
     jobs: int = 1  # notebooks run at once
     sandbox: bool = True
     limits: Limits = field(default_factory=Limits)
+    secret: bytes | None = field(default=None, repr=False)  # the course secret (judge/secret.py)
 
 
 # --- one submission -------------------------------------------------------------------------
@@ -243,9 +246,47 @@ def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
         )
 
 
+def _decide(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path) -> Graded:
+    """Every item of ``sub`` decided, graded functions called: in the job's slot (``then``).
+
+    The same inputs nbgrader's step (``verdicts.SaveTrustedGrades``) would read: the lesson's
+    source, the file as submitted and the values its kernel gave.
+    """
+    submitted = gradebook.submitted_folder(run.work, sub) / f"{sub.lesson}.ipynb"
+    return grade_submission(
+        spec=spec,
+        source=nbformat.read(str(run.work.source_notebook(sub.lesson)), as_version=4),
+        submitted=nbformat.read(str(submitted), as_version=4),
+        student=sub.student,
+        payload=payload_of(job / "values.json"),
+        sandbox=run.functions,
+        secret=run.options.secret,
+    )
+
+
+def solution_calls(run: GradingRun, lessons: list[str]) -> dict[tuple[str, str], float]:
+    """The CPU seconds of each graded function's slowest call in its lesson's solution, measured
+    here, in this run, with the same sandbox: what each student's calls are limited from
+    (``FunctionSandbox.solution_cpu``, ``functions.call_limit``)."""
+    work: list[tuple[trusted.Item, str]] = []
+    for lesson in lessons:
+        nb = nbformat.read(str(run.work.source_notebook(lesson)), as_version=4)
+        cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nb.cells}
+        work += [(i, cells[i.answer]) for i in items_of(lesson).values() if i.function]
+
+    def measure_one(item: trusted.Item, source: str) -> float:
+        ev = trusted.Evidence(item, "solution", answer_source=source, sandbox=run.functions)
+        trusted.verdict(item, ev, [])
+        return max((cpu for cpu, _ in ev.call_times), default=0.0)
+
+    with ThreadPoolExecutor(max_workers=max(1, run.options.jobs)) as pool:
+        found = list(pool.map(lambda pair: measure_one(*pair), work))
+    return {(item.lesson, item.grade_id): cpu for (item, _), cpu in zip(work, found)}
+
+
 def _record(
     run: GradingRun, sub: Submission, spec: LessonSpec, job: Path, tests: dict[int, str],
-    outcome: Outcome,
+    outcome: Outcome, decided: Graded | BaseException | None = None,
 ) -> None:  # fmt: skip
     """Turn one finished job into grades and report lines.
 
@@ -256,6 +297,7 @@ def _record(
         job: its job folder.
         tests: its test cells' sources as recorded (index -> source, declarations included).
         outcome: what the job's worker reported.
+        decided: its verdicts decided in its slot (``_decide``), or what that raised.
     """
     work, options = run.work, run.options
     outcome.stop_if_sandbox_failed()
@@ -266,6 +308,8 @@ def _record(
     executed = nbformat.read(str(job / "out.ipynb"), as_version=4)
     for index, source in tests.items():  # the test cells as recorded, declarations included
         executed.cells[index].source = source
+    if isinstance(decided, BaseException):
+        raise decided
     graded, verdicts = gradebook.record(
         work,
         sub,
@@ -273,6 +317,8 @@ def _record(
         run.config,
         values=payload_of(job / "values.json"),
         sandbox=run.functions,
+        graded=decided,
+        secret=options.secret,
     )
     sub.verdicts = verdicts.verdicts
     for flag in verdicts.review:
@@ -335,6 +381,16 @@ def autograde(
             workers,
             work.root,
         )
+        run = replace(run, functions=replace(functions, solution_cpu=solution_calls(run, lessons)))
+        decided: dict[Path, Graded | BaseException] = {}
+
+        def then(key, outcome: Outcome) -> None:  # in the job's slot: its functions' time
+            sub, job, _ = key
+            if outcome.status == "ok":
+                try:
+                    decided[job] = _decide(run, sub, specs[sub.lesson], job)
+                except BaseException as err:  # noqa: BLE001 (raised again in done)
+                    decided[job] = err
 
         def jobs():
             for number, sub in enumerate(subs):
@@ -348,7 +404,7 @@ def autograde(
         def done(key, outcome: Outcome) -> None:
             sub, job, tests = key
             try:
-                _record(run, sub, specs[sub.lesson], job, tests, outcome)
+                _record(run, sub, specs[sub.lesson], job, tests, outcome, decided.pop(job, None))
             except GradingError:
                 raise  # the sandbox does not hold: the run stops
             except Exception as err:  # only a damaged workspace gets here (--no-sandbox)
@@ -356,5 +412,5 @@ def autograde(
                 sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
             shutil.rmtree(job, ignore_errors=True)
 
-        run_jobs(jobs(), workers, done, work.root)
+        run_jobs(jobs(), workers, done, work.root, then)
     gradebook.read_scores(work, subs, specs)

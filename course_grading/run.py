@@ -30,6 +30,7 @@ already holds manual grades unless ``--force`` is given.
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import time
@@ -45,7 +46,7 @@ from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader import course as wc
 from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.pages.feedback import WITHHELD, withheld_record
-from course_grading.report import Row, rows_of, write_reports
+from course_grading.report import Row, csv_text, rows_of, write_reports
 from course_grading.review.inspection import inspect, repaired_copy
 from course_grading.review.leaks import instructor_lines, leaked, own_lines, unchecked
 from course_grading.sandbox.bwrap import check_available
@@ -236,5 +237,22 @@ def grade(
         _keep_feedback(work, subs, out)
         timings["feedback"] = time.perf_counter() - clock
     rows = rows_of(subs, specs, skipped, sandboxed=options.sandbox)
-    write_reports(out, rows, sandboxed=options.sandbox)
+    write_reports(out, rows, sandboxed=options.sandbox, practice=options.secret is None)
+    _write_function_times(out, subs, timings)
     return rows
+
+
+def _write_function_times(out: Path, subs: list[Submission], timings: dict[str, float]) -> None:
+    """``function_times.csv``: each submission's graded-function time, item by item (wall
+    clock, in its slot). Apart from the report, which stays byte-identical from run to run."""
+    total = 0.0
+    with open(out / "function_times.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "lesson", "item", "seconds"])
+        for sub in subs:
+            for gid, verdict in sorted(sub.verdicts.items()):
+                if verdict.seconds:
+                    total += verdict.seconds
+                    cells = [csv_text(sub.student), csv_text(sub.lesson), gid]
+                    writer.writerow([*cells, f"{verdict.seconds:.3f}"])
+    timings["function calls (summed over slots)"] = total

@@ -28,11 +28,12 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import SaveAutoGrades
-from traitlets import Bool
+from traitlets import Bool, Unicode
 
 from course_grading.errors import GradingError
 from course_grading.judge import items as trusted
 from course_grading.judge import plain
+from course_grading.judge import secret as course_secret
 from course_grading.judge.functions import FunctionSandbox
 from course_grading.judge.items import Verdict
 from course_grading.judge.lesson import LessonSpec
@@ -110,12 +111,14 @@ def grade_submission(
     student: str,
     payload: dict | None,
     sandbox: FunctionSandbox,
+    secret: bytes | None = None,
 ) -> Graded:
     """Every item of ``spec.lesson`` decided for ``submitted`` (module docstring).
 
     ``source`` is the lesson's instructor notebook (its declarations are checked against the
     registry first: a ``GradingError`` if they disagree); ``payload`` the values taken out of
-    the student's kernel.
+    the student's kernel; ``secret`` the course secret the hidden inputs are drawn with
+    (``judge/secret.py``; ``None``: practice grading).
     """
     registered = trusted.check_notebook(spec.lesson, source)
     values = taken_values(payload)
@@ -124,7 +127,9 @@ def grade_submission(
     graded = Graded(review=course_lib_review(submitted, spec))
     for gid, item in registered.items():
         answer, earlier = answer_and_earlier(submitted, spec, item.answer)
-        graded.verdicts[gid] = decide(item, spec, student, values, answer, sandbox, earlier)
+        graded.verdicts[gid] = decide(
+            item, spec, student, values, answer, sandbox, earlier, secret=secret
+        )
     return graded
 
 
@@ -164,6 +169,8 @@ def decide(
     answer: str | None,
     sandbox: FunctionSandbox,
     earlier: Sequence[tuple[str, str, frozenset[str]]] = (),
+    *,
+    secret: bytes | None = None,
 ) -> Verdict:
     """One item's verdict from its evidence: ``values`` (name -> plain value or
     ``plain.NotPlain``), ``answer``, the answer cell's source as submitted (``None``: no such
@@ -181,6 +188,7 @@ def decide(
         values={n: values[n] for n in item.values if n in values},
         answer_source=answer,
         sandbox=sandbox,
+        secret=secret,
     )
     return trusted.verdict(
         item,
@@ -212,6 +220,17 @@ class SaveTrustedGrades(SaveAutoGrades):
     sandbox = Bool(
         True, help="call graded functions in a bubblewrap sandbox (False: unsafe, trusted code)"
     ).tag(config=True)
+    secret_file = Unicode(
+        "",
+        help="the course secret's file (judge/secret.py); empty: practice grading, hidden inputs "
+        "that follow from public files",
+    ).tag(config=True)
+
+    def _secret(self) -> bytes | None:
+        secret = course_secret.load(self.secret_file or None)
+        if secret is None:
+            self.log.warning(course_secret.PRACTICE)
+        return secret
 
     def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
         info = resources["nbgrader"]
@@ -225,13 +244,19 @@ class SaveTrustedGrades(SaveAutoGrades):
             )
         source, release, submitted = lesson_paths(course_directory(self), lesson, name, student)
         sandbox = mine.get("sandbox") or FunctionSandbox.default(sandboxed=self.sandbox)
-        self.graded = grade_submission(
-            spec=LessonSpec.from_notebooks(lesson, source, release),
-            source=nbformat.read(str(source), as_version=4),
-            submitted=nbformat.read(str(submitted), as_version=4),
-            student=student,
-            payload=mine["values"],
-            sandbox=sandbox,
+        decided = mine.get("decided")
+        self.graded = (
+            decided
+            if decided is not None
+            else grade_submission(
+                spec=LessonSpec.from_notebooks(lesson, source, release),
+                source=nbformat.read(str(source), as_version=4),
+                submitted=nbformat.read(str(submitted), as_version=4),
+                student=student,
+                payload=mine["values"],
+                sandbox=sandbox,
+                secret=mine["secret"] if "secret" in mine else self._secret(),
+            )
         )
         self.answer_items = {}
         for gid, verdict in self.graded.verdicts.items():

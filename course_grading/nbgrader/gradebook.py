@@ -118,12 +118,16 @@ def record(
     *,
     values: dict,
     sandbox: FunctionSandbox,
+    graded: Graded | None = None,
+    secret: bytes | None = None,
 ) -> tuple[Path, Graded]:
     """Save the trusted grades of an executed notebook and write it (and its files) to
     ``autograded/``; return its path and the verdicts.
 
     ``values``: what was taken out of its kernel (a ``values.json`` payload, ``evidence.py``);
-    ``sandbox``: where graded functions run.
+    ``sandbox``: where graded functions run; ``graded``: the verdicts, when they were decided
+    already (``verdicts.grade_submission`` in the job's slot), so none is decided twice;
+    ``secret``: the course secret, else practice grading (``judge/secret.py``).
     """
     dest = autograded_path(work, sub)
     if dest.parent.exists():
@@ -136,7 +140,12 @@ def record(
                 (dest.parent / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, dest.parent / rel)
     resources = _resources(work, sub, dest.parent)
-    resources["course_grading"] = {"values": values, "sandbox": sandbox}
+    resources["course_grading"] = {
+        "values": values,
+        "sandbox": sandbox,
+        "decided": graded,
+        "secret": secret,
+    }
     nb, resources = _apply(RECORD, executed, resources, config)
     nbformat.write(nb, str(dest))
     return dest, resources["course_grading"]["graded"]

@@ -192,10 +192,13 @@ def run_jobs(
     workers: int | list[Worker],
     done: Callable[[object, Outcome], None],
     logs: Path,
+    then: Callable[[object, Outcome], None] | None = None,
 ) -> None:
     """Run every ``(key, folder, spec)`` with ``workers`` at a time; call ``done`` as each ends.
 
-    ``done`` runs in the calling thread, so it may write the gradebook. ``jobs`` may be a
+    ``done`` runs in the calling thread, so it may write the gradebook. ``then``, if given, runs
+    first in the job's own thread while the job still holds its slot (the graded functions of a
+    submission: their time is the slot's, beside the other slots' kernels). ``jobs`` may be a
     generator: the first jobs run while the next are prepared. Worker logs go to ``logs``.
     ``workers`` may be slots the caller made (``slots``) and keeps for a later call (their
     processes, imports paid, carry on) and closes itself; a number is this call's own slots.
@@ -206,10 +209,13 @@ def run_jobs(
     for worker in pool_slots:
         idle.put(worker)
 
-    def in_slot(job: Path, spec: JobSpec) -> Outcome:
+    def in_slot(key: object, job: Path, spec: JobSpec) -> Outcome:
         worker = idle.get()
         try:
-            return worker.run(job, spec)
+            outcome = worker.run(job, spec)
+            if then is not None:
+                then(key, outcome)
+            return outcome
         finally:
             idle.put(worker)
 
@@ -217,7 +223,7 @@ def run_jobs(
         futures = {}
         try:
             for key, job, spec in jobs:
-                futures[pool.submit(in_slot, job, spec)] = key
+                futures[pool.submit(in_slot, key, job, spec)] = key
             for future in as_completed(futures):
                 done(futures[future], future.result())
         except BaseException:

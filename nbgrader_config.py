@@ -50,6 +50,10 @@ c.Execute.timeout = 60
 # same way: its `Execute` step is replaced by a sandboxed run with every hidden-test region
 # removed, and its `SaveAutoGrades` by the trusted checks. Neither falls back to the old
 # cell-status verdicts.
+# Hidden inputs are drawn with the course secret (course_grading/judge/secret.py): a file only the
+# grader can read, named here from the environment (`make classroom` sets it for the
+# instructor). Unset: practice grading, with inputs anyone holding the repository can compute.
+c.SaveTrustedGrades.secret_file = os.environ.get("SHAPES_COURSE_SECRET_FILE", "")
 c.Autograde.autograde_preprocessors = [
     "course_grading.nbgrader.steps.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",

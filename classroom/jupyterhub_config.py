@@ -68,6 +68,7 @@ def _environment(spawner) -> None:
         env["SHAPES_GRADEBOOK_URL"] = gradebook_url
         # The grader (course_folder.install_grader): hidden from everyone else's view.
         env["PYTHONPATH"] = settings["grader"]
+        env["SHAPES_COURSE_SECRET_FILE"] = settings["course_secret"]  # hidden inputs' secret
     spawner.environment = env
 
 

@@ -107,6 +107,7 @@ class Classroom:
         etc = course_folder.write_role_configs(self.state / "etc")
         course_root = course_folder.build(REPO, instructor, COURSE_ID)
         grader = course_folder.install_grader(REPO, instructor)
+        secret = course_folder.course_secret(instructor)
         settings = {
             "ip": args.ip,
             "port": args.port or free_port(),
@@ -119,6 +120,7 @@ class Classroom:
             "course_id": COURSE_ID,
             "course_root": str(course_root),
             "grader": str(grader),
+            "course_secret": str(secret),
             "exchange": str(exchange),
             "etc": {role: str(path) for role, path in etc.items()},
         }

@@ -214,6 +214,7 @@ def as_instructor(room: Classroom, command: list[str]) -> int:
         "SHAPES_COURSE_ROOT": settings["course_root"],
         "SHAPES_GRADEBOOK_URL": (room.secrets / "gradebook_url").read_text().strip(),
         "PYTHONPATH": settings["grader"],  # the instructor's own copy of course_grading
+        "SHAPES_COURSE_SECRET_FILE": settings["course_secret"],  # the hidden inputs' secret
     }
     enter_private_view()  # the instructor's tools see what the hub's users see
     return subprocess.run(

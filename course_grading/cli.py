@@ -15,6 +15,7 @@ from pathlib import Path
 
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
+from course_grading.judge import secret as course_secret
 from course_grading.nbgrader.course import SOURCE_DIR
 from course_grading.run import grade
 from course_grading.sandbox.bwrap import MAX_SLOTS, Limits
@@ -103,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         "checks outside the student's kernel; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",
         epilog="Instructors: `python -m course_grading digest NAME VALUE [--sig N]` prints the "
-        "digest a visible test compares an answer with.",
+        "digest a visible test compares an answer with; `python -m course_grading secret PATH` "
+        "makes a course secret.",
     )
     add = parser.add_argument
     add(
@@ -128,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
         "is reported as missing (default: every lesson somebody submitted)",
     )
     add("--force", action="store_true", help="replace a workspace holding manual grades")
+    add(
+        "--secret-file",
+        type=Path,
+        default=os.environ.get(course_secret.ENVIRONMENT) or None,
+        help="the course secret hidden inputs are drawn with, readable by you only (default: "
+        f"${course_secret.ENVIRONMENT}; none: practice grading, said in the report); make one "
+        "with `python -m course_grading secret PATH`",
+    )
     _add_run_options(parser)
     return parser
 
@@ -158,6 +168,7 @@ def options_from(args: argparse.Namespace) -> Options:
         jobs=args.jobs,
         sandbox=not args.no_sandbox,
         limits=limits,
+        secret=course_secret.load(args.secret_file),
     )
 
 
@@ -185,6 +196,20 @@ def digest_main(argv: list[str]) -> int:
         print(digest(args.name, value, args.sig))
     except (TypeError, ValueError) as err:
         raise GradingError(f"cannot make a digest of {args.value!r}: {err}") from None
+    return 0
+
+
+def secret_main(argv: list[str]) -> int:
+    """``secret PATH``: write a new course secret to ``PATH`` (mode 600; never overwritten)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_grading secret",
+        description="Make a course secret: hidden inputs drawn with it follow from no public "
+        "file. Keep it where students cannot read it, and grade with --secret-file PATH (or "
+        f"${course_secret.ENVIRONMENT}=PATH for nbgrader autograde).",
+    )
+    parser.add_argument("path", type=Path, help="where to write it (must not exist)")
+    made = course_secret.create(parser.parse_args(argv).path)
+    print(f"wrote a course secret to {made} (mode 600); grade with --secret-file {made}")
     return 0
 
 
@@ -222,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["digest"]:
             return digest_main(argv[1:])
+        if argv[:1] == ["secret"]:
+            return secret_main(argv[1:])
         return _grade_main(argv)
     except GradingError as err:
         print(f"python -m course_grading: {err}", file=sys.stderr)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from course_grading.judge.lesson import LessonSpec
+from course_grading.judge.secret import PRACTICE
 from course_grading.submissions import Skipped, Submission
 
 #: The first lines of report.md when student code ran without a sandbox.
@@ -163,9 +164,10 @@ def _write_scores(out: Path, rows: list[Row]) -> None:
             )
 
 
-def _write_markdown(out: Path, rows: list[Row], sandboxed: bool) -> None:
+def _write_markdown(out: Path, rows: list[Row], sandboxed: bool, practice: bool) -> None:
     counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
-    lines = ["# Grading report", ""] + ([UNSANDBOXED, ""] if not sandboxed else [])
+    lines = [f"**{PRACTICE}**", ""] if practice else []
+    lines += ["# Grading report", ""] + ([UNSANDBOXED, ""] if not sandboxed else [])
     lines += [
         ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ".",
         "",
@@ -188,14 +190,18 @@ def _write_markdown(out: Path, rows: list[Row], sandboxed: bool) -> None:
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def write_reports(out: Path, rows: list[Row], *, sandboxed: bool = True) -> None:
+def write_reports(
+    out: Path, rows: list[Row], *, sandboxed: bool = True, practice: bool = False
+) -> None:
     """Write ``report.csv``, ``scores.csv`` and ``report.md`` from ``rows``.
 
-    ``sandboxed=False`` (``--no-sandbox``) puts a warning at the top of ``report.md``.
+    ``sandboxed=False`` (``--no-sandbox``) puts a warning at the top of ``report.md``;
+    ``practice=True`` (no course secret) makes its first line say that hidden inputs follow
+    from public files.
     """
     with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, REPORT_FIELDS)
         writer.writeheader()
         writer.writerows(r.csv_cells() for r in rows)
     _write_scores(out, rows)
-    _write_markdown(out, rows, sandboxed)
+    _write_markdown(out, rows, sandboxed, practice)

@@ -287,6 +287,11 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         ):
             peek = subprocess.run([*as_student, *command], capture_output=True, text=True)
             assert peek.returncode != 0, f"a student reaches the grader: {command}: {peek.stdout}"
+        # Nor the course secret the hidden inputs are drawn with (the instructor's alone).
+        secret_file = Path(ready["course_secret"])
+        peek = subprocess.run([*as_student, "cat", str(secret_file)], capture_output=True)
+        assert peek.returncode != 0 and not peek.stdout, "a student reads the course secret"
+        assert secret_file.stat().st_mode & 0o077 == 0, oct(secret_file.stat().st_mode)
         teacher_account = pwd.getpwnam(teacher_name)
         found = subprocess.run(
             ["nsenter", f"--target={hub_pid}", "--mount", f"--setuid={teacher_account.pw_uid}",
@@ -317,6 +322,9 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         output = room.run("autograde", LESSON)
         assert "recorded in the class gradebook" in output or "nbgrader autograde" in output
         sandboxed = "recorded in the class gradebook" in output
+        if sandboxed:  # graded with the course secret: real grades, not practice
+            report = (course / "grading" / "report.md").read_text(encoding="utf-8")
+            assert report.startswith("# Grading report"), report[:300]
         (ARTIFACTS / "autograde-mode.txt").write_text(
             "sandboxed course_grading\n" if sandboxed else "plain nbgrader autograde\n"
         )

@@ -284,6 +284,19 @@ def test_class_is_large_enough(graded_class):
     )
 
 
+def test_a_run_without_a_secret_says_first_that_it_is_practice(graded_class):
+    first = (graded_class["out"] / "report.md").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("**practice grading: no course secret was given, so the hidden")
+
+
+def test_each_submissions_function_time_is_reported_apart_from_the_report(graded_class):
+    with open(graded_class["out"] / "function_times.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    tokens = [r for r in rows if r["lesson"] == FIXTURE and r["item"] == "test_tokens"]
+    assert len(tokens) >= 10 and all(float(r["seconds"]) > 0 for r in tokens), rows[:5]
+    assert "function calls (summed over slots)" in graded_class["proc"].stdout
+
+
 def test_real_lessons_take_part(graded_class):
     real = {lesson for (_, lesson) in graded_class["expect"] if lesson != FIXTURE}
     if not real:

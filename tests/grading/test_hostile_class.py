@@ -71,6 +71,7 @@ from class_builders import (
 )
 
 import course_grading
+from course_grading.judge import secret as course_secret
 from course_grading.nbgrader import course as wc
 from course_grading.review.leaks import instructor_lines, leaked, own_lines, visible_text
 from course_grading.sandbox.bwrap import MAX_SLOTS, UID_BASE
@@ -454,19 +455,24 @@ def graded(course, listener):
     subs, out = tmp / "class", tmp / "out"
     build_class(course, subs, out, port)
     before = digest(subs)
-    first = grade_cli(subs, out, root, "--jobs", "2")
+    keys = tmp / "keys"  # the course secret: every run draws the same hidden inputs with it
+    course_secret.create(keys / "course_secret")
+    if os.geteuid() == 0:
+        hand_to_ordinary_user(keys)  # the ordinary-uid grader reads it too
+    secret = ("--secret-file", str(keys / "course_secret"))
+    first = grade_cli(subs, out, root, "--jobs", "2", *secret)
     first_reports = {name: (out / name).read_bytes() for name in REPORTS if (out / name).exists()}
-    second = grade_cli(subs, tmp / "out2", root, "--jobs", "1")
+    second = grade_cli(subs, tmp / "out2", root, "--jobs", "1", *secret)
     alone_subs = tmp / "alone"
     alone_subs.mkdir()
     for name in HONEST:
         shutil.copy(subs / f"{name}_{FIXTURE}.ipynb", alone_subs / f"{name}_{FIXTURE}.ipynb")
-    alone = grade_cli(alone_subs, tmp / "out_alone", root, "--jobs", "1")
+    alone = grade_cli(alone_subs, tmp / "out_alone", root, "--jobs", "1", *secret)
     ordinary_subs = tmp / "ordinary" / "class"
     shutil.copytree(subs, ordinary_subs)
     ordinary_before = digest(ordinary_subs)
     ordinary_out = tmp / "ordinary" / "out"
-    ordinary = grade_cli(ordinary_subs, ordinary_out, root, "--jobs", "2", ordinary=True)
+    ordinary = grade_cli(ordinary_subs, ordinary_out, root, "--jobs", "2", *secret, ordinary=True)
     return {
         **course,
         "subs": subs,
@@ -703,3 +709,8 @@ def test_the_checks_fail_without_the_sandbox(course, listener, secret, tmp_path)
     rows = _rows(run)
     assert "feedback withheld: it contains instructor material" in rows["reader"]["reasons"]
     assert not (out / "feedback" / "reader").exists()  # defence in depth holds even so
+
+
+def test_a_class_graded_with_the_course_secret_says_nothing_of_practice(graded):
+    report = (graded["out"] / "report.md").read_text(encoding="utf-8")
+    assert report.startswith("# Grading report\n") and "practice grading" not in report

@@ -340,6 +340,7 @@ class _Session:
         self._drain.start()
         self.out = self.proc.stdout.fileno()
         self.buffer = bytearray()
+        self.received = 0  # bytes of every frame read so far
         self.settings = settings
 
     def pending(self) -> bool:
@@ -392,6 +393,7 @@ class _Session:
                 if len(self.buffer) >= HEADER.size + size:
                     frame = bytes(self.buffer[HEADER.size : HEADER.size + size])
                     del self.buffer[: HEADER.size + size]
+                    self.received += size
                     return self._message(frame, nonce)
             if time.monotonic() - started > limit.wall:
                 raise Stopped(
@@ -429,8 +431,7 @@ class _Session:
             if ready:
                 extra = self._peek() or extra
         if self.proc.poll() is None:
-            processes.kill(processes.tree(self.proc.pid))
-            self.proc.kill()
+            self.kill()
         self.proc.wait()
         extra = extra or bool(self.proc.stdout.read(1))
         self._drain.join(timeout=5)
@@ -466,13 +467,11 @@ def _serve(session: _Session, call: dict, limit: CallLimit) -> dict:
     nonce = _nonce()
     if session.pending():
         raise Stopped("extra", "it wrote to the grader's channel before it was asked")
-    started, cpu0 = time.monotonic(), session.cpu()
+    started, cpu0, before = time.monotonic(), session.cpu(), session.received
     session.send(dict(wire, nonce=nonce))
-    received = 0
     for _ in range(ASKS_PER_CALL + 1):
         message = session.receive(nonce, limit, cpu0, started)
-        received += len(json.dumps(message))
-        if received > BYTES_PER_CALL:
+        if session.received - before > BYTES_PER_CALL:
             raise Stopped("size", f"it sent more than {BYTES_PER_CALL // 2**20} MiB in one call")
         if message.get("op") == "result":
             out = _result(message, call, proxies)
@@ -586,7 +585,6 @@ def _calls(
         try:
             answer: dict = dict(_define(session, request, define), calls=[])
         except Stopped as stop:
-            session.kill()
             return Ran(None, f"running your answer cell: {stop}")
         if answer["error"] or not answer["defined"]:
             return Ran(answer)
@@ -601,7 +599,7 @@ def _calls(
             try:
                 answer["calls"].append(_serve(session, call, limit))
             except Stopped as stop:
-                session.kill()
+                session.kill()  # now: its stopped call must not run on while the rest are noted
                 stopped = len(answer["calls"])
                 wall = time.monotonic() - started
                 answer["calls"].append({"stopped": str(stop), "kind": stop.kind, "wall": wall})

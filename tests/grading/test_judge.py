@@ -272,3 +272,20 @@ def test_an_empty_tensor_with_huge_dimensions_is_a_reason_not_a_hang(settings):
     with pytest.raises(items.Reject, match="f\\(\\) returned something that is"):
         result.value()
     assert time.monotonic() - started < 30
+
+
+def test_flooding_the_proxies_stops_the_call_at_its_byte_budget(settings):
+    """Questions of 3 MiB each, 40 of them: the call stops at 64 MiB, the judge holds little."""
+    source = (
+        "import __main__\n"
+        "def f(fits):\n"
+        "    big = 'x' * (3 * 2**20)\n"
+        "    for _ in range(40):\n"
+        "        try:\n"
+        "            __main__._ask(0, 'call', [big])\n"
+        "        except TypeError:\n"
+        "            pass\n"
+        "    return 1\n"
+    )
+    (got,) = _run(settings, source, call(items.predicate(5))).answer["calls"]
+    assert got["kind"] == "size" and "more than 64 MiB in one call" in got["stopped"]

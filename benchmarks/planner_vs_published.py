@@ -294,12 +294,12 @@ def print_band(rows: list[dict]) -> None:
         if not row.get("setting") or row["measured_kind"] not in ("device", "capacity"):
             continue
         p = planner_memory(row)
-        if not hasattr(p, "device_bytes_high") or row["role"]["planner"] != "held-out":
+        if row["role"]["planner"] != "held-out":
             continue
         measured, _ = measured_bytes(row)
         n += 1
-        inside += p.device_bytes_low <= measured <= p.device_bytes_high
-        above += measured > p.device_bytes_high
+        inside += p.device_bytes_low <= measured <= p.device_bytes
+        above += measured > p.device_bytes
     if n:
         print(
             f"  device band: {inside} of {n} held-out device-level rows inside it, {above} above it"

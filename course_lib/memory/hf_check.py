@@ -59,6 +59,7 @@ def build_model(
     lora_dropout: float = 0.0,
     weights: str = "16bit",
     adapter_dtype: object = "float32",
+    device: str = "cpu",
 ) -> Any:
     """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
     PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
@@ -75,19 +76,34 @@ def build_model(
         lora_dropout: LoRA's dropout probability.
         weights: ``"16bit"``, ``"int8"`` or ``"nf4"`` (frozen quantised base weights).
         adapter_dtype: ``"float32"`` (PEFT's autocast) or the model's dtype.
+        device: where the weights are made. ``"cpu"`` builds in fp32 and casts (the CPU
+            checks' path); any other device (``"cuda"``) makes every 16-bit weight there in
+            ``dtype`` at once, as loading a checkpoint does, so no fp32 copy passes through
+            the card's allocator (16-bit weights only).
 
     Returns:
-        The model (a ``peft`` model with LoRA) in training mode, on the CPU.
+        The model (a ``peft`` model with LoRA) in training mode, on ``device``.
 
     Raises:
         AssertionError: transformers picked another attention path than ``attn_impl``.
     """
     import transformers
 
+    auto = transformers.AutoModelForCausalLM
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        auto = transformers.AutoModelForCausalLM
-        model = auto.from_config(config, attn_implementation=attn_impl).to(dtype)
+        if device != "cpu":
+            if weights != "16bit":
+                raise ValueError(f"weights={weights!r} are built on the CPU only (device='cpu')")
+            default = torch.get_default_dtype()
+            torch.set_default_dtype(dtype)
+            try:
+                with torch.device(device):
+                    model = auto.from_config(config, attn_implementation=attn_impl)
+            finally:
+                torch.set_default_dtype(default)
+        else:
+            model = auto.from_config(config, attn_implementation=attn_impl).to(dtype)
         if weights != "16bit":
             model = _quantise(model, weights, dtype)
     if model.config._attn_implementation != attn_impl:

@@ -97,6 +97,11 @@ GRID = (
     Run("Llama-3.1-8B", 8, 4096, lora_rank=16, checkpointing=True, allocator="expandable"),
     Run("Llama-3.1-8B", 4, 4096, lora_rank=16, checkpointing=True, workload="varying",
         lengths=VARYING),
+    Run("gemma-3-1b-pt", 4, 2048, attn_impl="eager", checkpointing=True),
+    Run("Qwen3-8B", 4, 4096, lora_rank=16, lora_targets="all-linear", checkpointing=True),
+    Run("OLMo-2-1124-7B", 4, 4096, lora_rank=16, lora_targets="all-linear", checkpointing=True),
+    Run("SmolLM2-1.7B", 8, 2048),
+    Run("Llama-3.2-3B", 4, 4096, checkpointing=True, workload="varying", lengths=VARYING),
 )  # fmt: skip
 
 
@@ -157,8 +162,51 @@ class DevicePoll:
         return version.decode() if isinstance(version, bytes) else str(version)
 
 
-def measure(run: Run, device: str = "cuda", tiny: bool = False) -> dict:
-    """One run in this process (module docstring, steps 1-3); figures in MiB."""
+def peak_blocks(trace: list[dict], base: int) -> tuple[int, list[dict]]:
+    """Replay the allocator's trace (``torch.cuda.memory._snapshot()["device_traces"][0]``)
+    from ``base`` allocated bytes: the highest allocated total and the blocks alive then."""
+    live: dict[int, dict] = {}
+    current = peak = base
+    at_peak: list[dict] = []
+    for event in trace:
+        if event["action"] == "alloc":
+            live[event["addr"]] = event
+            current += event["size"]
+            if current > peak:
+                peak, at_peak = current, list(live.values())
+        elif event["action"] == "free_completed" and event["addr"] in live:
+            current -= live.pop(event["addr"])["size"]
+    return peak, at_peak
+
+
+def explain(trace: list[dict], base: int) -> None:
+    """Print the blocks alive at the recorded peak, largest first, with the innermost Python
+    frame outside torch that made each (backward's blocks have none: the engine's thread)."""
+    peak, blocks = peak_blocks(trace, base)
+    print(f"peak {peak / MIB:.0f} MiB = {base / MIB:.0f} MiB before the step + the blocks below")
+    groups: dict[tuple[int, str], int] = {}
+    for block in blocks:
+        every = block.get("frames", [])
+        frames = [
+            f for f in every if f["filename"].endswith(".py") and "/torch/" not in f["filename"]
+        ]
+        kernel = next((f["name"] for f in every if "at::native::" in f["name"]), "")
+        where = (f"{Path(frames[0]['filename']).name}:{frames[0]['line']} {frames[0]['name']}"
+                 if frames else "(no Python frame: autograd's backward)")  # fmt: skip
+        where += f" [{kernel[:90]}]" if kernel else ""
+        key = (round(block["size"] / MIB), where)
+        groups[key] = groups.get(key, 0) + 1
+    for (mib, where), count in sorted(groups.items(), key=lambda kv: -kv[0][0] * kv[1])[:25]:
+        print(f"  {count:>4} x {mib:>7} MiB  {where}")
+
+
+def measure(
+    run: Run, device: str = "cuda", tiny: bool = False, overrides: dict | None = None,
+    record: bool = False, stacks: str = "python",
+) -> dict:  # fmt: skip
+    """One run in this process (module docstring, steps 1-3); figures in MiB. ``overrides``
+    change the config (a diagnosis: ``final_logit_softcapping=None``); ``record`` keeps the
+    allocator's history of the last step and prints what is alive at its peak."""
     import torch
     import transformers
 
@@ -169,6 +217,7 @@ def measure(run: Run, device: str = "cuda", tiny: bool = False) -> dict:
     except ImportError:  # no nvidia-ml-py: no device-level figure, the rest still measured
         poll = None
     cfg = {k: v for k, v in config_of(run.model).items() if not k.startswith("_")}
+    cfg |= overrides or {}
     config = (tiny_hf_config(cfg["model_type"]) if tiny
               else transformers.AutoConfig.for_model(**cfg))  # fmt: skip
     kw = {"lora_targets": run.lora_targets} if run.lora_targets else {}
@@ -188,6 +237,10 @@ def measure(run: Run, device: str = "cuda", tiny: bool = False) -> dict:
         if i == 1 and device == "cuda":  # after the warm-up step that made AdamW's state
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        if record and i == len(lengths) - 1:
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks=stacks)
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         outputs = model(**batch)
@@ -197,7 +250,12 @@ def measure(run: Run, device: str = "cuda", tiny: bool = False) -> dict:
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
+        if record and i == len(lengths) - 1:
+            explain(torch.cuda.memory._snapshot()["device_traces"][0], base)
+            torch.cuda.memory._record_memory_history(enabled=None)
+    weights = sorted({str(p.dtype) for n, p in model.named_parameters() if "lora_" not in n})
     out = {"run": asdict(run), "build_s": round(build_s, 2), "step_s": [round(t, 3) for t in times],
+           "weights_dtype": weights,
            "torch": torch.__version__, "transformers": transformers.__version__,
            "python": platform.python_version()}  # fmt: skip
     try:
@@ -286,7 +344,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the rows here (JSON)")
     parser.add_argument("--first", type=int, default=len(GRID), help="only the first N runs")
+    parser.add_argument("--only", default="", help="only these runs: GRID indices, 9,18")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: run GRID[i]
+    parser.add_argument(
+        "--explain",
+        type=int,
+        metavar="I",
+        help="run GRID[I] here and print what is alive at its peak",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="with --explain: override a config field",
+    )
+    parser.add_argument("--stacks", default="python", choices=("python", "all"),
+                        help="with --explain: all = C++ frames too (slow)")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--cpu-smoke", action="store_true")
     args = parser.parse_args(argv)
@@ -294,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         return dry_run()
     if args.cpu_smoke:
         return cpu_smoke()
+    if args.explain is not None:
+        overrides = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.set)}
+        result = measure(GRID[args.explain], overrides=overrides, record=True, stacks=args.stacks)
+        print(json.dumps({k: result[k] for k in ("allocated_mib", "reserved_mib")} | overrides))
+        return 0
     if args.one is not None:
         print(json.dumps(measure(GRID[args.one])), flush=True)
         return 0
@@ -304,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     date = time.strftime("%Y-%m-%d")
     results, rows = [], []
-    for i, run in enumerate(GRID[: args.first]):
+    chosen = [int(i) for i in args.only.split(",")] if args.only else range(args.first)
+    for i in chosen:
+        run = GRID[i]
         env = dict(os.environ)
         if run.allocator == "expandable":
             env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"

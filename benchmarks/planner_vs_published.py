@@ -91,13 +91,19 @@ def validate_row(i: int, row: dict) -> None:
         raise ValueError(f"{name}: a row without a setting needs expressible false and why_not")
 
 
-def load_rows(path: Path = HERE / "published_peaks.json") -> list[dict]:
-    """The published rows, each checked by :func:`validate_row`.
+SOURCES = (HERE / "published_peaks.json", HERE / "measured_peaks.json")
+
+
+def load_rows(paths: Path | tuple[Path, ...] = SOURCES) -> list[dict]:
+    """The rows of one file or several (default: the published ones, then this repository's
+    own GPU runs in ``measured_peaks.json``, made by ``gpu_held_out.py``), each checked by
+    :func:`validate_row`.
 
     Raises:
         ValueError: the first bad row.
     """
-    rows = json.loads(path.read_text())["rows"]
+    paths = (paths,) if isinstance(paths, Path) else paths
+    rows = [row for path in paths for row in json.loads(path.read_text())["rows"]]
     for i, row in enumerate(rows):
         validate_row(i, row)
     return rows
@@ -131,7 +137,8 @@ def planner_memory(row: dict):
         double_quant=s["double_quant"], optimizer=s["optimizer"],
         card=row["card"] if row["card"] in CARDS else None,
         devices=s.get("devices", 1), sharding=s.get("sharding", "none"),
-        loss=s.get("loss", "standard"), kbit_prepare=s.get("kbit_prepare"), **extra,
+        loss=s.get("loss", "standard"), kbit_prepare=s.get("kbit_prepare"),
+        workload=s.get("workload", "fixed"), allocator=s.get("allocator", "default"), **extra,
     )  # fmt: skip
 
 
@@ -278,6 +285,12 @@ def print_split(rows: list[dict], ratios: dict[str, dict[int, float]]) -> None:
             )
         )
         print(summary(f"{peer} on the same rows", [abs(held[peer][i] - 1) for i in both]))
+    for label, kinds in (("tensors (allocated, active)", ("allocated", "active")),
+                         ("the device (reserved, device, capacity)",
+                          ("reserved", "device", "capacity"))):  # fmt: skip
+        print(summary(f"planner, {label}",
+                      [abs(r - 1) for i, r in held["planner"].items()
+                       if rows[i]["measured_kind"] in kinds]))  # fmt: skip
     errors = [abs(r - 1) for r in held["planner"].values()]
     if errors:
         median, worst = statistics.median(errors), max(errors)
@@ -287,23 +300,25 @@ def print_split(rows: list[dict], ratios: dict[str, dict[int, float]]) -> None:
 
 
 def print_band(rows: list[dict]) -> None:
-    """Where the planner gives the device as a band (``device_bytes_low`` / ``_high``), how many
-    held-out device-level rows (nvidia-smi, capacity) fall inside it, and how many above it."""
-    inside = above = n = 0
+    """Where held-out device-level rows (nvidia-smi, capacity) fall against the planner's band
+    (``device_bytes_low`` to ``device_bytes``): below it, inside it, above it (the direction that
+    runs out of memory), in all and per source."""
+    where: dict[str, list[int]] = {}
     for row in rows:
         if not row.get("setting") or row["measured_kind"] not in ("device", "capacity"):
             continue
-        p = planner_memory(row)
         if row["role"]["planner"] != "held-out":
             continue
+        p = planner_memory(row)
         measured, _ = measured_bytes(row)
-        n += 1
-        inside += p.device_bytes_low <= measured <= p.device_bytes
-        above += measured > p.device_bytes
-    if n:
-        print(
-            f"  device band: {inside} of {n} held-out device-level rows inside it, {above} above it"
-        )
+        counts = where.setdefault(row["source_id"], [0, 0, 0])
+        counts[(measured >= p.device_bytes_low) + (measured > p.device_bytes)] += 1
+    if where:
+        below, inside, above = (sum(c[k] for c in where.values()) for k in range(3))
+        print(f"  device band: {inside} of {below + inside + above} held-out device-level rows "
+              f"inside it, {above} above it, {below} below it")  # fmt: skip
+        for source, (b, i, a) in sorted(where.items()):
+            print(f"    {source:<28} below {b:>3}  inside {i:>3}  above {a:>3}")
 
 
 def main(argv=None) -> int:

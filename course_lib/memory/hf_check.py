@@ -85,27 +85,13 @@ def build_model(
         The model (a ``peft`` model with LoRA) in training mode, on ``device``.
 
     Raises:
-        AssertionError: transformers picked another attention path than ``attn_impl``.
+        AssertionError: transformers picked another attention path than ``attn_impl``, or
+            made a weight in another dtype than ``dtype`` (``device`` other than the CPU).
+        ValueError: quantised ``weights`` asked for on a device other than the CPU.
     """
-    import transformers
-
-    auto = transformers.AutoModelForCausalLM
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if device != "cpu":
-            if weights != "16bit":
-                raise ValueError(f"weights={weights!r} are built on the CPU only (device='cpu')")
-            default = torch.get_default_dtype()
-            torch.set_default_dtype(dtype)
-            try:
-                with torch.device(device):
-                    model = auto.from_config(config, attn_implementation=attn_impl)
-            finally:
-                torch.set_default_dtype(default)
-        else:
-            model = auto.from_config(config, attn_implementation=attn_impl).to(dtype)
-        if weights != "16bit":
-            model = _quantise(model, weights, dtype)
+        model = _random_weights(config, dtype, attn_impl, device, weights)
     if model.config._attn_implementation != attn_impl:
         raise AssertionError(
             f"asked for {attn_impl} attention, got {model.config._attn_implementation}"
@@ -137,6 +123,27 @@ def build_model(
         keep = dtype_name(adapter_dtype or "float32") != "float32"
         model = peft.get_peft_model(model, lora, autocast_adapter_dtype=not keep)
     return model.train()
+
+
+def _random_weights(
+    config: Any, dtype: torch.dtype, attn_impl: str, device: str, weights: str
+) -> Any:
+    """The bare model of :func:`build_model`, its weights drawn from the current seed."""
+    import transformers
+
+    auto = transformers.AutoModelForCausalLM
+    if device == "cpu":
+        model = auto.from_config(config, attn_implementation=attn_impl).to(dtype)
+        return model if weights == "16bit" else _quantise(model, weights, dtype)
+    if weights != "16bit":
+        raise ValueError(f"weights={weights!r} are built on the CPU only (device='cpu')")
+    # dtype= wins over the config's own (gemma-2-2b's says float32): every weight is made in
+    # ``dtype`` on the device, and nothing in fp32 passes through its allocator
+    with torch.device(device):
+        model = auto.from_config(config, attn_implementation=attn_impl, dtype=dtype)
+    if stray := {p.dtype for p in model.parameters()} - {dtype}:
+        raise AssertionError(f"asked for {dtype} weights, some were made in {stray}")
+    return model
 
 
 def _quantise(model: Any, weights: str, dtype: torch.dtype) -> Any:

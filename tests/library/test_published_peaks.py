@@ -50,7 +50,11 @@ def test_every_row_names_source_citation_kind_and_role(bench, rows):
             assert row[field], (row["model"], field)
         assert row["measured_kind"] in bench.KINDS
         assert set(row["role"]) == set(bench.TOOLS)
-        assert row["citation"].startswith("https://"), row["citation"]
+        if row["source_id"] == "Shapes H200 runs":  # this repository's own script, named
+            script = row["citation"].split(" ")[0]
+            assert (BENCH.parents[1] / script).is_file(), row["citation"]
+        else:
+            assert row["citation"].startswith("https://"), row["citation"]
 
 
 def test_the_t4_rows_the_planner_was_set_from_are_calibration(rows):
@@ -59,8 +63,28 @@ def test_the_t4_rows_the_planner_was_set_from_are_calibration(rows):
     assert all(r["role"]["planner"] == "calibration" for r in t4)
     # fitcheck's own manifest: 49 fitted rows and 8 repeats of them, 12 held out
     assert sum(r["role"]["fitcheck"] == "held-out" for r in t4) == 12
-    others = [r for r in rows if r["source_id"] != "fitcheck-llm T4"]
+    others = [r for r in rows if r["source_id"] != "fitcheck-llm T4" and not r.get("calibrates")]
     assert others and all(r["role"]["planner"] == "held-out" for r in others)
+
+
+def test_the_hopper_context_is_the_first_h200_pass_and_nothing_else():
+    """HOPPER_CONTEXT is the lowest and highest context of the first pass's runs, whose device
+    rows (and only those) say they calibrate it; the second pass holds it out."""
+    from course_lib.hf.cards import CONTEXT, HOPPER_CONTEXT
+
+    measured = json.loads((BENCH.parent / "measured_peaks.json").read_text())
+    marked = [r for r in measured["rows"] if r.get("calibrates")]
+    assert marked and all(
+        r["measured_kind"] == "device" and r["role"]["planner"] == "calibration"
+        and r["citation"].endswith("(first pass)") and "HOPPER_CONTEXT" in r["calibrates"]
+        for r in marked
+    )  # fmt: skip
+    first = [r["context_mib"] for r in measured["results"] if r["pass"] == 1]
+    assert len(marked) == len(first) == 17
+    assert HOPPER_CONTEXT == (int(min(first) * 2**20), int(max(first) * 2**20))
+    assert CONTEXT["H200"] == CONTEXT["H100 80GB"] == HOPPER_CONTEXT
+    second = [r for r in measured["rows"] if r["citation"].endswith("(second pass)")]
+    assert len(second) == 18 and all(set(r["role"].values()) == {"held-out"} for r in second)
 
 
 @pytest.mark.parametrize(
@@ -121,9 +145,9 @@ def test_no_calibration_row_reaches_the_held_out_figures(bench, rows):
 
 
 def test_the_band_counts_held_out_device_rows_inside_and_above(bench, monkeypatch, capsys):
-    class Band:
+    class Band:  # HFMemory's names: the band's bottom and its top
         device_bytes_low = 900 * 2**20
-        device_bytes_high = 1100 * 2**20
+        device_bytes = 1100 * 2**20
 
     rows = []
     for mib, role in ((1000.0, "held-out"), (1200.0, "held-out"), (1000.0, "calibration")):
@@ -134,7 +158,10 @@ def test_the_band_counts_held_out_device_rows_inside_and_above(bench, monkeypatc
     monkeypatch.setattr(bench, "planner_memory", lambda row: Band())
     bench.print_band(rows)
     assert "1 of 2 held-out device-level rows inside it, 1 above it" in capsys.readouterr().out
-    # no band yet (the planner's point device figure): nothing printed
-    monkeypatch.setattr(bench, "planner_memory", lambda row: object())
+
+
+def test_the_band_count_reads_the_planners_own_attributes(bench, rows, capsys):
+    """The count once read an attribute HFMemory never had and so never printed: run it on
+    the real rows and the real planner."""
     bench.print_band(rows)
-    assert capsys.readouterr().out == ""
+    assert "held-out device-level rows inside it" in capsys.readouterr().out

@@ -83,6 +83,8 @@ bench: setup
 bench-gpu: setup
 	$(PY) benchmarks/memory_model.py --device cuda
 	$(PY) benchmarks/gpu_hf_memory.py
+	@# real configs at full size, sized for a 141 GB H200 (runs that do not fit say so)
+	$(PY) benchmarks/gpu_held_out.py --out gpu_held_out_rows.json
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
 	  && $(PY) benchmarks/checkpointing.py --device cuda || echo "no CUDA: checkpointing GPU run skipped"
 

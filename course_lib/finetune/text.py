@@ -6,7 +6,7 @@ written into the plan once its numbers are chosen (:func:`describe`). No torch h
 from __future__ import annotations
 
 from ..hf.arch import architecture
-from ..hf.cards import device_band
+from ..hf.cards import HOPPER_CONTEXT, device_band
 from ..hf.memory import HFMemory
 from ..units import format_bytes as fb
 from .plan import FinetunePlan
@@ -95,8 +95,9 @@ def _choice(p: FinetunePlan) -> list[tuple[str, str]]:
     parts = sorted(p.components.items(), key=lambda kv: -kv[1])
     band = m.band
     (low, high), (c_low, c_high) = band.ratio, band.context
-    where = ("measured on a T4" if p.card == "T4" else "published figures for current "
-             "cards, lazy module loading")  # fmt: skip
+    where = ("measured on a T4" if p.card == "T4" else "measured after training steps on an "
+             "H200" if band.context == HOPPER_CONTEXT else "published bare-context figures for "
+             "current cards, lazy module loading")  # fmt: skip
     source = {"expandable": "expandable_segments, assumed", "fixed": "full rows: the T4 rows' "
               "median and highest", "varying": "rows of varying length: FSDP runs on A100s",
               "packing": "packed rows: taken as varying rows"}  # fmt: skip

@@ -300,7 +300,10 @@ def describe(value: object, limit: int = 60) -> str:
     """A short, safe rendering of a student's plain value for a message (``16.04``, ``'B'``)."""
     if type(value) in (Fraction, Decimal):
         text = str(value)
+    elif isinstance(value, float):
+        # short where that is the value (16.04), every digit where it is not (4.0000000001)
+        text = f"{value:.6g}" if float(f"{value:.6g}") == value else repr(value)
     else:
-        text = repr(value) if not isinstance(value, float) else f"{value:.6g}"
+        text = repr(value)
     text = "".join(ch if ch.isprintable() else "?" for ch in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -125,7 +125,14 @@ def grade_submission(
     if "*" in values:  # nothing could be read: every value reads as that reason
         values = {n: values["*"] for item in registered.values() for n in item.values}
     graded = Graded(review=course_lib_review(submitted, spec))
+    present = _cells_by_id(submitted)
     for gid, item in registered.items():
+        if gid not in present:  # scored 0 (gradebook.read_scores): say that, not the check's
+            graded.verdicts[gid] = Verdict(
+                gid, 0.0, item.points, f"the test cell {gid!r} was deleted, so this item "
+                "scores 0; restore it from the student version of the notebook to be graded",
+            )  # fmt: skip
+            continue
         answer, earlier = answer_and_earlier(submitted, spec, item.answer)
         graded.verdicts[gid] = decide(
             item, spec, student, values, answer, sandbox, earlier, secret=secret

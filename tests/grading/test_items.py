@@ -713,3 +713,35 @@ def test_a_grading_error_is_one_line_and_status_2(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"python -m course_grading: submissions folder {tmp_path / 'none'} does not exist"
     ]
+
+
+# --- what a message says --------------------------------------------------------------------
+
+
+def test_a_near_miss_is_quoted_with_every_digit_that_makes_it_one():
+    """``4.0000000001`` is not the exact 4 the check needs: the message must not call it 4."""
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.0000000001)
+    message = items.verdict(item, ev, []).message
+    assert message == "predicted_ratio: your value 16.0000000001; the check needs it exact"
+    assert plain.describe(16.04) == "16.04" and plain.describe(4.0) == "4"
+    assert plain.describe(0.1 + 0.2) == "0.30000000000000004"
+
+
+def test_a_deleted_test_cell_is_said_to_score_zero_not_the_checks_praise():
+    """The answer cell's comment once read "right on 6 micro-batch shapes" beside 0 points."""
+    from course_grading.judge.lesson import LessonSpec
+    from course_grading.judge.verdicts import grade_submission
+
+    release = FIXTURE_ROOT / "notebooks" / FIXTURE / f"{FIXTURE}.ipynb"
+    spec = LessonSpec.from_notebooks(FIXTURE, FIXTURE_SOURCE, release)
+    source = nbformat.read(str(FIXTURE_SOURCE), as_version=4)
+    submitted = nbformat.read(str(release), as_version=4)
+    submitted.cells = [
+        c for c in submitted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_ratio"
+    ]
+    payload = {"values": {"attention_ratio": 8.0}}
+    graded = grade_submission(spec=spec, source=source, submitted=submitted, student="s",
+                              payload=payload, sandbox=functions.FunctionSandbox())  # fmt: skip
+    got = graded.verdicts["test_ratio"]
+    assert got.points == 0 and got.max_points == 1
+    assert "was deleted, so this item scores 0" in got.message and "right" not in got.message

@@ -745,3 +745,46 @@ def test_a_deleted_test_cell_is_said_to_score_zero_not_the_checks_praise():
     got = graded.verdicts["test_ratio"]
     assert got.points == 0 and got.max_points == 1
     assert "was deleted, so this item scores 0" in got.message and "right" not in got.message
+
+
+def test_a_wrong_noise_target_is_told_which_side_it_is_on_without_the_answer(monkeypatch):
+    """Lesson 3's 0.0405 at K = 22 read as "0.040", and the message said only "your value 22;
+    the check needs it exact": it now says the student's own K misses the target, or that a
+    smaller K meets it, never which K is right."""
+    from course_grading.judge.items import lesson_03
+
+    monkeypatch.setattr(lesson_03, "rho_example", lambda: 0.0405 * 2 * 22)  # the answer is 23
+    item = items.items_of("03_gradient_accumulation")["test-noise-target"]
+
+    def message(k: int) -> str:
+        ev = Evidence(item, "ann", values={"target_accum_steps": k})
+        return items.verdict(item, ev, []).message
+
+    assert message(22) == (
+        "target_accum_steps: at 22 steps the 1/K law gives a noise-to-signal of 0.0405, above "
+        "the target 0.04"
+    )
+    assert "meet the target 0.04, and so do fewer" in message(24) and "23" not in message(24)
+    assert items.verdict(item, Evidence(item, "ann", values={"target_accum_steps": 23}), []).full
+
+
+#: graded functions by what the grader hands them: tensors (so `torch` must be at hand in the
+#: cell the grader runs alone) or plain numbers and proxies
+GETS_TENSORS = {"packed_row", "packed_forward", "accumulate_token_weighted", "fixed_train"}
+GETS_NUMBERS = {"saved_per_token", "saved_values_per_token", "predict_micro_batch",
+                "largest_fitting", "tokens_per_batch"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("root", "lesson"), LESSONS, ids=[lesson for _, lesson in LESSONS])
+def test_a_graded_function_handed_tensors_finds_torch_imported_in_its_own_cell(root, lesson):
+    """The grader re-creates a graded function from its cell alone: lesson 3's
+    ``accumulate_token_weighted`` cell once lacked the ``import torch`` its neighbours have."""
+    student = nbformat.read(str(root / "notebooks" / lesson / f"{lesson}.ipynb"), as_version=4)
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in student.cells}
+    for item in items.items_of(lesson).values():
+        if not item.function:
+            continue
+        assert item.function in GETS_TENSORS | GETS_NUMBERS, f"classify {item.function}"
+        if item.function in GETS_TENSORS:
+            lines = cells[item.answer].source.splitlines()
+            assert "import torch" in [ln.split("#")[0].strip() for ln in lines], item.function

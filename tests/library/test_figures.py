@@ -313,6 +313,13 @@ def case_noise_target():
     fig = accumulation.plot_noise_target(noise(), accum=4, micro_batch_size=2, target=0.05)
     (point,) = [ln for ln in fig.axes[0].get_lines() if list(ln.get_xdata()) == [4]]
     assert list(point.get_ydata()) == pytest.approx([0.5 / 8])  # noise_to_signal 2 / 4, 8 rows
+    # lesson 3's near miss: 0.0405 at K = 22 once read "0.040" beside the target 0.04
+    near = accumulation.plot_noise_target(noise(), accum=11, micro_batch_size=2, target=0.02)
+    title = near.axes[0].get_title()  # noise_to_signal 0.5 / 22 rows = 0.0227
+    assert "0.02273" in title and "above the target 0.02" in title
+    exact = accumulation.plot_noise_target(noise(), accum=4, micro_batch_size=2, target=0.0625)
+    assert "0.0625: at or below the target 0.0625" in exact.axes[0].get_title()
+    assert point.get_markerfacecolor() == "none"  # hollow: the target line shows through
     return fig
 
 

@@ -374,7 +374,22 @@ def _noise_target() -> dict[str, object]:
 )
 def noise_target(ev: Evidence) -> str:
     """The smallest accumulation whose expected noise-to-signal ratio (the 1/K law from the
-    measured one-example ratio) is at most the lesson's target."""
+    measured one-example ratio) is at most the lesson's target. A wrong answer is told which
+    side it is on, in the terms the explorer shows (the ratio at the student's own K), never
+    the answer."""
+    steps = int(ev.read("target_accum_steps"))  # type: ignore[call-overload]  # Integer()
+    want = smallest_accumulation(rho_example(), MICRO_BATCH_SIZE, NOISE_TARGET)
+    ratio = rho_example() / (MICRO_BATCH_SIZE * steps) if steps >= 1 else math.inf
+    ev.require(
+        steps >= want,
+        f"target_accum_steps: at {steps} steps the 1/K law gives a noise-to-signal of "
+        f"{ratio:.4g}, above the target {NOISE_TARGET:g}",
+    )
+    ev.require(
+        steps == want,
+        f"target_accum_steps: {steps} steps meet the target {NOISE_TARGET:g}, and so do fewer; "
+        "the question asks for the smallest",
+    )
     return ev.expect_all()
 
 

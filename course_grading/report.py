@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.secret import PRACTICE
+from course_grading.review.copies import NOISE, THRESHOLD, Copy
 from course_grading.submissions import Skipped, Submission
 
 #: The first lines of report.md when student code ran without a sandbox.
@@ -164,7 +166,9 @@ def _write_scores(out: Path, rows: list[Row]) -> None:
             )
 
 
-def _write_markdown(out: Path, rows: list[Row], sandboxed: bool, practice: bool) -> None:
+def _write_markdown(
+    out: Path, rows: list[Row], sandboxed: bool, practice: bool, copies: Sequence[Copy] = ()
+) -> None:
     counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
     lines = [f"**{PRACTICE}**", ""] if practice else []
     lines += ["# Grading report", ""] + ([UNSANDBOXED, ""] if not sandboxed else [])
@@ -187,21 +191,91 @@ def _write_markdown(out: Path, rows: list[Row], sandboxed: bool, practice: bool)
             f"| {markdown_text(r.student)} | {markdown_text(r.lesson)} | {r.status} | "
             f"{r.score:g} | {r.max_score:g} | {failed} | {reasons} |"
         )
+    if copies:
+        lines += [
+            "",
+            "## Possible copies, for review",
+            "",
+            "Graded functions whose own code is largely found in another source; nothing was "
+            "taken off a grade. The matching lines, side by side: `copies.md`.",
+            "",
+            "| student | lesson | function | found in | share of their own code |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {markdown_text(c.student)} | {markdown_text(c.lesson)} | "
+            f"{markdown_text(c.item)} | {markdown_text(c.source)} | {c.share:.0%} |"
+            for c in copies
+        ]
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def write_reports(
-    out: Path, rows: list[Row], *, sandboxed: bool = True, practice: bool = False
+    out: Path,
+    rows: list[Row],
+    *,
+    sandboxed: bool = True,
+    practice: bool = False,
+    copies: Sequence[Copy] = (),
 ) -> None:
     """Write ``report.csv``, ``scores.csv`` and ``report.md`` from ``rows``.
 
     ``sandboxed=False`` (``--no-sandbox``) puts a warning at the top of ``report.md``;
     ``practice=True`` (no course secret) makes its first line say that hidden inputs follow
-    from public files.
+    from public files; ``copies`` (``review/copies.py``) adds a section listing each pair and
+    ``copies.md`` with their matching lines side by side.
     """
     with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, REPORT_FIELDS)
         writer.writeheader()
         writer.writerows(r.csv_cells() for r in rows)
     _write_scores(out, rows)
-    _write_markdown(out, rows, sandboxed, practice)
+    _write_markdown(out, rows, sandboxed, practice, copies)
+    if copies:
+        (out / "copies.md").write_text(render_copies(copies), encoding="utf-8")
+
+
+def render_copies(copies: Iterable[Copy]) -> str:
+    """``copies.md``: each pair with its matching passages side by side, as inert Markdown.
+
+    Args:
+        copies: the pairs (``review/copies.py``).
+
+    Returns:
+        The Markdown text (a line saying none were found when there are none).
+    """
+    copies = list(copies)
+    out = [
+        "# Possible copies, for review",
+        "",
+        "Graded functions whose own code (beyond the lesson's blank) is largely found in "
+        f"another source ({THRESHOLD:.0%} or more, copydetect fingerprints of {NOISE} "
+        "characters; names do not matter). Nothing was taken off a grade: decide each case.",
+        "",
+    ]
+    if not copies:
+        return "\n".join([*out, "None found.", ""])
+    for c in copies:
+        out += [
+            f"## {markdown_text(c.student)} · {c.lesson} · {markdown_text(c.item)}",
+            "",
+            f"{c.share:.0%} of the student's own code is in {markdown_text(c.source)}.",
+            "",
+            "| the student's cell | " + markdown_text(c.source) + " |",
+            "|---|---|",
+        ]
+        for mine, other in c.passages:
+            out.append(f"| {_cell(mine)} | {_cell(other)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _cell(text: str) -> str:
+    """A passage as one table cell: each line inert text (``report.markdown_text``), its
+    indentation kept as no-break spaces, the lines apart with ``<br>`` (ours, never the
+    student's: their ``<`` is escaped)."""
+    lines = []
+    for line in text.expandtabs(4).splitlines():
+        body = line.lstrip(" ")
+        lines.append("&nbsp;" * (len(line) - len(body)) + markdown_text(body))
+    return "<br>".join(lines)

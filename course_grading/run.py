@@ -47,6 +47,7 @@ from course_grading.nbgrader import course as wc
 from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.pages.feedback import WITHHELD, withheld_record
 from course_grading.report import Row, csv_text, rows_of, write_reports
+from course_grading.review.copies import class_copies
 from course_grading.review.inspection import inspect, repaired_copy
 from course_grading.review.leaks import instructor_lines, leaked, own_lines, unchecked
 from course_grading.sandbox.bwrap import check_available
@@ -236,8 +237,13 @@ def grade(
         timings["autograde"], clock = time.perf_counter() - clock, time.perf_counter()
         _keep_feedback(work, subs, out)
         timings["feedback"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    copies = class_copies(work, [s for s in subs if s.graded])
+    timings["copies"] = time.perf_counter() - clock
     rows = rows_of(subs, specs, skipped, sandboxed=options.sandbox)
-    write_reports(out, rows, sandboxed=options.sandbox, practice=options.secret is None)
+    write_reports(
+        out, rows, sandboxed=options.sandbox, practice=options.secret is None, copies=copies
+    )
     _write_function_times(out, subs, timings)
     return rows
 

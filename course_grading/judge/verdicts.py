@@ -39,7 +39,7 @@ from course_grading.judge.items import Verdict
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader.course import course_directory, lesson_paths
 from course_grading.review.names import Bindings
-from course_grading.review.uses import borrowed, uses
+from course_grading.review.uses import borrowed, rebound, uses
 
 #: The first words of the output a verdict appends to its test cell.
 GRADED = "Graded outside your notebook"
@@ -134,8 +134,9 @@ def grade_submission(
             )  # fmt: skip
             continue
         answer, earlier = answer_and_earlier(submitted, spec, item.answer)
+        later = cells_after(submitted, spec, item.answer)
         graded.verdicts[gid] = decide(
-            item, spec, student, values, answer, sandbox, earlier, secret=secret
+            item, spec, student, values, answer, sandbox, earlier, secret=secret, later=later
         )
     return graded
 
@@ -145,18 +146,46 @@ def answer_and_earlier(
 ) -> tuple[str | None, list[tuple[str, str, frozenset[str]]]]:
     """The answer cell's source as submitted (``None``: no such code cell), and every cell of
     the student's before it: ``(where, source, use codes its lesson blank already holds)``."""
+
+    cell = _cells_by_id(submitted).get(answer_id)
+    answer = cell.source if cell is not None and cell.cell_type == "code" else None
+    stop = _position(submitted, answer_id)
+    return answer, [entry for index, entry in _student_entries(submitted, spec) if index < stop]
+
+
+def cells_after(
+    submitted: NotebookNode, spec: LessonSpec, answer_id: str
+) -> list[tuple[str, str, frozenset[str]]]:
+    """The student's cells after the answer cell, as :func:`answer_and_earlier` gives the ones
+    before it (none when there is no such cell): where a value can be set again.
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson.
+        answer_id: the answer cell's grade id.
+
+    Returns:
+        ``(where, source, use codes its lesson blank already holds)`` per cell, in order.
+    """
+    stop = _position(submitted, answer_id)
+    return [entry for index, entry in _student_entries(submitted, spec) if index > stop]
+
+
+def _position(submitted: NotebookNode, answer_id: str) -> int:
+    """The answer cell's index (its last copy); past the end when there is none."""
+    cell = _cells_by_id(submitted).get(answer_id)
+    return next((i for i, c in enumerate(submitted.cells) if c is cell), len(submitted.cells))
+
+
+def _student_entries(
+    submitted: NotebookNode, spec: LessonSpec
+) -> list[tuple[int, tuple[str, str, frozenset[str]]]]:
+    """``(index, (where, source, given))`` for every cell of the student's (``cheats``)."""
     from course_grading.review.cheats import student_cells
 
     lesson = Bindings.of_lesson(spec.lesson_code)
-    cells = _cells_by_id(submitted)
-    cell = cells.get(answer_id)
-    answer = cell.source if cell is not None and cell.cell_type == "code" else None
-    cells_in_order = list(submitted.cells)
-    stop = next((i for i, c in enumerate(cells_in_order) if c is cell), len(cells_in_order))
-    earlier = []
+    entries = []
     for index, source in student_cells(submitted, spec):
-        if index >= stop:
-            break
         gid = submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id")
         given = (
             frozenset(u.code for u in uses(spec.release_text.get(gid, ""), lesson))
@@ -164,8 +193,8 @@ def answer_and_earlier(
             else frozenset()
         )
         where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
-        earlier.append((where, source, given))
-    return answer, earlier
+        entries.append((index, (where, source, given)))
+    return entries
 
 
 def decide(
@@ -178,6 +207,7 @@ def decide(
     earlier: Sequence[tuple[str, str, frozenset[str]]] = (),
     *,
     secret: bytes | None = None,
+    later: Sequence[tuple[str, str, frozenset[str]]] = (),
 ) -> Verdict:
     """One item's verdict from its evidence: ``values`` (name -> plain value or
     ``plain.NotPlain``), ``answer``, the answer cell's source as submitted (``None``: no such
@@ -201,7 +231,13 @@ def decide(
         item,
         evidence,
         found,
-        borrowed=borrowed(answer or "", earlier, lesson),
+        borrowed=borrowed(answer or "", earlier, lesson)
+        + rebound(
+            item.values,
+            [*earlier, ("the answer cell", answer or "", frozenset(given))],
+            later,
+            lesson,
+        ),
         unread=[u.code for u in mine if not u.definite],
     )
 

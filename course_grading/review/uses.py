@@ -9,11 +9,14 @@ submitted file, and names every use of ``course_lib`` it finds, for the instruct
   (``f = attention_elements``) or an attribute (``m.predict``);
 - a string that names it (``importlib.import_module("course_lib.memory")``,
   ``sys.modules["course_lib.budget"]``);
+- a lesson-imported name looked up in the namespace (``globals()["attention_elements"]``,
+  ``vars().get("ae")``);
 - an import or attribute lookup whose name is built at run time (``__import__(a + b)``,
-  ``getattr(m, name)``, ``importlib.import_module(x)``): it cannot be read, so it is named too.
+  ``getattr(m, name)``, ``importlib.import_module(x)``, ``globals()[k]``): it cannot be read,
+  so it is named too.
 
 Uses of ``course_lib.answers`` (the lessons' own feedback helpers, ``check`` and
-``ensure_answered``) are not counted: they answer nothing. The first three are *definite* (an
+``ensure_answered``) are not counted: they answer nothing. The first four are *definite* (an
 ``own_work`` item scores 0 when its answer cell has one); the last is only pointed at. A
 determined student can hide a use from any reading (``exec`` of a decoded string): this is a
 pointer for a person, never proof.
@@ -119,6 +122,11 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
             origin = dotted(node, names)
             if _is_library(origin) and not _inside_seen(node, found, names):
                 add(origin, origin=origin)
+        if (key := _namespace_key(node)) is not None:  # globals()["ae"], vars().get(k)
+            if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
+                add("a name looked up in globals() built at run time", definite=False)
+            elif _is_library(origin := dotted(ast.Name(id=key.value, ctx=ast.Load()), names)):
+                add(origin, origin=origin)
         if isinstance(node, ast.Call):
             name = dotted(node.func, names)
             if name in _DYNAMIC and node.args:
@@ -128,6 +136,27 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
                 if built:
                     add(f"{name}(...) with a name built at run time", definite=False)
     return list(found.values())
+
+
+_NAMESPACES = {"globals", "vars", "locals"}
+
+
+def _namespace_key(node: ast.AST) -> ast.expr | None:
+    """The key of a lookup in the cell's own namespace (``globals()["ae"]``,
+    ``vars().get("ae")``, ``globals().__getitem__(k)``): a lesson-imported name reached without
+    writing it; ``None`` for anything else."""
+
+    def is_namespace(call: ast.expr) -> bool:
+        return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id in _NAMESPACES)  # fmt: skip
+
+    if isinstance(node, ast.Subscript) and is_namespace(node.value):
+        return node.slice
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "__getitem__", "pop", "setdefault")
+            and is_namespace(node.func.value) and node.args):  # fmt: skip
+        return node.args[0]
+    return None
 
 
 def _inside_seen(node: ast.AST, found: dict[str, Use], names: Bindings) -> bool:
@@ -197,3 +226,40 @@ def borrowed(
             else:
                 tainted.pop(name, None)
     return [f"`{name}` ({tainted[name]})" for name in sorted(free_names(answer) & set(tainted))]
+
+
+def rebound(
+    names: Sequence[str],
+    before: Sequence[tuple[str, str, frozenset[str]]],
+    later: Sequence[tuple[str, str, frozenset[str]]],
+    lesson: Bindings,
+) -> list[str]:
+    """Graded names a cell *after* the answer cell sets again with ``course_lib``.
+
+    The values leave the kernel after its last cell, so a cell the student added below the
+    answer can overwrite an answer worked out by hand (``predicted_ratio = ratio(...)``). A
+    later cell that binds one of ``names`` and uses ``course_lib`` (a definite use its blank does
+    not hold) or reads a name a cell computed with it (:func:`borrowed`, over every cell before
+    it) is named.
+
+    Args:
+        names: the item's graded value names.
+        before: ``(where, source, given)`` for the student's cells up to and including the
+            answer cell, in order.
+        later: the same for the student's cells after the answer cell, in order.
+        lesson: the names the lesson's own cells import (``Bindings.of_lesson``).
+
+    Returns:
+        One line per name set again with ``course_lib``: ``"`x`, set again in cell 14 (added
+        by the student), which uses course_lib.memory.y"``.
+    """
+    found, seen = [], list(before)
+    for where, source, given in later:
+        if binds := sorted(bound_names(source) & set(names)):
+            direct = [u.code for u in uses(source, lesson) if u.definite and u.code not in given]
+            via = borrowed(source, seen, lesson)
+            if direct or via:
+                how = f"which uses {direct[0]}" if direct else f"which takes {via[0]}"
+                found += [f"`{name}`, set again in {where}, {how}" for name in binds]
+        seen.append((where, source, given))
+    return found

@@ -297,6 +297,20 @@ def test_each_submissions_function_time_is_reported_apart_from_the_report(graded
     assert "function calls (summed over slots)" in graded_class["proc"].stdout
 
 
+def test_a_graded_function_pasted_from_the_solution_is_listed_for_review(graded_class):
+    """``correct00`` hands in the instructor's own notebook of the first real lesson: each of its
+    graded functions is listed as the solution's, beside the report, and still scores."""
+    out = graded_class["out"]
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Possible copies, for review" in report
+    listed = [ln for ln in report.splitlines() if ln.startswith("| correct00 |")]
+    assert any("the instructor's solution" in ln for ln in listed), listed
+    side_by_side = (out / "copies.md").read_text(encoding="utf-8")
+    assert "## correct00 ·" in side_by_side and "| the student's cell |" in side_by_side
+    row = next(r for r in graded_class["rows"] if r["student"] == "correct00")
+    assert row["status"] == "ok"  # listed, never taken off
+
+
 def test_real_lessons_take_part(graded_class):
     real = {lesson for (_, lesson) in graded_class["expect"] if lesson != FIXTURE}
     if not real:

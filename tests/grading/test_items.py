@@ -309,6 +309,9 @@ LESSON_IMPORTS = Bindings.of_lesson(["from course_lib.memory import attention_el
         ("m = __import__('course_' + 'lib')", "built at run time", False),
         ("import importlib as il\nm = il.import_module(name)", "built at run time", False),
         ("import os\nf = getattr(os, 'get' + 'cwd')", "built at run time", False),
+        ("x = globals()['ae'](2, 4, 1024)", "course_lib.memory.attention_elements", True),
+        ("f = vars().get('ae')", "course_lib.memory.attention_elements", True),
+        ("f = globals()[name]", "built at run time", False),
     ],
 )
 def test_every_use_of_course_lib_is_named(code, found, definite):
@@ -788,3 +791,32 @@ def test_a_graded_function_handed_tensors_finds_torch_imported_in_its_own_cell(r
         if item.function in GETS_TENSORS:
             lines = cells[item.answer].source.splitlines()
             assert "import torch" in [ln.split("#")[0].strip() for ln in lines], item.function
+
+
+def test_an_answer_set_again_below_its_cell_with_course_lib_is_not_own_work():
+    """Values leave the kernel after its last cell: a cell added below the answer cell that sets
+    it again with ``course_lib`` (directly, or through a name computed with it) overwrites the
+    hand-worked answer, and the item must say so; setting it again by hand is fine."""
+    from course_grading.review.uses import rebound
+
+    answer = [("the answer cell", "predicted_ratio = 2 * 4 * 1024**2 / (32 * 4 * 64**2)",
+               frozenset())]  # fmt: skip
+    later = [
+        ("cell 20 (added by the student)", "_r = ae(2, 4, 1024) / ae(32, 4, 64)", frozenset()),
+        ("cell 21 (added by the student)", "predicted_ratio = _r", frozenset()),
+    ]
+    found = rebound(["predicted_ratio"], answer, later, LESSON_IMPORTS)
+    assert found == ["`predicted_ratio`, set again in cell 21 (added by the student), which "
+                     "takes `_r` (cell 20 (added by the student) uses "
+                     "course_lib.memory.attention_elements)"]  # fmt: skip
+    direct = [("cell 20 (added by the student)", "predicted_ratio = globals()['ae'](2, 4, 8)",
+               frozenset())]  # fmt: skip
+    assert (
+        "which uses course_lib.memory.attention_elements"
+        in rebound(["predicted_ratio"], answer, direct, LESSON_IMPORTS)[0]
+    )
+    by_hand = [("cell 20 (added by the student)", "predicted_ratio = 16", frozenset())]
+    assert rebound(["predicted_ratio"], answer, by_hand, LESSON_IMPORTS) == []
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16)
+    got = items.verdict(item, ev, [], borrowed=found)
+    assert got.points == 0 and "set again in cell 21" in got.message

@@ -8,41 +8,32 @@ sandbox of its own (``sandbox.command_argv``): read-only system and venv, no net
 so no editable-install hook runs, and an installed copy in the venv is covered); only the
 ``course_lib`` modules an item allows are staged, as a minimal package holding those modules and
 the ``course_lib`` modules they import, and a closure that reaches a forbidden module is
-refused. The runner calls the function on the checker's inputs and writes the results as plain
-data, which are decoded and re-validated here (``plain.decode``); the comparison happens in the
-grader's process (``items``).
+refused. The runner calls the function on the checker's inputs, one call at a time over the
+framed protocol whose judge's side is ``protocol.py`` (``fits`` and the optimiser stay here as
+proxies, ``proxies.py``), each call limited from the solution's own slowest call
+(:func:`call_limit`); its results are decoded and re-validated there (``plain.decode``), and the
+comparison happens in the grader's process (``items``).
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import os
-import secrets
-import select
 import shutil
-import struct
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
-from fractions import Fraction
 from pathlib import Path
 
 from course_grading.errors import GradingError
-from course_grading.judge import plain
+from course_grading.judge.protocol import CallLimit, Session, Stopped, define, serve
 from course_grading.sandbox import bwrap as sandbox
-from course_grading.sandbox import processes
 
 RUNNER_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "inside"
 INSIDE = "/run/shapes"  # where the runner and the staged package are, inside the sandbox
-ANSWER_BYTES = plain.MAX_BYTES
-STDERR_TAIL = 4000
 
 
 @dataclass(frozen=True)
@@ -192,13 +183,6 @@ def stage(allowed: tuple[str, ...], forbidden: tuple[str, ...], dest: Path) -> l
 # --- running ---------------------------------------------------------------------------------
 
 
-def _drain(stream, keep: bytearray, limit: int) -> None:
-    """Read ``stream`` to its end, keeping its last ``limit`` bytes in ``keep``."""
-    for chunk in iter(lambda: stream.read(65536), b""):
-        keep += chunk
-        del keep[:-limit]
-
-
 def _argv(settings: FunctionSandbox, folder: Path) -> list[str]:
     python = [sys.executable, "-I", "-S"]
     env = {
@@ -222,301 +206,6 @@ def _argv(settings: FunctionSandbox, folder: Path) -> list[str]:
         uid=settings.uid,
         env=env,
     )
-
-
-# --- the judge's side of a call ------------------------------------------------------------------
-
-HEADER = struct.Struct(">I")
-POLL = 0.05  # seconds between looks at a running call's CPU time
-ASKS_PER_CALL = 10_000  # questions one call may put to its proxies
-BYTES_PER_CALL = 4 * ANSWER_BYTES  # everything one call may send the judge
-
-
-@dataclass(frozen=True)
-class CallLimit:
-    """What one call may take: CPU seconds, wall-clock seconds, and why (for the row)."""
-
-    cpu: float
-    wall: float
-    why: str
-
-
-class Stopped(Exception):
-    """A call (or the cell's definition) was stopped; ``kind`` names why, the message says it."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Predicate:
-    """``fits(n)``, judged here: the limit and every probe stay in the judge's process."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.probes: list = []
-
-    def ask(self, method: str, args: list) -> object:
-        if method != "call" or len(args) != 1:
-            raise TypeError("fits() takes exactly one argument, a number")
-        n = args[0]
-        if type(n) in (int, float):
-            self.probes.append(n)
-        else:
-            self.probes.append(plain.describe(n, 40))
-        if type(n) not in (int, float, bool, Fraction, Decimal):
-            raise TypeError(f"fits() takes a number, not {type(n).__name__}")
-        return 1 <= n <= self.limit
-
-
-class _Recorder:
-    """The optimiser stand-in, judged here: it keeps every step's gradient and counts."""
-
-    def __init__(self) -> None:
-        self.steps: list = []
-        self.zero_grads = 0
-
-    def ask(self, method: str, args: list) -> object:
-        if method == "zero_grad" and not args:
-            self.zero_grads += 1
-            return None
-        if method == "step" and len(args) == 1 and isinstance(args[0], plain.Tensor):
-            self.steps.append(args[0])
-            return None
-        raise TypeError(f"the optimiser has no {method}() taking these arguments")
-
-
-def _judge_side(call: dict, proxies: dict[int, object]) -> dict:
-    """``call`` as the runner gets it: every predicate and recorder replaced by a proxy whose
-    state stays in ``proxies`` (id -> the judge's object)."""
-    args = []
-    for spec in call.get("args", []):
-        if isinstance(spec, dict) and "predicate" in spec:
-            proxies[len(args)] = _Predicate(spec["predicate"]["limit"])
-            spec = {"proxy": {"kind": "predicate", "id": len(args)}}
-        elif isinstance(spec, dict) and "recorder" in spec:
-            proxies[len(args)] = _Recorder()
-            of = spec["recorder"]["params_of"]
-            spec = {"proxy": {"kind": "recorder", "id": len(args), "params_of": of}}
-        args.append(spec)
-    return dict(call, op="call", args=args)
-
-
-def _collected(what: dict, sent: object, proxies: dict[int, object]) -> object:
-    """One ``after`` entry: the judge's own record for a proxy, the runner's for a gradient."""
-    ((kind, index),) = what.items()
-    proxy = proxies.get(index)
-    if kind == "probes" and isinstance(proxy, _Predicate):
-        return list(proxy.probes)
-    if kind == "steps" and isinstance(proxy, _Recorder):
-        return list(proxy.steps)
-    if kind == "grads":
-        try:
-            return plain.decode(sent, tensors=True)
-        except plain.NotPlain as err:
-            return err
-    raise GradingError(f"the check collects {what!r}, which its call does not have")
-
-
-class _Session:
-    """One runner process and the framed pipe to it; every read bounded and timed."""
-
-    def __init__(self, argv: list[str], settings: FunctionSandbox) -> None:
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd="/",
-                env={} if settings.bwrap else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            )
-        except OSError as err:
-            raise GradingError(f"cannot start the function sandbox: {err}") from None
-        self.errors = bytearray()
-        self._drain = threading.Thread(
-            target=_drain, args=(self.proc.stderr, self.errors, STDERR_TAIL), daemon=True
-        )
-        self._drain.start()
-        self.out = self.proc.stdout.fileno()
-        self.buffer = bytearray()
-        self.received = 0  # bytes of every frame read so far
-        self.settings = settings
-
-    def pending(self) -> bool:
-        """Whether the runner wrote anything nobody asked for yet."""
-        if self.buffer:
-            return True
-        ready, _, _ = select.select([self.out], [], [], 0)
-        return bool(ready) and self._peek()
-
-    def _peek(self) -> bool:
-        chunk = os.read(self.out, 65536)
-        self.buffer += chunk
-        return bool(chunk)
-
-    def send(self, message: dict) -> None:
-        data = json.dumps(message).encode()
-        try:
-            self.proc.stdin.write(HEADER.pack(len(data)) + data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise self._ended() from None
-
-    def _ended(self) -> Stopped:
-        status = self.proc.wait()
-        text = bytes(self.errors).decode("utf-8", "replace")
-        if "MemoryError" in text:
-            return Stopped("memory", "it ran out of memory")
-        if status in (-9, 137, -24, 152) or "CPU time limit" in text:
-            return Stopped(
-                "time",
-                f"its process reached its CPU-time limit ({self.settings.cpu_seconds} s for "
-                "the cell and every call together) and was stopped",
-            )
-        return Stopped("exit", f"its process ended during the call (exit status {status})")
-
-    def cpu(self) -> float:
-        return processes.usage(self.proc.pid).cpu
-
-    def receive(self, nonce: str, limit: CallLimit, cpu0: float, started: float) -> dict:
-        """The runner's next frame as JSON data, once it is whole; :class:`Stopped` when the
-        call reaches ``limit``, the process ends, or the frame is too large or not an answer to
-        the message ``nonce``."""
-        while True:
-            if len(self.buffer) >= HEADER.size:
-                (size,) = HEADER.unpack_from(self.buffer)
-                if size > ANSWER_BYTES:
-                    raise Stopped(
-                        "size", f"it sent the grader more than {ANSWER_BYTES // 2**20} MiB at once"
-                    )
-                if len(self.buffer) >= HEADER.size + size:
-                    frame = bytes(self.buffer[HEADER.size : HEADER.size + size])
-                    del self.buffer[: HEADER.size + size]
-                    self.received += size
-                    return self._message(frame, nonce)
-            if time.monotonic() - started > limit.wall:
-                raise Stopped(
-                    "wall", f"it took more than {limit.wall:g} s of wall-clock time ({limit.why})"
-                )
-            if self.cpu() - cpu0 > limit.cpu:
-                raise Stopped("cpu", f"it used more than {limit.cpu:g} s of CPU time ({limit.why})")
-            ready, _, _ = select.select([self.out], [], [], POLL)
-            if ready and not self._peek():
-                raise self._ended()
-
-    @staticmethod
-    def _message(frame: bytes, nonce: str) -> dict:
-        try:
-            message = plain.parse(frame)
-        except plain.NotPlain as err:
-            raise Stopped(
-                "forged", f"it sent the grader something that is not an answer ({err})"
-            ) from None
-        if not isinstance(message, dict) or message.get("nonce") != nonce:
-            raise Stopped("forged", "it sent the grader a message that answers no question asked")
-        return message
-
-    def close(self) -> bool:
-        """End the runner; whether it wrote anything after its last answer."""
-        extra = bool(self.buffer)
-        try:
-            self.send({"op": "end"})
-            self.proc.stdin.close()
-        except (Stopped, OSError):
-            pass
-        deadline = time.monotonic() + 2.0
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            ready, _, _ = select.select([self.out], [], [], POLL)
-            if ready:
-                extra = self._peek() or extra
-        if self.proc.poll() is None:
-            self.kill()
-        self.proc.wait()
-        extra = extra or bool(self.proc.stdout.read(1))
-        self._drain.join(timeout=5)
-        return extra
-
-    def kill(self) -> None:
-        processes.kill(processes.tree(self.proc.pid))
-        self.proc.kill()
-
-
-def _nonce() -> str:
-    return secrets.token_hex(12)
-
-
-def _define(session: _Session, request: dict, limit: CallLimit) -> dict:
-    nonce = _nonce()
-    started, cpu0 = time.monotonic(), 0.0
-    session.send(dict(request, op="define", nonce=nonce))
-    reply = session.receive(nonce, limit, cpu0, started)
-    if reply.get("op") != "defined":
-        raise Stopped("forged", "it sent the grader a message that answers no question asked")
-    error = reply.get("error")
-    return {
-        "defined": reply.get("defined") is True,
-        "error": _exception(error) if isinstance(error, dict) else None,
-    }
-
-
-def _serve(session: _Session, call: dict, limit: CallLimit) -> dict:
-    """Make one call: answer its proxies' questions until its result comes; the result decoded."""
-    proxies: dict[int, object] = {}
-    wire = _judge_side(call, proxies)
-    nonce = _nonce()
-    if session.pending():
-        raise Stopped("extra", "it wrote to the grader's channel before it was asked")
-    started, cpu0, before = time.monotonic(), session.cpu(), session.received
-    session.send(dict(wire, nonce=nonce))
-    for _ in range(ASKS_PER_CALL + 1):
-        message = session.receive(nonce, limit, cpu0, started)
-        if session.received - before > BYTES_PER_CALL:
-            raise Stopped("size", f"it sent more than {BYTES_PER_CALL // 2**20} MiB in one call")
-        if message.get("op") == "result":
-            out = _result(message, call, proxies)
-            out["cpu"] = max(0.0, session.cpu() - cpu0)
-            out["wall"] = time.monotonic() - started
-            return out
-        if message.get("op") != "ask":
-            raise Stopped("forged", "it sent the grader a message that answers no question asked")
-        session.send(_answer(message, proxies, nonce))
-    raise Stopped("size", f"it asked its proxies more than {ASKS_PER_CALL:,} questions in one call")
-
-
-def _answer(message: dict, proxies: dict[int, object], nonce: str) -> dict:
-    """The judge's answer to a proxy question (a refusal raises ``TypeError`` in the call)."""
-    proxy = proxies.get(message.get("proxy")) if type(message.get("proxy")) is int else None
-    try:
-        if proxy is None or not isinstance(message.get("method"), str):
-            raise TypeError("no such object")
-        args = message.get("args")
-        if not isinstance(args, list):
-            raise TypeError("malformed arguments")
-        decoded = [plain.decode(a, tensors=True) for a in args]
-        value = proxy.ask(message["method"], decoded)  # type: ignore[attr-defined]
-    except (TypeError, plain.NotPlain) as err:
-        return {"op": "refuse", "nonce": nonce, "message": str(err)[:200]}
-    return {"op": "answer", "nonce": nonce, "value": value}
-
-
-def _result(message: dict, call: dict, proxies: dict[int, object]) -> dict:
-    after = message.get("after") if isinstance(message.get("after"), list) else []
-    out: dict = {}
-    if "returned" in message:
-        try:
-            out["returned"] = plain.decode(message["returned"], tensors=True)
-        except plain.NotPlain as err:
-            out["not_plain"] = str(err)
-        wanted = call.get("after", [])
-        sent = after + [None] * (len(wanted) - len(after))
-        out["after"] = [_collected(w, s, proxies) for w, s in zip(wanted, sent)]
-    elif isinstance(message.get("raised"), dict):
-        out["raised"] = _exception(message["raised"])
-        out["after"] = []
-    else:
-        raise Stopped("forged", "it sent the grader a result with neither a value nor an error")
-    return out
 
 
 def call_limit(settings: FunctionSandbox, key: tuple[str, str] | None) -> CallLimit:
@@ -574,16 +263,17 @@ def run(
             "stage": f"{inside}/pkg" if staged else None,
             "threads": max(1, settings.limits.threads),
         }
-        session = _Session(_argv(settings, folder), settings)
+        env = {} if settings.bwrap else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        session = Session(_argv(settings, folder), env, settings.cpu_seconds)
         return _calls(session, request, calls, limit, define_limit)
 
 
 def _calls(
-    session: _Session, request: dict, calls: list[dict], limit: CallLimit, define: CallLimit
+    session: Session, request: dict, calls: list[dict], limit: CallLimit, define_limit: CallLimit
 ) -> Ran:
     try:
         try:
-            answer: dict = dict(_define(session, request, define), calls=[])
+            answer: dict = dict(define(session, request, define_limit), calls=[])
         except Stopped as stop:
             return Ran(None, f"running your answer cell: {stop}")
         if answer["error"] or not answer["defined"]:
@@ -597,7 +287,7 @@ def _calls(
                 continue
             started = time.monotonic()
             try:
-                answer["calls"].append(_serve(session, call, limit))
+                answer["calls"].append(serve(session, call, limit))
             except Stopped as stop:
                 session.kill()  # now: its stopped call must not run on while the rest are noted
                 stopped = len(answer["calls"])
@@ -613,18 +303,3 @@ def _calls(
         if session.proc.poll() is None:
             session.kill()
         session.proc.wait()
-
-
-def _exception(raw: dict) -> dict:
-    def text(key: str, limit: int) -> str | None:
-        value = raw.get(key)
-        if not isinstance(value, str):
-            return None
-        return "".join(ch if ch.isprintable() else " " for ch in value)[:limit]
-
-    return {
-        "type": text("type", 80) or "Exception",
-        "message": text("message", 300) or "",
-        "name": text("name", 80),
-        "stage": text("stage", 10) or "call",
-    }

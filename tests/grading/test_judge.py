@@ -1,4 +1,4 @@
-"""The judge's call protocol (``course_grading/judge/functions.py``, ``sandbox/inside/runner.py``).
+"""The judge's call protocol (``course_grading/judge/protocol.py``, ``sandbox/inside/runner.py``).
 
 A graded function runs alone in a sandboxed process that holds its answer cell and the arguments
 of the call it is serving; ``fits`` and the optimiser stand-in are proxies whose state lives in
@@ -18,6 +18,7 @@ from class_builders import REPO, sandbox_problem
 
 from course_grading.judge import functions, items
 from course_grading.judge.items import Evidence, call
+from course_grading.judge.proxies import judge_side
 
 SANDBOX = not sandbox_problem()
 LESSON = "05_choosing_the_numbers"
@@ -88,7 +89,7 @@ def test_the_card_limit_never_reaches_the_students_process(settings):
     assert "returned 0: not the card's limit" in verdict.message
     # and what the process is sent for a call holds the guess, never the limit
     proxies: dict = {}
-    wire = functions._judge_side(call(items.predicate(4097), 4096), proxies)
+    wire = judge_side(call(items.predicate(4097), 4096), proxies)
     assert "4097" not in json.dumps(wire) and proxies[0].limit == 4097
 
 

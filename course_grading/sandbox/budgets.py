@@ -3,7 +3,7 @@
 A fixed budget (it was 1800 s) let nine cells, each sleeping just under the cell limit, hold a
 slot about 30 times as long as an honest notebook, unflagged. Now, before any submission of a
 lesson runs, the lesson's solution notebook runs once in the same sandbox with the same limits
-(``autograde.solution_job``), and every submission of it gets
+(``job_folder.solution_job``), and every submission of it gets
 
     budget = min(max(factor × the solution's time, floor), cap)
 
@@ -51,7 +51,7 @@ def measure(
 ) -> dict[str, Budget]:
     """Run each lesson's solution job ``(lesson, folder, spec)`` in ``workers`` (the run's
     slots, kept for its submissions); return each lesson's budget (``options``:
-    ``autograde.Options``).
+    ``grading_run.Options``).
 
     Raises ``GradingError`` when a solution's sandbox does not hold.
     """

@@ -53,8 +53,22 @@ class FunctionSandbox:
     solution_cpu: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     @classmethod
-    def default(cls, *, sandboxed: bool = True, limits: sandbox.Limits | None = None):
-        """Sandboxed with bubblewrap, checked once: a ``GradingError`` where it cannot run."""
+    def default(
+        cls, *, sandboxed: bool = True, limits: sandbox.Limits | None = None
+    ) -> FunctionSandbox:
+        """Sandboxed with bubblewrap and checked once, or unsandboxed.
+
+        Args:
+            sandboxed: run graded functions in bubblewrap (False: ``--no-sandbox``, unsafe).
+            limits: the sandbox's limits; ``None``: ``bwrap.Limits()``'s defaults.
+
+        Returns:
+            The settings, sandboxed ones run as the last worker slot's uid and already checked
+            (:meth:`check`).
+
+        Raises:
+            GradingError: bubblewrap is not available, or a one-line function cannot run in it.
+        """
         limits = limits or sandbox.Limits()
         if not sandboxed:
             return cls(None, limits)
@@ -64,10 +78,12 @@ class FunctionSandbox:
         return settings
 
     def check(self) -> None:
-        """Run a one-line function here; a ``GradingError`` saying why if that fails.
+        """Run a one-line function here, before any student's code runs.
 
-        Checked before any student's code runs, so that nothing a student's code prints can
-        pass for a broken sandbox later.
+        Checked first, so that nothing a student's code prints can pass for a broken sandbox later.
+
+        Raises:
+            GradingError: the function did not return 1; the message says why.
         """
         ran = run("def one():\n    return 1\n", "one", [{}], settings=self)
         calls = (ran.answer or {}).get("calls") or [{}]
@@ -121,7 +137,19 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
 
 
 def closure(modules: tuple[str, ...], root: Path | None = None) -> list[str]:
-    """``modules`` and every ``course_lib`` module they import, transitively (sorted)."""
+    """``modules`` and every ``course_lib`` module they import, transitively.
+
+    Args:
+        modules: dotted ``course_lib`` module names (an item's ``allowed``).
+        root: the ``course_lib`` package folder read; ``None``: the installed one.
+
+    Returns:
+        The module names, sorted, with every package on the way (``course_lib.hf`` for
+        ``course_lib.hf.arch``).
+
+    Raises:
+        GradingError: one of ``modules`` has no file under ``root``.
+    """
     root = root or _course_lib_root()
     seen: set[str] = set()
     pending = list(modules)
@@ -152,7 +180,18 @@ def stage(allowed: tuple[str, ...], forbidden: tuple[str, ...], dest: Path) -> l
     """Copy the closure of ``allowed`` into ``dest/course_lib`` as a minimal package.
 
     Every package on the way gets an empty ``__init__.py`` (the real one may import more).
-    Raises ``GradingError`` when the closure reaches a module in ``forbidden``.
+
+    Args:
+        allowed: the ``course_lib`` modules the item allows.
+        forbidden: modules (and their submodules) the closure must not reach.
+        dest: the folder that becomes the sandbox's ``stage`` (``course_lib/`` is made in it).
+
+    Returns:
+        The staged module names (:func:`closure`); empty when nothing is allowed.
+
+    Raises:
+        GradingError: the closure reaches a module in ``forbidden``, or an allowed module does
+            not exist.
     """
     if not allowed:
         return []
@@ -209,8 +248,18 @@ def _argv(settings: FunctionSandbox, folder: Path) -> list[str]:
 
 
 def call_limit(settings: FunctionSandbox, key: tuple[str, str] | None) -> CallLimit:
-    """The limit of each call of item ``key`` (``(lesson, grade_id)``): from the solution's own
-    slowest call where it was measured in this run, else the settings' cap."""
+    """The limit of each call of one item.
+
+    Args:
+        settings: the run's function settings (its factors, floor, cap and the solutions'
+            measured calls).
+        key: the item's ``(lesson, grade_id)``; ``None``: not an item of this run.
+
+    Returns:
+        CPU seconds: ``call_factor`` times the solution's slowest call measured in this run, at
+        least ``call_floor``, or ``call_cap`` where it was not measured; wall-clock seconds:
+        ``call_wall_factor`` times that plus 1 s; and the reason in words, for the row.
+    """
     measured = settings.solution_cpu.get(key) if key else None
     if measured is None:
         cpu = settings.call_cap
@@ -236,12 +285,28 @@ def run(
 ) -> Ran:
     """Define ``function`` from ``source`` in a fresh sandbox and make the calls one at a time.
 
-    ``calls`` are in the request form of ``sandbox/inside/runner.py`` (``predicate`` and
-    ``recorder`` inputs become proxies answered here). ``key``, the item's ``(lesson,
-    grade_id)``, picks each call's limit (:func:`call_limit`). Never raises for the student's
-    sake: a cell that cannot be defined is a ``Ran`` with a ``failure``; a call that is stopped
-    is ``{"stopped": why, "kind": ...}`` in its place, and the calls after it are not made. A
-    ``GradingError`` means the grader cannot run functions here at all.
+    Never raises for the student's sake: a cell that cannot be defined is a ``Ran`` with a
+    ``failure``; a call that is stopped is ``{"stopped": why, "kind": ...}`` in its place, and
+    the calls after it are not made.
+
+    Args:
+        source: the answer cell's source, as Python.
+        function: the name the cell must define.
+        calls: the calls in the request form of ``sandbox/inside/runner.py`` (``predicate`` and
+            ``recorder`` inputs become proxies answered here).
+        allowed: the ``course_lib`` modules staged for it (:func:`stage`).
+        forbidden: modules the staging must never include.
+        settings: sandboxed or not, and the limits.
+        key: the item's ``(lesson, grade_id)``, which picks each call's limit
+            (:func:`call_limit`).
+
+    Returns:
+        The run's answer (``{"defined", "error", "calls"}``, each call's result decoded), or why
+        there is none.
+
+    Raises:
+        GradingError: the grader cannot run functions here at all (the sandbox does not start,
+            or the item's staging is wrong).
     """
     limit = call_limit(settings, key)
     define_limit = CallLimit(settings.call_cap, settings.call_wall_factor * settings.call_cap + 1,

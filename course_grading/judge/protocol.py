@@ -55,6 +55,15 @@ class Stopped(Exception):
     """A call (or the cell's definition) was stopped; ``kind`` names why, the message says it."""
 
     def __init__(self, kind: str, message: str) -> None:
+        """A stop of kind ``kind``, said in ``message``.
+
+        Args:
+            kind: why, in one word for the row's data: ``"cpu"``, ``"wall"``, ``"time"`` (the
+                process's own CPU-time limit), ``"memory"``, ``"exit"``, ``"size"``, ``"forged"``,
+                ``"extra"``.
+            message: what happened, in the student's words (``"it used more than 2 s of CPU
+                time ..."``).
+        """
         super().__init__(message)
         self.kind = kind
 
@@ -63,6 +72,18 @@ class Session:
     """One runner process and the framed pipe to it; every read bounded and timed."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cpu_seconds: int) -> None:
+        """Start the runner with ``argv``; its stderr is drained in a thread (the last
+        ``STDERR_TAIL`` bytes kept).
+
+        Args:
+            argv: the command: the sandboxed runner (``bwrap.command_argv``) or, unsandboxed, Python
+                on ``runner.py``.
+            env: the process's environment (empty under bubblewrap, which sets its own).
+            cpu_seconds: the process's own CPU-time limit in seconds, quoted when it is reached.
+
+        Raises:
+            GradingError: the process cannot be started.
+        """
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -85,7 +106,11 @@ class Session:
         self.cpu_seconds = cpu_seconds  # the process's own CPU-time limit, for the message
 
     def pending(self) -> bool:
-        """Whether the runner wrote anything nobody asked for yet."""
+        """Whether the runner wrote anything nobody asked for yet.
+
+        Returns:
+            True when bytes are buffered or waiting on the pipe (read without blocking).
+        """
         if self.buffer:
             return True
         ready, _, _ = select.select([self.out], [], [], 0)
@@ -97,6 +122,14 @@ class Session:
         return bool(chunk)
 
     def send(self, message: dict) -> None:
+        """Write ``message`` as one frame: a 4-byte big-endian length, then its JSON.
+
+        Args:
+            message: a JSON-able message for the runner (``define``, ``call``, ``answer``, ``end``).
+
+        Raises:
+            Stopped: the runner is gone (its pipe is closed); the kind says why it ended.
+        """
         data = json.dumps(message).encode()
         try:
             self.proc.stdin.write(HEADER.pack(len(data)) + data)
@@ -118,12 +151,29 @@ class Session:
         return Stopped("exit", f"its process ended during the call (exit status {status})")
 
     def cpu(self) -> float:
+        """The CPU time the runner's process tree has used.
+
+        Returns:
+            Seconds of CPU time, user and system, since the process started (``processes.usage``).
+        """
         return processes.usage(self.proc.pid).cpu
 
     def receive(self, nonce: str, limit: CallLimit, cpu0: float, started: float) -> dict:
-        """The runner's next frame as JSON data, once it is whole; :class:`Stopped` when the
-        call reaches ``limit``, the process ends, or the frame is too large or not an answer to
-        the message ``nonce``."""
+        """The runner's next frame as JSON data, once it is whole.
+
+        Args:
+            nonce: the nonce of the message it must answer.
+            limit: the call's limits.
+            cpu0: the process's CPU seconds when the call began (:meth:`cpu`).
+            started: ``time.monotonic()`` when the call began.
+
+        Returns:
+            The frame's message, a dict carrying ``nonce``.
+
+        Raises:
+            Stopped: the call reaches ``limit`` (CPU or wall-clock), the process ends, or the frame
+                is over ``ANSWER_BYTES``, not plain JSON, or not an answer to ``nonce``.
+        """
         while True:
             if len(self.buffer) >= HEADER.size:
                 (size,) = HEADER.unpack_from(self.buffer)
@@ -159,7 +209,11 @@ class Session:
         return message
 
     def close(self) -> bool:
-        """End the runner; whether it wrote anything after its last answer."""
+        """End the runner: ask it to end, give it 2 s, then kill what is left.
+
+        Returns:
+            Whether it wrote anything after its last answer (a stop of kind ``"extra"``).
+        """
         extra = bool(self.buffer)
         try:
             self.send({"op": "end"})
@@ -179,6 +233,7 @@ class Session:
         return extra
 
     def kill(self) -> None:
+        """Kill the runner's process tree now, then the process itself."""
         processes.kill(processes.tree(self.proc.pid))
         self.proc.kill()
 
@@ -188,6 +243,22 @@ def _nonce() -> str:
 
 
 def define(session: Session, request: dict, limit: CallLimit) -> dict:
+    """Send the answer cell and read whether it defined the function.
+
+    Args:
+        session: the runner's session, before any call.
+        request: ``{"source", "function", "site", "stage", "threads"}``
+            (``functions.run``).
+        limit: the limits of running the cell; its CPU time counts from the process's start.
+
+    Returns:
+        ``{"defined": bool, "error": exception or None}``, the exception's text made printable
+        and bounded.
+
+    Raises:
+        Stopped: the cell reached ``limit``, the process ended, or its reply answers no
+            question asked.
+    """
     nonce = _nonce()
     started, cpu0 = time.monotonic(), 0.0
     session.send(dict(request, op="define", nonce=nonce))
@@ -202,7 +273,23 @@ def define(session: Session, request: dict, limit: CallLimit) -> dict:
 
 
 def serve(session: Session, call: dict, limit: CallLimit) -> dict:
-    """Make one call: answer its proxies' questions until its result comes; the result decoded."""
+    """Make one call: answer its proxies' questions until its result comes.
+
+    Args:
+        session: the runner's session, its function defined (:func:`define`).
+        call: the call as a check wrote it (``items.call``; proxies made here).
+        limit: the call's limits (``functions.call_limit``).
+
+    Returns:
+        ``{"returned": value, "after": [...]}`` or ``{"raised": exception, "after": []}`` (or
+        ``"not_plain"``: why the value is not plain data), with the call's ``"cpu"`` and
+        ``"wall"`` seconds.
+
+    Raises:
+        Stopped: the runner wrote before it was asked, the call reached ``limit``, sent more
+            than ``BYTES_PER_CALL`` or asked more than ``ASKS_PER_CALL`` questions, the process
+            ended, or a message answers no question asked.
+    """
     proxies: dict[int, object] = {}
     wire = judge_side(call, proxies)
     nonce = _nonce()

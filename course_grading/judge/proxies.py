@@ -20,10 +20,31 @@ class Predicate:
     """``fits(n)``, judged here: the limit and every probe stay in the judge's process."""
 
     def __init__(self, limit: int) -> None:
+        """A ``fits`` whose card holds ``limit`` rows; no probe yet.
+
+        Args:
+            limit: the largest ``n`` for which ``fits(n)`` is True.
+        """
         self.limit = limit
         self.probes: list = []
 
     def ask(self, method: str, args: list) -> object:
+        """Answer one use of the student's ``fits``: only a call with one number.
+
+        Every call is recorded in :attr:`probes` (a number as given, anything else described),
+        before it is checked.
+
+        Args:
+            method: what the student's code did with the proxy (``"call"``).
+            args: the arguments it sent, decoded.
+
+        Returns:
+            Whether ``1 <= n <= limit``.
+
+        Raises:
+            TypeError: not a call with exactly one number; the judge refuses, and the student's
+                call raises it.
+        """
         if method != "call" or len(args) != 1:
             raise TypeError("fits() takes exactly one argument, a number")
         n = args[0]
@@ -44,6 +65,18 @@ class Recorder:
         self.zero_grads = 0
 
     def ask(self, method: str, args: list) -> object:
+        """Answer one use of the optimiser: ``zero_grad()`` counted, ``step(flat gradient)`` kept.
+
+        Args:
+            method: the method the student's code called (``"step"``, ``"zero_grad"``).
+            args: its arguments, decoded: a step sends the model's flat gradient as a tensor.
+
+        Returns:
+            ``None``, as the optimiser's methods return.
+
+        Raises:
+            TypeError: any other method or arguments; the student's call raises it.
+        """
         if method == "zero_grad" and not args:
             self.zero_grads += 1
             return None
@@ -54,8 +87,17 @@ class Recorder:
 
 
 def judge_side(call: dict, proxies: dict[int, object]) -> dict:
-    """``call`` as the runner gets it: every predicate and recorder replaced by a proxy whose
-    state stays in ``proxies`` (id -> the judge's object)."""
+    """``call`` as the runner gets it: every predicate and recorder replaced by a proxy.
+
+    Args:
+        call: the call as a check wrote it (``items.call``).
+        proxies: filled here: argument position -> the judge's object behind the proxy
+            (:class:`Predicate`, :class:`Recorder`), whose state never leaves the judge.
+
+    Returns:
+        The call message (``"op": "call"``), its ``predicate`` and ``recorder`` arguments
+        replaced by ``{"proxy": {"kind", "id", ...}}``; no limit in it.
+    """
     args = []
     for spec in call.get("args", []):
         if isinstance(spec, dict) and "predicate" in spec:
@@ -70,7 +112,21 @@ def judge_side(call: dict, proxies: dict[int, object]) -> dict:
 
 
 def collected(what: dict, sent: object, proxies: dict[int, object]) -> object:
-    """One ``after`` entry: the judge's own record for a proxy, the runner's for a gradient."""
+    """One ``after`` entry: the judge's own record for a proxy, the runner's for a gradient.
+
+    Args:
+        what: the entry the check asked for: ``{"probes": k}``, ``{"steps": k}`` or
+            ``{"grads": k}``.
+        sent: what the runner sent for it (read only for ``grads``).
+        proxies: the call's proxies, by argument position (:func:`judge_side`).
+
+    Returns:
+        The probes or steps the judge recorded, or the decoded gradient (a ``plain.NotPlain``
+        saying why, when it is not plain data).
+
+    Raises:
+        GradingError: the check asks for something its call does not have (a grader bug).
+    """
     ((kind, index),) = what.items()
     proxy = proxies.get(index)
     if kind == "probes" and isinstance(proxy, Predicate):

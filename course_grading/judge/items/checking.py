@@ -24,7 +24,17 @@ from course_lib.forms import Exact, Form, Unreadable
 
 
 def seed_for(lesson: str, grade_id: str, student: str) -> int:
-    """The practice seed of one item for one student (no course secret: ``judge/secret.py``)."""
+    """The practice seed of one item for one student (no course secret: ``judge/secret.py``).
+
+    Args:
+        lesson: the lesson's folder name.
+        grade_id: the item's test-cell grade id.
+        student: the student's id.
+
+    Returns:
+        The seed ``Evidence.rng`` starts from when grading without a secret and without the
+        answer cell's digest: a hash of these public facts alone.
+    """
     return course_secret.seed(None, lesson, grade_id, student, None)
 
 
@@ -41,6 +51,18 @@ class Evidence:
         sandbox: functions.FunctionSandbox | None = None,
         secret: bytes | None = None,
     ) -> None:
+        """The evidence of ``item`` for ``student``'s submission.
+
+        Args:
+            item: the item the check decides.
+            student: the student's id (one of the seed's inputs).
+            values: the values taken out of the kernel, by name: plain data, or a
+                ``plain.NotPlain`` saying why a value is not (a value item).
+            answer_source: the answer cell's source as submitted; ``None`` when the notebook has no
+                such cell.
+            sandbox: how the graded function runs (a function item); ``None``: the defaults.
+            secret: the course secret hidden inputs are drawn with; ``None``: practice grading.
+        """
         self.item, self.student = item, student
         self._values = values or {}
         self.answer_source = answer_source
@@ -52,7 +74,18 @@ class Evidence:
 
     # values
     def value(self, name: str) -> object:
-        """The student's value of ``name`` as plain data; :class:`Reject` otherwise."""
+        """The student's value of ``name`` as plain data.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The value as the kernel gave it (decoded plain data).
+
+        Raises:
+            GradingError: the check reads a name its item does not declare (a grader bug).
+            Reject: the notebook never set it, or it is not plain data.
+        """
         if name not in self.item.values:
             raise GradingError(f"{self.item.grade_id}: the check reads {name!r}, not declared")
         found = self._values.get(name, plain.NotPlain("not set: the notebook never defined it"))
@@ -61,8 +94,17 @@ class Evidence:
         return found
 
     def number(self, name: str) -> int | float:
-        """A finite number (``int``, ``float``, ``Fraction``, ``Decimal``; not ``bool``), as an
-        ``int`` when it is whole and a ``float`` otherwise."""
+        """``name`` as a finite number: ``int``, ``float``, ``Fraction``, ``Decimal``, not ``bool``.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            An ``int`` when the number is whole, a ``float`` otherwise.
+
+        Raises:
+            Reject: the value is missing, not a number, or not finite.
+        """
         value = self.value(name)
         if type(value) not in (int, float, Fraction, Decimal):
             raise Reject(f"{name}: a number is needed, got {_kind(value)}")
@@ -72,22 +114,52 @@ class Evidence:
             raise Reject(f"{name}: {why}") from None
 
     def integer(self, name: str) -> int:
-        """A whole number: an ``int`` (not ``bool``), or a float, Fraction or Decimal with no
-        fraction."""
+        """``name`` as a whole number: an ``int`` (not ``bool``), or a float, Fraction or Decimal
+        with no fraction.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The whole number.
+
+        Raises:
+            Reject: the value is missing, not a number, or has a fraction.
+        """
         value = self.number(name)
         if isinstance(value, float):
             raise Reject(f"{name}: a whole number is needed, got {describe(value)}")
         return value
 
     def form(self, name: str) -> Form:
-        """How ``name`` is compared (the registration's ``values``)."""
+        """How ``name`` is compared (the registration's ``values``).
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            Its ``course_lib.forms.Form``.
+
+        Raises:
+            GradingError: the registration declares no form for it (a grader bug).
+        """
         if name not in self.item.forms:
             raise GradingError(f"{self.item.grade_id}: no form declared for {name!r}")
         return self.item.forms[name]
 
     def read(self, name: str) -> object:
-        """``name`` read by its form: a Python number, text or tuple; :class:`Reject` with the
-        form's reason if it cannot be read."""
+        """``name`` read by its form.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The value as its form reads it: a Python number, text or tuple.
+
+        Raises:
+            Reject: the value is missing, or its form cannot read it (the message gives the form's
+                reason).
+        """
         value = self.value(name)
         try:
             return self.form(name).value(value)
@@ -95,8 +167,19 @@ class Evidence:
             raise Reject(f"{name}: {why}") from None
 
     def expect(self, name: str, expected: object = None) -> object:
-        """``name`` read and compared with ``expected`` (default: the registration's) by its
-        form; :class:`Reject` saying what was checked, without the expected value."""
+        """``name`` read and compared by its form with the expected value.
+
+        Args:
+            name: one of the item's declared values.
+            expected: the right value; ``None``: the registration's ``expected``.
+
+        Returns:
+            The value as its form reads it.
+
+        Raises:
+            Reject: the value cannot be read, or is not the expected one; the message says what
+                the check needs, never the expected value.
+        """
         got = self.read(name)
         if expected is None:
             expected = self.item.expected_values()[name]
@@ -108,14 +191,32 @@ class Evidence:
         return got
 
     def expect_all(self) -> str:
-        """Every declared value compared with its expected value; the full-marks message."""
+        """Every declared value compared with its expected value (:meth:`expect`).
+
+        Returns:
+            The full-marks message, ``"name, other: right"``.
+        """
         for name in self.item.values:
             self.expect(name)
         return f"{', '.join(self.item.values)}: right"
 
     def returned(self, result: Result, expected: object, wrong: str = "not right") -> object:
-        """A call's result read by the item's ``returns`` form and compared with ``expected``;
-        :class:`Reject` naming the call and what came back (never the expected value)."""
+        """A call's result read by the item's ``returns`` form and compared with ``expected``.
+
+        Args:
+            result: one call's result (:meth:`call`).
+            expected: the right result.
+            wrong: what the message says when the result is readable but not right.
+
+        Returns:
+            The result as the form reads it.
+
+        Raises:
+            GradingError: the item declares no ``returns`` form (a grader bug).
+            Reject: the call gave no plain value, or one the form cannot read or that is not
+                ``expected``; the message names the call and what came back, never the expected
+                value.
+        """
         got = result.value()
         form = self.item.returns
         if form is None:
@@ -130,6 +231,17 @@ class Evidence:
         return read
 
     def text(self, name: str) -> str:
+        """``name`` as a string.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The string, as given.
+
+        Raises:
+            Reject: the value is missing or not exactly a ``str``.
+        """
         value = self.value(name)
         if type(value) is not str:
             raise Reject(f"{name}: a string is needed, got {_kind(value)}")
@@ -137,7 +249,15 @@ class Evidence:
 
     @staticmethod
     def require(condition: object, message: str) -> None:
-        """:class:`Reject` with ``message`` unless ``condition`` holds."""
+        """Fail the item with ``message`` unless ``condition`` holds.
+
+        Args:
+            condition: anything true when the check passes this point.
+            message: the student's reason the item scores 0 (never the expected value).
+
+        Raises:
+            Reject: with ``message``, when ``condition`` is false.
+        """
         if not condition:
             raise Reject(message)
 
@@ -145,8 +265,20 @@ class Evidence:
     def call(self, calls: list[dict]) -> list[Result]:
         """Every call of ``calls`` in one fresh sandbox run; one :class:`Result` each.
 
-        :class:`Reject` when the answer cell is missing, does not run on its own, does not
-        define the function, or the run gives no answer (time, memory, a crash).
+        Each call's CPU and wall-clock seconds are added to :attr:`call_times`.
+
+        Args:
+            calls: the calls, as :func:`~course_grading.judge.items.calls.call` writes them (their
+                ``shown`` is taken out here).
+
+        Returns:
+            One result per call, in order, each shown as ``function(arguments)``.
+
+        Raises:
+            GradingError: the item declares no function (a grader bug), or graded functions cannot
+                run here at all.
+            Reject: the answer cell is missing, is not Python, does not run on its own, does not
+                define the function, or the run gives no answer (time, memory, a crash).
         """
         item = self.item
         if item.function is None:
@@ -214,11 +346,23 @@ def verdict(
 ) -> Verdict:
     """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
 
-    ``uses``: the certain ``course_lib`` uses in the answer cell (``uses.py``) outside the
-    item's allowed modules. An ``own_work`` value item and every function item score 0 with
-    them. An ``own_work`` item also scores 0 when its answer cell copies a name an earlier cell
-    of the student's computed with ``course_lib`` (``borrowed``, ``uses.borrowed``), or runs
-    code built at run time that the grader cannot read (``unread``).
+    An ``own_work`` value item and every function item score 0 with ``uses``. An ``own_work``
+    item also scores 0 when its answer cell copies a name an earlier cell of the student's
+    computed with ``course_lib`` (``borrowed``), or runs code built at run time that the grader
+    cannot read (``unread``).
+
+    Args:
+        item: the item.
+        ev: its evidence for one submission.
+        uses: the certain ``course_lib`` uses in the answer cell (``uses.py``) outside the
+            item's allowed modules.
+        borrowed: names the answer cell takes from earlier cells that computed them with
+            ``course_lib`` (``uses.borrowed``).
+        unread: code the answer cell builds at run time, which the grader cannot read.
+
+    Returns:
+        The check's verdict (full marks with its message, or 0 with the reason it rejected),
+        with the wall-clock seconds of the item's function calls.
     """
     decided = _decided(item, ev, uses, borrowed, unread)
     seconds = sum(wall for _, wall in ev.call_times)

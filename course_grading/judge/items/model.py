@@ -49,7 +49,12 @@ class Verdict:
         return self.points >= self.max_points
 
     def line(self) -> str:
-        """One line for the student: points and the message."""
+        """One line for the student: points and the message.
+
+        Returns:
+            ``"{points} of {max_points} point(s): {message}"``, points as ``%g`` (``"0.5 of 1
+            point(s): ..."``).
+        """
         return f"{self.points:g} of {self.max_points:g} point(s): {self.message}"
 
 
@@ -98,7 +103,12 @@ class Item:
         return compared and bool(self.visible)
 
     def expected_values(self) -> Mapping[str, object]:
-        """The declared expected values (computed once, for a callable)."""
+        """The declared expected values (computed once, for a callable).
+
+        Returns:
+            Value name -> the right value, as the registration gave it or as its function computed
+            it on first use (the same mapping every later call); empty when none was declared.
+        """
         if self.expected is None:
             return {}
         if callable(self.expected):
@@ -106,7 +116,12 @@ class Item:
         return self.expected
 
     def declaration(self) -> dict:
-        """What the test cell's hidden region declares (the package's docstring)."""
+        """What the test cell's hidden region declares (the package's docstring).
+
+        Returns:
+            ``{"check": name, "answer": answer cell's grade id}`` with ``"function": name`` for a
+            function item or ``"values": [names]`` for a value item: the JSON a notebook must hold.
+        """
         declared: dict = {"check": self.name, "answer": self.answer}
         if self.function:
             declared["function"] = self.function
@@ -115,6 +130,11 @@ class Item:
         return declared
 
     def declaration_line(self) -> str:
+        """The declaration as the one line a test cell's hidden region holds.
+
+        Returns:
+            ``# ITEM: {...}``, the JSON of :meth:`declaration`.
+        """
         return f"{DECLARATION} {json.dumps(self.declaration())}"
 
 
@@ -122,6 +142,11 @@ class Lesson:
     """The items of one lesson, registered with :meth:`item` in its module."""
 
     def __init__(self, lesson: str) -> None:
+        """An empty registry for ``lesson``.
+
+        Args:
+            lesson: the lesson's folder name (``"01_tokens_and_attention_memory"``).
+        """
         self.lesson = lesson
         self.items: dict[str, Item] = {}
 
@@ -142,10 +167,28 @@ class Lesson:
     ) -> Callable:
         """Register the decorated check for the test cell ``grade_id`` (the package's docstring).
 
-        ``values`` names the values taken out of the kernel; as a mapping it also says how each
-        is compared (a ``course_lib.forms.Form``), and ``returns`` does the same for a
-        function's results. ``expected`` holds the right values (or a function giving them),
-        ``visible`` the visible test's checks (``course_grading.judge.visible``).
+        Args:
+            grade_id: the test cell's nbgrader grade id.
+            answer: the grade id of the answer cell the item reads.
+            points: the item's points, as the test cell's nbgrader metadata gives them.
+            values: the names taken out of the kernel as plain data; as a mapping, also how each is
+                compared (a ``course_lib.forms.Form``). One of ``values`` and ``function``.
+            function: the name of the graded function re-created from the answer cell.
+            returns: how each of the function's results is compared (a ``Form``).
+            expected: the right values by name, or a function giving them (computed once).
+            visible: what the visible test may say (``course_grading.judge.visible``): one
+                ``Property`` or ``Digest``, or several.
+            allowed: ``course_lib`` modules staged for the graded function.
+            forbidden: ``course_lib`` modules its staging must never include.
+            own_work: a value item scores 0 when the answer cell's source uses ``course_lib``.
+
+        Returns:
+            The decorator: it registers the check and returns it unchanged.
+
+        Raises:
+            ValueError: neither or both of ``values`` and ``function``, a name that is not a Python
+                name, a digest over values without a form, or (when decorating) a second check for
+                the same ``grade_id``.
         """
         if bool(values) == bool(function):
             raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
@@ -192,12 +235,31 @@ def _expected_once(compute: Callable[[], Mapping[str, object]]) -> Mapping[str, 
 
 
 def module_name(lesson: str) -> str:
-    """``course_grading.judge.items.lesson_01`` for ``01_tokens_and_attention_memory``."""
+    """The module holding a lesson's trusted checks.
+
+    Args:
+        lesson: the lesson's folder name (``"01_tokens_and_attention_memory"``).
+
+    Returns:
+        ``course_grading.judge.items.lesson_01``: ``lesson_`` and the lesson's number.
+    """
     return f"{PACKAGE}.lesson_{lesson.split('_', 1)[0]}"
 
 
 def items_of(lesson: str) -> dict[str, Item]:
-    """The registered items of ``lesson``; a ``GradingError`` when it has no module."""
+    """The registered items of ``lesson``.
+
+    Args:
+        lesson: the lesson's folder name.
+
+    Returns:
+        Test-cell grade id -> its :class:`Item`, as the lesson's module registered them.
+
+    Raises:
+        GradingError: the lesson has no module of checks, or its module registers another
+            lesson's.
+        ModuleNotFoundError: the lesson's module exists but imports one that does not.
+    """
     try:
         module = importlib.import_module(module_name(lesson))
     except ModuleNotFoundError as err:

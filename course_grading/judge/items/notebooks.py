@@ -19,13 +19,28 @@ _BEGIN, _END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 
 
 def is_test_cell(cell: nbformat.NotebookNode) -> bool:
-    """An autograded test cell: graded, not an answer, code."""
+    """Whether ``cell`` is an autograded test cell: graded, not an answer, code.
+
+    Args:
+        cell: a notebook cell.
+
+    Returns:
+        True for a code cell whose nbgrader metadata has ``grade`` and not ``solution``.
+    """
     meta = cell.get("metadata", {}).get("nbgrader", {})
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 def hidden_region(source: str) -> str | None:
-    """The text between the hidden-test delimiters, or ``None`` without a region."""
+    """The text between the hidden-test delimiters.
+
+    Args:
+        source: a test cell's source.
+
+    Returns:
+        The lines after ``BEGIN HIDDEN TESTS`` up to ``END HIDDEN TESTS`` (or the end, when it is
+        not closed), or ``None`` without a region.
+    """
     lines = source.split("\n")
     begin = next((i for i, line in enumerate(lines) if _BEGIN in line), None)
     if begin is None:
@@ -35,7 +50,15 @@ def hidden_region(source: str) -> str | None:
 
 
 def strip_hidden(source: str) -> str:
-    """``source`` without its hidden-test regions (an unclosed one runs to the end)."""
+    """``source`` without its hidden-test regions (an unclosed one runs to the end).
+
+    Args:
+        source: a cell's source.
+
+    Returns:
+        The source with every delimited region and its delimiters removed, trailing newlines
+        dropped.
+    """
     kept, hiding = [], False
     for line in source.split("\n"):
         if _BEGIN in line:
@@ -48,7 +71,14 @@ def strip_hidden(source: str) -> str:
 
 
 def strip_hidden_tests(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of ``nb`` whose test cells hold no hidden region: what a kernel may receive."""
+    """A copy of ``nb`` whose test cells hold no hidden region: what a kernel may receive.
+
+    Args:
+        nb: a notebook; it is left unchanged.
+
+    Returns:
+        A deep copy with :func:`strip_hidden` applied to every test cell.
+    """
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))
     for cell in nb.cells:
         if is_test_cell(cell):
@@ -57,9 +87,18 @@ def strip_hidden_tests(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def declaration_of(source: str) -> dict | None:
-    """The declaration in a test cell's hidden region; ``None`` without one.
+    """The declaration in a test cell's hidden region.
 
-    Raises ``ValueError`` (with the reason) for a malformed one.
+    Args:
+        source: the test cell's source.
+
+    Returns:
+        The declared JSON object (``{"check": ..., "answer": ..., "values": [...]}``), or
+        ``None`` when the cell has no hidden region.
+
+    Raises:
+        ValueError: the region holds code, no declaration or more than one, or one that is not
+            a JSON object (the message says which).
     """
     region = hidden_region(source)
     if region is None:
@@ -84,7 +123,15 @@ def declaration_of(source: str) -> dict | None:
 
 
 def declarations(nb: nbformat.NotebookNode) -> dict[str, tuple[dict | None, float]]:
-    """Test-cell grade id -> (its declaration or ``None``, its points), for every test cell."""
+    """Every test cell's declaration and points.
+
+    Args:
+        nb: a lesson's source notebook.
+
+    Returns:
+        Test-cell grade id -> (its declaration, ``None`` without one or ``{"malformed": why}``
+        for a broken one; its nbgrader points).
+    """
     found = {}
     for cell in nb.cells:
         if is_test_cell(cell):
@@ -98,7 +145,16 @@ def declarations(nb: nbformat.NotebookNode) -> dict[str, tuple[dict | None, floa
 
 
 def problems(lesson: str, nb: nbformat.NotebookNode) -> list[str]:
-    """How the declarations in ``nb`` (a lesson's source notebook) disagree with the registry."""
+    """How the declarations in a lesson's source notebook disagree with the registry.
+
+    Args:
+        lesson: the lesson's folder name.
+        nb: its source notebook (``solutions/``).
+
+    Returns:
+        One line per mismatch (a test cell without a declaration or check, a check without a
+        test cell, other names or points, a missing answer cell); empty when they agree.
+    """
     try:
         items = items_of(lesson)
     except GradingError as err:
@@ -136,7 +192,18 @@ def problems(lesson: str, nb: nbformat.NotebookNode) -> list[str]:
 
 
 def check_notebook(lesson: str, nb: nbformat.NotebookNode) -> dict[str, Item]:
-    """The items of ``lesson``; a ``GradingError`` listing every mismatch with ``nb``."""
+    """The items of ``lesson``, once its source notebook agrees with them.
+
+    Args:
+        lesson: the lesson's folder name.
+        nb: its source notebook.
+
+    Returns:
+        Test-cell grade id -> :class:`Item` (:func:`items_of`).
+
+    Raises:
+        GradingError: listing every mismatch :func:`problems` finds.
+    """
     found = problems(lesson, nb)
     if found:
         raise GradingError(

@@ -153,7 +153,16 @@ def _decide(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path) -> Gr
 def solution_calls(run: GradingRun, lessons: list[str]) -> dict[tuple[str, str], float]:
     """The CPU seconds of each graded function's slowest call in its lesson's solution, measured
     here, in this run, with the same sandbox: what each student's calls are limited from
-    (``FunctionSandbox.solution_cpu``, ``functions.call_limit``)."""
+    (``FunctionSandbox.solution_cpu``, ``functions.call_limit``).
+
+    Args:
+        run: the run's settings (its function sandbox, its ``--jobs`` threads).
+        lessons: the lessons graded in this run.
+
+    Returns:
+        ``(lesson, grade_id)`` -> CPU seconds of the slowest call of that item's function in the
+        lesson's solution (0.0 when none of its calls reported a time).
+    """
     work: list[tuple[trusted.Item, str]] = []
     for lesson in lessons:
         nb = nbformat.read(str(run.work.source_notebook(lesson)), as_version=4)
@@ -271,8 +280,22 @@ def autograde(
 ) -> None:
     """Grade every submission in ``subs`` (staged in ``submitted/``); mark each graded or why not.
 
-    ``hidden`` are folders the sandbox check makes sure the kernels cannot see; ``bwrap`` is
-    ``sandbox.check_available()``'s answer (``None`` with ``--no-sandbox``).
+    Each lesson's solution runs first in the run's slots (its notebook's time sets the lesson's
+    budget, its graded functions' calls the call limits); each submission then runs in a slot,
+    its items decided there, and is recorded as it ends. The scores are read back from the
+    gradebook at the end.
+
+    Args:
+        work: the work course the submissions are staged in.
+        subs: the submissions, in order; each is marked graded, or flagged with why not.
+        specs: each lesson's spec, by lesson.
+        options: the run's options.
+        hidden: folders the sandbox check makes sure the kernels cannot see.
+        bwrap: ``sandbox.check_available()``'s answer (``None`` with ``--no-sandbox``).
+
+    Raises:
+        GradingError: graded functions cannot run in the sandbox, or a sandbox does not hold
+            (the run stops).
     """
     functions = FunctionSandbox.default(sandboxed=bwrap is not None, limits=options.limits)
     run = GradingRun(

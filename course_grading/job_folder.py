@@ -24,8 +24,15 @@ from course_grading.sandbox.jobs import JobSpec
 
 
 def stage_folder(bases: list[Path], stage: Path) -> None:
-    """The student's folder as their kernel may see it: each of ``bases``' files in turn (the
-    lesson's, then theirs), every notebook without hidden-test regions."""
+    """The student's folder as their kernel may see it.
+
+    Args:
+        bases: the folders whose files are copied, each in turn (the lesson's, then the
+            student's or the solution's); a later one's file replaces an earlier one's. Links,
+            ignored files and notebooks that cannot be read are left out; every notebook loses
+            its hidden-test regions.
+        stage: the folder written (made as needed).
+    """
     for base in bases:
         for path in sorted(base.rglob("*")) if base.is_dir() else []:
             rel = path.relative_to(base)

@@ -56,7 +56,8 @@ def write_job(job: Path, runnable: NotebookNode, bases: list[Path]) -> None:
     ``runtime/``, and ``in.ipynb``, the notebook the worker runs.
 
     Args:
-        job: the job's folder, made here (its parent must exist, it must not).
+        job: the job's folder, made here if needed; its ``stage/`` and ``runtime/`` must not
+            exist yet.
         runnable: the notebook as the kernel may receive it (no hidden-test region).
         bases: the folders whose files the kernel sees, in turn (the lesson's, then the
             student's or the solution's).

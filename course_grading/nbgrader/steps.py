@@ -34,6 +34,7 @@ from course_grading.judge import items
 from course_grading.judge.verdicts import payload_of
 from course_grading.nbgrader.course import course_directory, lesson_paths
 from course_grading.sandbox import bwrap as sandbox
+from course_grading.sandbox.bwrap import Limits
 from course_grading.sandbox.jobs import WORKER_GRACE, JobSpec, Outcome
 
 
@@ -55,13 +56,13 @@ class SandboxedExecute(Execute):
         limit = self.timeout_func(cell) if self.timeout_func is not None else self.timeout
         return int(limit) if limit is not None else 1800
 
-    def _limits(self) -> sandbox.Limits:
+    def _limits(self) -> Limits:
         """The sandbox's limits from this step's settings.
 
         nbgrader autogrades one submission at a time: its kernel may use every core, as
         ``python -m course_grading --jobs 1`` gives it (the sandbox's default is one thread).
         """
-        return sandbox.Limits(
+        return Limits(
             memory_bytes=int(self.memory_gib * 2**30),
             processes=self.max_processes,
             threads=os.cpu_count() or 1,

@@ -39,9 +39,17 @@ class BudgetOptions(Protocol):
     """What a budget is made of: the run's options (``grading_run.Options``, which imports this
     module, so it is named by what it has)."""
 
-    budget_factor: float  # the budget in multiples of the solution's seconds
-    notebook_floor: int  # the least budget, in seconds
-    notebook_timeout: int  # the most, in seconds
+    @property
+    def budget_factor(self) -> float:
+        """The budget in multiples of the solution's wall-clock seconds."""
+
+    @property
+    def notebook_floor(self) -> int:
+        """The least budget, in seconds."""
+
+    @property
+    def notebook_timeout(self) -> int:
+        """The most, in seconds."""
 
 
 def budget_of(outcome: Outcome | None, factor: float, floor: int, cap: int) -> Budget:

@@ -2,14 +2,16 @@
 
 Per submission: the grader records it and prepares its notebook with nbgrader's own steps
 (``gradebook.sanitize``), reads the student's code for what deserves a look (``cheats.scan``:
-flags only), removes every hidden-test region, and hands a job to a worker (``jobs.py``) that
-runs the notebook in a sandboxed kernel (``execute.py``, ``sandbox.py``) and takes the lesson's
-declared values out of it as plain data (``evidence.py``). Each lesson's solution notebook runs
-first, in the same sandbox, to set the lesson's time budget (``budgets.py``). As each job ends,
-the grader decides
-every item with the trusted checks and records the grades (``gradebook.record``,
-``verdicts.py``): no grade comes from the kernel's cell status. One notebook that crashes,
-hangs or misbehaves costs only its own grade. A sandbox that does not hold stops the whole run.
+flags only), removes every hidden-test region, writes its job (``job_folder.py``) and hands it
+to a worker (``jobs.py``) that runs the notebook in a sandboxed kernel (``execute.py``,
+``bwrap.py``) and takes the lesson's declared values out of it as plain data
+(``evidence.py``). Each lesson's solution notebook runs first, in the same sandbox, to set the
+lesson's time budget (``budgets.py``) and its graded functions' call limits. As each job ends,
+the grader decides every item with the trusted checks and records the grades
+(``gradebook.record``, ``verdicts.py``): no grade comes from the kernel's cell status. One
+notebook that crashes, hangs or misbehaves costs only its own grade. A sandbox that does not
+hold stops the whole run. The run's settings (``Options``, ``GradingRun``) are in
+``grading_run.py``.
 """
 
 from __future__ import annotations
@@ -18,45 +20,30 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
 from course_grading.errors import GradingError
+from course_grading.grading_run import GradingRun, Options
+from course_grading.job_folder import job_spec, solution_job, write_job
 from course_grading.judge import items as trusted
 from course_grading.judge.functions import FunctionSandbox
-from course_grading.judge.items import is_test_cell, items_of, strip_hidden, strip_hidden_tests
+from course_grading.judge.items import is_test_cell, items_of, strip_hidden_tests
 from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.verdicts import Graded, grade_submission, payload_of
 from course_grading.nbgrader import gradebook
-from course_grading.nbgrader.course import WorkCourse, ignored
+from course_grading.nbgrader.course import WorkCourse
 from course_grading.review.cheats import scan
 from course_grading.review.inspection import review_autograded
-from course_grading.sandbox.budgets import CellTimeouts, give, measure
-from course_grading.sandbox.bwrap import Limits
+from course_grading.sandbox.budgets import Budget, give, measure
 from course_grading.sandbox.jobs import JobSpec, Outcome, held_slots, run_jobs
 from course_grading.submissions import Submission
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to run the students' notebooks."""
-
-    cell_timeout: int = 60  # seconds of CPU time per cell of student code
-    lesson_timeout: int = 600  # seconds of CPU time per cell of the lesson's own code
-    wall_factor: float = 4.0  # a cell's wall-clock backstop: this times its CPU limit
-    budget_factor: float = 5.0  # a notebook's budget: this times its solution's own time...
-    notebook_floor: int = 120  # ...but at least this many seconds (kernel start included)...
-    notebook_timeout: int = 1800  # ...and at most this many (the solution's own limit too)
-    jobs: int = 1  # notebooks run at once
-    sandbox: bool = True
-    limits: Limits = field(default_factory=Limits)
-    secret: bytes | None = field(default=None, repr=False)  # the course secret (judge/secret.py)
-
 
 # --- one submission -------------------------------------------------------------------------
 
@@ -71,54 +58,6 @@ def _flag_findings(sub: Submission, nb: NotebookNode, spec: LessonSpec, sandboxe
         else:
             kept = "; the sandbox confined it" if sandboxed else ""
             sub.flag(f"{where} {found.what}{kept}")
-
-
-def stage_folder(bases: list[Path], stage: Path) -> None:
-    """The student's folder as their kernel may see it: each of ``bases``' files in turn (the
-    lesson's, then theirs), every notebook without hidden-test regions."""
-    for base in bases:
-        for path in sorted(base.rglob("*")) if base.is_dir() else []:
-            rel = path.relative_to(base)
-            if not path.is_file() or path.is_symlink() or ignored(rel):
-                continue
-            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-            if path.suffix == ".ipynb":
-                try:
-                    nb = nbformat.read(str(path), as_version=4)
-                except Exception:  # noqa: BLE001 (not a notebook: it is not staged)
-                    continue
-                for cell in nb.cells:
-                    cell.source = strip_hidden(cell.source)
-                nbformat.write(nb, str(stage / rel))
-            else:
-                shutil.copyfile(path, stage / rel)
-
-
-@dataclass(frozen=True)
-class GradingRun:
-    """One run's settings, handed to every step of it (in place of a list of arguments).
-
-    Attributes:
-        work: the work course the run grades in.
-        options: the run's options.
-        config: nbgrader's configuration of the work course (``gradebook.load_config``).
-        hidden: folders the sandbox check makes sure no kernel can see.
-        bwrap: the bubblewrap binary (``None``: ``--no-sandbox``).
-        functions: how graded functions run (``judge.functions.FunctionSandbox``).
-    """
-
-    work: WorkCourse
-    options: Options
-    config: object
-    hidden: tuple[str, ...]
-    bwrap: str | None
-    functions: FunctionSandbox
-
-    @property
-    def timeouts(self) -> CellTimeouts:
-        """The per-cell limits: one for student code, one for the lesson's."""
-        options = self.options
-        return CellTimeouts(self.work.root, options.cell_timeout, options.lesson_timeout)
 
 
 def _prepare(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path):
@@ -143,11 +82,8 @@ def _prepare(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path):
     except Exception as err:  # nbgrader's own checks (metadata, gradebook) refused it
         sub.flag(f"could not grade it: {type(err).__name__}: {err}", gradable=False)
         return None
-    for folder in ("stage", "runtime"):
-        (job / folder).mkdir(parents=True)
     runnable = strip_hidden_tests(nb)  # not even a declaration enters the kernel
-    nbformat.write(runnable, str(job / "in.ipynb"))
-    stage_folder([work.release / sub.lesson, gradebook.submitted_folder(work, sub)], job / "stage")
+    write_job(job, runnable, [work.release / sub.lesson, gradebook.submitted_folder(work, sub)])
     size = sum(path.stat().st_size for path in (job / "stage").rglob("*") if path.is_file())
     if size > options.limits.tmpfs_bytes // 2:  # it must fit in the sandbox's home, with room
         room = options.limits.tmpfs_bytes / 2**20
@@ -155,58 +91,8 @@ def _prepare(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path):
         sub.flag(message, gradable=False)
         return None
     values = sorted({n for item in items_of(sub.lesson).values() for n in item.values})
-    job_spec = _job_spec(run, sub.lesson, runnable, job, values)
-    return job_spec, {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
-
-
-def _job_spec(
-    run: GradingRun, lesson: str, runnable: NotebookNode, job: Path,
-    values: list[str] | None = None,
-) -> JobSpec:  # fmt: skip
-    """The spec of a job running ``runnable`` (written to ``job/in.ipynb``) in ``run``.
-
-    Args:
-        run: the run's settings.
-        lesson: the lesson the notebook is of.
-        runnable: the notebook as the kernel gets it (hidden tests removed).
-        job: the job folder.
-        values: the names taken out after its last cell.
-
-    Returns:
-        The job's spec, its time budget still to set.
-    """
-    options, limits = run.options, run.timeouts
-    return JobSpec(
-        lesson=lesson,
-        sandbox=options.sandbox,
-        bwrap=run.bwrap,
-        limits=options.limits.as_dict(),
-        cell_timeouts=[limits(cell) for cell in runnable.cells],
-        notebook_timeout=options.notebook_timeout,
-        hidden=[str(job / "in.ipynb"), *run.hidden],
-        values=values or [],
-        wall_factor=options.wall_factor,
-    )
-
-
-def solution_job(run: GradingRun, lesson: str, job: Path) -> JobSpec:
-    """The job that runs ``lesson``'s solution notebook, to measure it (``budgets.py``).
-
-    Args:
-        run: the run's settings.
-        lesson: the lesson.
-        job: the job folder (made here).
-
-    Returns:
-        The job's spec.
-    """
-    work = run.work
-    for folder in ("stage", "runtime"):
-        (job / folder).mkdir(parents=True)
-    runnable = strip_hidden_tests(nbformat.read(str(work.source_notebook(lesson)), as_version=4))
-    nbformat.write(runnable, str(job / "in.ipynb"))
-    stage_folder([work.release / lesson, work.source / lesson], job / "stage")
-    return _job_spec(run, lesson, runnable, job)
+    spec_of_job = job_spec(run, sub.lesson, runnable, job, values)
+    return spec_of_job, {i: c.source for i, c in enumerate(nb.cells) if is_test_cell(c)}
 
 
 def _plain(outcome: Outcome) -> str:
@@ -267,7 +153,16 @@ def _decide(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path) -> Gr
 def solution_calls(run: GradingRun, lessons: list[str]) -> dict[tuple[str, str], float]:
     """The CPU seconds of each graded function's slowest call in its lesson's solution, measured
     here, in this run, with the same sandbox: what each student's calls are limited from
-    (``FunctionSandbox.solution_cpu``, ``functions.call_limit``)."""
+    (``FunctionSandbox.solution_cpu``, ``functions.call_limit``).
+
+    Args:
+        run: the run's settings (its function sandbox, its ``--jobs`` threads).
+        lessons: the lessons graded in this run.
+
+    Returns:
+        ``(lesson, grade_id)`` -> CPU seconds of the slowest call of that item's function in the
+        lesson's solution (0.0 when none of its calls reported a time).
+    """
     work: list[tuple[trusted.Item, str]] = []
     for lesson in lessons:
         nb = nbformat.read(str(run.work.source_notebook(lesson)), as_version=4)
@@ -336,6 +231,31 @@ def _record(
         sub.flag(f"printed more than {mib:g} MiB; the output of cell(s) {cells} was cut")
 
 
+def _jobs(
+    run: GradingRun, subs: list[Submission], specs: dict[str, LessonSpec],
+    budgets: dict[str, Budget], folder: Path,
+) -> Iterator[tuple[tuple[Submission, Path, dict[int, str]], Path, JobSpec]]:  # fmt: skip
+    """Each gradable submission's job, prepared when a slot asks for it (``run_jobs``).
+
+    Args:
+        run: the run's settings.
+        subs: the submissions, in order; the ones not gradable are flagged and left out.
+        specs: each lesson's spec, by lesson name.
+        budgets: each lesson's notebook budget, measured on its solution (``budgets.measure``).
+        folder: the run's private folder; job ``n`` is its subfolder ``n``.
+
+    Yields:
+        ``((submission, job folder, test cells' sources), job folder, job spec)``.
+    """
+    for number, sub in enumerate(subs):
+        job = folder / str(number)
+        if (prepared := _prepare(run, sub, specs[sub.lesson], job)) is not None:
+            spec, tests = prepared
+            if problem := give(spec, budgets[sub.lesson]):
+                sub.flag(problem)
+            yield (sub, job, tests), job, spec
+
+
 @contextmanager
 def _nbgrader_log(work: WorkCourse):
     """Send what nbgrader's preprocessors log (checksum warnings...) to ``nbgrader.log``."""
@@ -360,8 +280,22 @@ def autograde(
 ) -> None:
     """Grade every submission in ``subs`` (staged in ``submitted/``); mark each graded or why not.
 
-    ``hidden`` are folders the sandbox check makes sure the kernels cannot see; ``bwrap`` is
-    ``sandbox.check_available()``'s answer (``None`` with ``--no-sandbox``).
+    Each lesson's solution runs first in the run's slots (its notebook's time sets the lesson's
+    budget, its graded functions' calls the call limits); each submission then runs in a slot,
+    its items decided there, and is recorded as it ends. The scores are read back from the
+    gradebook at the end.
+
+    Args:
+        work: the work course the submissions are staged in.
+        subs: the submissions, in order; each is marked graded, or flagged with why not.
+        specs: each lesson's spec, by lesson.
+        options: the run's options.
+        hidden: folders the sandbox check makes sure the kernels cannot see.
+        bwrap: ``sandbox.check_available()``'s answer (``None`` with ``--no-sandbox``).
+
+    Raises:
+        GradingError: graded functions cannot run in the sandbox, or a sandbox does not hold
+            (the run stops).
     """
     functions = FunctionSandbox.default(sandboxed=bwrap is not None, limits=options.limits)
     run = GradingRun(
@@ -392,15 +326,6 @@ def autograde(
                 except BaseException as err:  # noqa: BLE001 (raised again in done)
                     decided[job] = err
 
-        def jobs():
-            for number, sub in enumerate(subs):
-                job = Path(tmp) / str(number)
-                if (prepared := _prepare(run, sub, specs[sub.lesson], job)) is not None:
-                    spec, tests = prepared
-                    if problem := give(spec, budgets[sub.lesson]):
-                        sub.flag(problem)
-                    yield (sub, job, tests), job, spec
-
         def done(key, outcome: Outcome) -> None:
             sub, job, tests = key
             try:
@@ -412,5 +337,5 @@ def autograde(
                 sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
             shutil.rmtree(job, ignore_errors=True)
 
-        run_jobs(jobs(), workers, done, work.root, then)
+        run_jobs(_jobs(run, subs, specs, budgets, Path(tmp)), workers, done, work.root, then)
     gradebook.read_scores(work, subs, specs)

@@ -96,7 +96,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command's options (``--help`` needs nothing beyond the base install)."""
+    """The command's options (``--help`` needs nothing beyond the base install).
+
+    Returns:
+        The parser of ``python -m course_grading SUBMISSIONS [options]``.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m course_grading",
         description="Autograde student submissions with nbgrader in a private workspace, each "
@@ -143,7 +147,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from(args: argparse.Namespace) -> Options:
-    """The run's options from parsed arguments; one line and exit 2 on a bad value."""
+    """The run's options from parsed arguments.
+
+    Args:
+        args: the parsed command line (:func:`build_parser`).
+
+    Returns:
+        The options: limits in bytes from the flags' GiB and MiB, each sandbox's threads the
+        machine's cores shared by ``--jobs``, the course secret read.
+
+    Raises:
+        GradingError: ``--jobs`` outside 1 to ``MAX_SLOTS - 1``, ``--notebook-floor`` outside 1
+            to ``--notebook-timeout``, or a secret file that cannot be used (the command says
+            it in one line and exits 2).
+    """
     if not 1 <= args.jobs <= MAX_SLOTS - 1:  # the last slot's uid runs graded functions
         raise GradingError(f"--jobs {args.jobs}: give 1 to {MAX_SLOTS - 1}")
     cores = os.cpu_count() or 1
@@ -174,7 +191,18 @@ def options_from(args: argparse.Namespace) -> Options:
 
 def digest_main(argv: list[str]) -> int:
     """``digest NAME VALUE [--sig N]``: the digest a visible test checks an answer against;
-    ``digest --item LESSON TEST_ID``: the memory-hard digest of an item's registration."""
+    ``digest --item LESSON TEST_ID``: the memory-hard digest of an item's registration.
+
+    Args:
+        argv: the arguments after ``digest``.
+
+    Returns:
+        0, once the digest is printed.
+
+    Raises:
+        GradingError: the value cannot be digested, or (``--item``) the lesson or item is
+            unknown or declares no visible digest.
+    """
     from course_lib.answers import digest
 
     if argv[:1] == ["--item"]:
@@ -200,7 +228,17 @@ def digest_main(argv: list[str]) -> int:
 
 
 def secret_main(argv: list[str]) -> int:
-    """``secret PATH``: write a new course secret to ``PATH`` (mode 600; never overwritten)."""
+    """``secret PATH``: write a new course secret to ``PATH`` (mode 600; never overwritten).
+
+    Args:
+        argv: the arguments after ``secret``.
+
+    Returns:
+        0, once the secret is written.
+
+    Raises:
+        GradingError: ``PATH`` exists already.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m course_grading secret",
         description="Make a course secret: hidden inputs drawn with it follow from no public "
@@ -241,8 +279,15 @@ def _item_digest(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line entry point; 0 when the run finished (problems are in the report), 2 with
-    one line on stderr when it could not (a ``GradingError``)."""
+    """Command line entry point.
+
+    Args:
+        argv: the arguments; ``None``: ``sys.argv[1:]``.
+
+    Returns:
+        0 when the run finished (problems are in the report), 2 with one line on stderr when it
+        could not (a ``GradingError``).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] == ["digest"]:

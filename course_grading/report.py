@@ -63,7 +63,12 @@ class Row:
     sandbox: str = "bubblewrap"
 
     def csv_cells(self) -> dict[str, str]:
-        """The row as CSV cells (text made safe, see the module docstring)."""
+        """The row as CSV cells (text made safe, see the module docstring).
+
+        Returns:
+            Field name -> cell: numbers as ``%g``, tuples joined with ``"; "``, text on one line
+            and never read as a formula.
+        """
         cells = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -80,19 +85,41 @@ REPORT_FIELDS = [f.name for f in fields(Row)]
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line: every control character (newlines included) becomes a space."""
+    """``text`` on one line: every control character (newlines included) becomes a space.
+
+    Args:
+        text: any text (a student's name, a reason); other values are turned into text.
+
+    Returns:
+        The text, every unprintable character a space.
+    """
     return "".join(ch if ch.isprintable() else " " for ch in str(text))
 
 
 def csv_text(text: str) -> str:
-    """A CSV cell no spreadsheet runs as a formula, on one line."""
+    """A CSV cell no spreadsheet runs as a formula, on one line.
+
+    Args:
+        text: the cell's text.
+
+    Returns:
+        :func:`one_line` of it, with a leading ``'`` when it starts like a formula (``=``,
+        ``+``, ``-``, ``@``, a tab or a carriage return).
+    """
     text = one_line(text)
     return "'" + text if text.startswith(_FORMULA) else text
 
 
 def markdown_text(text: str) -> str:
-    """Text for a Markdown table cell: one line, its meaningful punctuation escaped, so
-    nothing of it is a link, an image, HTML or a cell break (module docstring)."""
+    """Text for a Markdown table cell: one line, its meaningful punctuation escaped, so nothing of
+    it is a link, an image, HTML or a cell break (module docstring).
+
+    Args:
+        text: the cell's text.
+
+    Returns:
+        The escaped text.
+    """
     return _PUNCTUATION.sub(r"\\\1", one_line(text))
 
 
@@ -127,8 +154,18 @@ def rows_of(
     *,
     sandboxed: bool = True,
 ) -> list[Row]:
-    """The report's rows: every submission in order, then every entry not graded (status
-    ``unrecognised``, with its reason)."""
+    """The report's rows: every submission in order, then every entry not graded.
+
+    Args:
+        subs: the graded submissions, in report order.
+        specs: each lesson's spec, by lesson (its maximum when nbgrader never graded a row).
+        skipped: the files that were not understood as submissions, with why.
+        sandboxed: whether student code ran in bubblewrap (the rows' ``sandbox`` column).
+
+    Returns:
+        One row per submission, then one ``unrecognised`` row per skipped entry, each with its
+        reason.
+    """
     sandbox = "bubblewrap" if sandboxed else "none (--no-sandbox)"
     rows = [_row(sub, specs.get(sub.lesson), sandbox) for sub in subs]
     rows += [
@@ -220,10 +257,15 @@ def write_reports(
 ) -> None:
     """Write ``report.csv``, ``scores.csv`` and ``report.md`` from ``rows``.
 
-    ``sandboxed=False`` (``--no-sandbox``) puts a warning at the top of ``report.md``;
-    ``practice=True`` (no course secret) makes its first line say that hidden inputs follow
-    from public files; ``copies`` (``review/copies.py``) adds a section listing each pair and
-    ``copies.md`` with their matching lines side by side.
+    Args:
+        out: the workspace folder the files are written to.
+        rows: the report's rows (:func:`rows_of`).
+        sandboxed: False (``--no-sandbox``) puts a warning at the top of ``report.md``.
+        practice: True (no course secret) makes its first line say that hidden inputs follow
+            from public files.
+        copies: pairs of graded functions found elsewhere (``review/copies.py``): a section
+            listing each in ``report.md``, and ``copies.md`` with their matching lines side
+            by side.
     """
     with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, REPORT_FIELDS)

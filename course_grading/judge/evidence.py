@@ -21,8 +21,12 @@ import base64
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from course_grading.judge import plain
+
+if TYPE_CHECKING:
+    from nbclient import NotebookClient
 
 ENCODER = Path(__file__).resolve().parents[1] / "sandbox" / "inside" / "encode.py"
 REPLY_BYTES = plain.MAX_BYTES  # the largest answer kept
@@ -43,8 +47,20 @@ def _shapes_take(names):
 """
 
 
-async def take_values(client, names: list[str], path: Path) -> None:
-    """Ask ``client``'s kernel for ``names`` (module docstring); write ``path``."""
+async def take_values(client: NotebookClient, names: list[str], path: Path) -> None:
+    """Ask ``client``'s kernel for ``names`` (module docstring); write ``path``.
+
+    Args:
+        client: the notebook's client, its kernel still running after the last cell.
+        names: the lesson's declared value names.
+        path: the job's ``values.json``: ``{"values": {name: encoded}}``, or ``{"error":
+            why}``.
+
+    Raises:
+        ValueError: raised and caught here when the kernel's expression fails; like every other
+            failure of the student's kernel, it is written to ``path`` as ``{"error": why}`` and
+            nothing escapes.
+    """
     code = ENCODER.read_text(encoding="utf-8") + _TAKE
     try:
         msg_id = client.kc.execute(
@@ -68,6 +84,12 @@ async def take_values(client, names: list[str], path: Path) -> None:
 def reply_json(text: object) -> bytes:
     """The JSON bytes in a kernel's ``text/plain`` reply (module docstring), checked by
     ``plain.parse`` to be ``{"values": {...}}`` within the bounds.
+
+    Args:
+        text: the reply's ``text/plain``: the repr of a base64 ``str``.
+
+    Returns:
+        The decoded JSON bytes, to be written as ``values.json``.
 
     Raises:
         plain.NotPlain: the reply is not the quoted base64 of such JSON.

@@ -63,6 +63,10 @@ class Tensor:
     def nested(self) -> list:
         """The values as nested lists of the tensor's shape.
 
+        Returns:
+            ``data`` as lists ``shape[0]`` long, each of ``shape[1]``, ..., with the values at the
+            bottom (the one value of a 0-d tensor).
+
         Raises:
             NotPlain: the shape does not hold the data, or would build more lists than
                 ``MAX_ITEMS`` (``(2**62, 1, 0)`` holds no value but 2**62 lists).
@@ -261,7 +265,20 @@ def parse(data: str | bytes) -> object:
 
 
 def decode(data: object, *, tensors: bool = False) -> object:
-    """The plain value encoded in ``data`` (module docstring), or :class:`NotPlain`."""
+    """The plain value encoded in ``data`` (module docstring).
+
+    Args:
+        data: JSON data as :func:`parse` returns it, in ``encode.py``'s tagged form.
+        tensors: accept tagged tensors (a :class:`Tensor`); False: a tensor is not plain.
+
+    Returns:
+        The value: ``None``, ``bool``, ``int``, ``float``, ``str``, ``Fraction``, ``Decimal``,
+        containers of them, or a ``Tensor`` where allowed.
+
+    Raises:
+        NotPlain: a type, tag, size or depth outside the bounds, with a reason a student can
+            read.
+    """
     try:
         return _Decoder(tensors).decode(data)
     except RecursionError:
@@ -271,6 +288,13 @@ def decode(data: object, *, tensors: bool = False) -> object:
 def load(data: str | bytes, *, tensors: bool = False) -> object:
     """:func:`parse` then :func:`decode`: the plain value in a student process's bytes.
 
+    Args:
+        data: the bytes (or text) a student process wrote.
+        tensors: accept tagged tensors (:func:`decode`).
+
+    Returns:
+        The decoded plain value.
+
     Raises:
         NotPlain: the bytes are not a plain value within the bounds (module docstring).
     """
@@ -278,7 +302,19 @@ def load(data: str | bytes, *, tensors: bool = False) -> object:
 
 
 def encode(value: object) -> object:
-    """A plain value (as :func:`decode` returns) as data, for requests to a sandbox."""
+    """A plain value (as :func:`decode` returns) as data, for requests to a sandbox.
+
+    Args:
+        value: a plain value of exact type: ``None``, ``bool``, ``int``, ``float``, ``str``,
+            ``Fraction``, ``Decimal``, or a list, tuple, set, frozenset or dict of them.
+
+    Returns:
+        JSON-able data in ``encode.py``'s tagged form (``{"tuple": [...]}``, ``{"float":
+        "nan"}``), which :func:`decode` reads back to an equal value.
+
+    Raises:
+        TypeError: a value of another type (a subclass included).
+    """
     kind = type(value)
     if value is None or kind in (bool, int, str):
         return value
@@ -297,7 +333,16 @@ def encode(value: object) -> object:
 
 
 def describe(value: object, limit: int = 60) -> str:
-    """A short, safe rendering of a student's plain value for a message (``16.04``, ``'B'``)."""
+    """A short, safe rendering of a student's plain value for a message (``16.04``, ``'B'``).
+
+    Args:
+        value: a plain value (anything has a rendering; a float is shown to 6 significant
+            figures).
+        limit: the most characters shown; a longer rendering is cut and ends with ``…``.
+
+    Returns:
+        The rendering, every unprintable character replaced by ``?``.
+    """
     if type(value) in (Fraction, Decimal):
         text = str(value)
     elif isinstance(value, float):

@@ -37,7 +37,14 @@ PRACTICE = (
 
 
 def answer_digest(source: str | None) -> str:
-    """SHA-256 of the answer cell's source as submitted (``""`` when there is no such cell)."""
+    """SHA-256 of the answer cell's source as submitted.
+
+    Args:
+        source: the answer cell's source; ``None`` when the notebook has no such cell.
+
+    Returns:
+        The digest in hex (that of ``""`` when there is no cell).
+    """
     return hashlib.sha256((source or "").encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -63,7 +70,13 @@ def seed(secret: bytes | None, lesson: str, grade_id: str, student: str, answer:
 
 
 def load(path: str | os.PathLike | None) -> bytes | None:
-    """The secret in ``path`` (surrounding whitespace dropped); ``None`` when ``path`` is.
+    """The secret in ``path`` (surrounding whitespace dropped).
+
+    Args:
+        path: the secret's file (``--secret-file``); ``None``: no secret.
+
+    Returns:
+        The secret's bytes, or ``None`` when ``path`` is.
 
     Raises:
         GradingError: the file cannot be read, is shorter than ``MIN_BYTES``, or others can
@@ -91,12 +104,25 @@ def load(path: str | os.PathLike | None) -> bytes | None:
 
 
 def from_environment() -> bytes | None:
-    """The secret named by ``SHAPES_COURSE_SECRET_FILE``, or ``None`` when it is unset."""
+    """The secret named by ``SHAPES_COURSE_SECRET_FILE``.
+
+    Returns:
+        The secret's bytes, or ``None`` when the variable is unset or empty.
+
+    Raises:
+        GradingError: as :func:`load`, for the file it names.
+    """
     return load(os.environ.get(ENVIRONMENT) or None)
 
 
 def create(path: str | os.PathLike) -> Path:
     """Write a new 32-byte secret (hex) to ``path``, readable by its owner only.
+
+    Args:
+        path: where to write it; its folder is made if needed.
+
+    Returns:
+        The file written (mode 600).
 
     Raises:
         GradingError: ``path`` exists already (a secret is never overwritten: the grades it

@@ -39,7 +39,14 @@ from course_grading.judge.items import Verdict
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader.course import course_directory, lesson_paths
 from course_grading.review.names import Bindings
-from course_grading.review.uses import borrowed, rebound, uses
+from course_grading.review.uses import (
+    answer_and_earlier,
+    borrowed,
+    cells_after,
+    cells_by_id,
+    rebound,
+    uses,
+)
 
 #: The first words of the output a verdict appends to its test cell.
 GRADED = "Graded outside your notebook"
@@ -58,7 +65,15 @@ class Graded:
 
 
 def taken_values(payload: dict | None) -> dict[str, object]:
-    """Name -> value (or ``plain.NotPlain``) from a ``values.json`` payload (``evidence.py``)."""
+    """The values a kernel gave, from a ``values.json`` payload (``evidence.py``).
+
+    Args:
+        payload: the payload as read (:func:`payload_of`); ``None`` or not a dict: none.
+
+    Returns:
+        Name -> its decoded plain value, or a ``plain.NotPlain`` saying why it is not; when
+        nothing could be read, ``{"*": NotPlain(why)}`` alone.
+    """
     if not isinstance(payload, dict):
         return {}
     if "error" in payload or not isinstance(payload.get("values"), dict):
@@ -73,20 +88,19 @@ def taken_values(payload: dict | None) -> dict[str, object]:
     return taken
 
 
-def _cells_by_id(nb: NotebookNode) -> dict[str, NotebookNode]:
-    """Grade id -> cell; a repeated id gives its last copy (the one nbgrader grades)."""
-    return {
-        c.metadata["nbgrader"]["grade_id"]: c
-        for c in nb.cells
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-    }
-
-
 def course_lib_review(submitted: NotebookNode, spec: LessonSpec) -> list[str]:
     """Review flags naming every use of ``course_lib`` in the student's cells (``uses.py``).
 
     The student's cells are the answer cells and the cells they added or changed; a use the
     lesson's own blank already holds is not theirs.
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson (the blank cells' sources).
+
+    Returns:
+        One flag per cell with uses (``uses course_lib in cell 4 ('q1'): ...``, at most four
+        named), in cell order.
     """
     from course_grading.review.cheats import student_cells
 
@@ -115,17 +129,30 @@ def grade_submission(
 ) -> Graded:
     """Every item of ``spec.lesson`` decided for ``submitted`` (module docstring).
 
-    ``source`` is the lesson's instructor notebook (its declarations are checked against the
-    registry first: a ``GradingError`` if they disagree); ``payload`` the values taken out of
-    the student's kernel; ``secret`` the course secret the hidden inputs are drawn with
-    (``judge/secret.py``; ``None``: practice grading).
+    Args:
+        spec: the lesson.
+        source: the lesson's instructor notebook; its declarations are checked against the
+            registry first.
+        submitted: the notebook as submitted (answer cells read from it, never from the kernel).
+        student: the student's id.
+        payload: the values taken out of the student's kernel (``values.json``).
+        sandbox: how graded functions run.
+        secret: the course secret the hidden inputs are drawn with (``judge/secret.py``);
+            ``None``: practice grading.
+
+    Returns:
+        The verdict of every item, by test-cell grade id, and the ``course_lib`` review flags.
+
+    Raises:
+        GradingError: the source notebook's declarations and the registry disagree, or graded
+            functions cannot run here.
     """
     registered = trusted.check_notebook(spec.lesson, source)
     values = taken_values(payload)
     if "*" in values:  # nothing could be read: every value reads as that reason
         values = {n: values["*"] for item in registered.values() for n in item.values}
     graded = Graded(review=course_lib_review(submitted, spec))
-    present = _cells_by_id(submitted)
+    present = cells_by_id(submitted)
     for gid, item in registered.items():
         if gid not in present:  # scored 0 (gradebook.read_scores): say that, not the check's
             graded.verdicts[gid] = Verdict(
@@ -141,62 +168,6 @@ def grade_submission(
     return graded
 
 
-def answer_and_earlier(
-    submitted: NotebookNode, spec: LessonSpec, answer_id: str
-) -> tuple[str | None, list[tuple[str, str, frozenset[str]]]]:
-    """The answer cell's source as submitted (``None``: no such code cell), and every cell of
-    the student's before it: ``(where, source, use codes its lesson blank already holds)``."""
-
-    cell = _cells_by_id(submitted).get(answer_id)
-    answer = cell.source if cell is not None and cell.cell_type == "code" else None
-    stop = _position(submitted, answer_id)
-    return answer, [entry for index, entry in _student_entries(submitted, spec) if index < stop]
-
-
-def cells_after(
-    submitted: NotebookNode, spec: LessonSpec, answer_id: str
-) -> list[tuple[str, str, frozenset[str]]]:
-    """The student's cells after the answer cell, as :func:`answer_and_earlier` gives the ones
-    before it (none when there is no such cell): where a value can be set again.
-
-    Args:
-        submitted: the notebook as submitted.
-        spec: its lesson.
-        answer_id: the answer cell's grade id.
-
-    Returns:
-        ``(where, source, use codes its lesson blank already holds)`` per cell, in order.
-    """
-    stop = _position(submitted, answer_id)
-    return [entry for index, entry in _student_entries(submitted, spec) if index > stop]
-
-
-def _position(submitted: NotebookNode, answer_id: str) -> int:
-    """The answer cell's index (its last copy); past the end when there is none."""
-    cell = _cells_by_id(submitted).get(answer_id)
-    return next((i for i, c in enumerate(submitted.cells) if c is cell), len(submitted.cells))
-
-
-def _student_entries(
-    submitted: NotebookNode, spec: LessonSpec
-) -> list[tuple[int, tuple[str, str, frozenset[str]]]]:
-    """``(index, (where, source, given))`` for every cell of the student's (``cheats``)."""
-    from course_grading.review.cheats import student_cells
-
-    lesson = Bindings.of_lesson(spec.lesson_code)
-    entries = []
-    for index, source in student_cells(submitted, spec):
-        gid = submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id")
-        given = (
-            frozenset(u.code for u in uses(spec.release_text.get(gid, ""), lesson))
-            if gid
-            else frozenset()
-        )
-        where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
-        entries.append((index, (where, source, given)))
-    return entries
-
-
 def decide(
     item: trusted.Item,
     spec: LessonSpec,
@@ -209,12 +180,27 @@ def decide(
     secret: bytes | None = None,
     later: Sequence[tuple[str, str, frozenset[str]]] = (),
 ) -> Verdict:
-    """One item's verdict from its evidence: ``values`` (name -> plain value or
-    ``plain.NotPlain``), ``answer``, the answer cell's source as submitted (``None``: no such
-    cell), and ``earlier``, the student's cells before it (``answer_and_earlier``). A
-    ``course_lib`` use in the answer that the lesson's blank does not hold, outside the item's
+    """One item's verdict from its evidence.
+
+    A ``course_lib`` use in the answer that the lesson's blank does not hold, outside the item's
     allowed modules, a name copied from a cell that computed it with ``course_lib``, and code
-    built at run time count against it (``items.verdict``)."""
+    built at run time count against it (``items.verdict``).
+
+    Args:
+        item: the item.
+        spec: its lesson.
+        student: the student's id.
+        values: name -> plain value or ``plain.NotPlain``, as the kernel gave them.
+        answer: the answer cell's source as submitted; ``None``: no such cell.
+        sandbox: how graded functions run.
+        earlier: the student's cells before the answer (:func:`answer_and_earlier`).
+        later: the student's cells after it (:func:`cells_after`): a value set again there
+            with ``course_lib`` is not the student's own work.
+        secret: the course secret; ``None``: practice grading.
+
+    Returns:
+        The item's verdict.
+    """
     lesson = Bindings.of_lesson(spec.lesson_code)
     given = {u.code for u in uses(spec.release_text.get(item.answer, ""), lesson)}
     mine = [u for u in uses(answer or "", lesson) if u.code not in given]
@@ -275,7 +261,29 @@ class SaveTrustedGrades(SaveAutoGrades):
             self.log.warning(course_secret.PRACTICE)
         return secret
 
-    def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
+    def preprocess(
+        self, nb: NotebookNode, resources: ResourcesDict
+    ) -> tuple[NotebookNode, ResourcesDict]:
+        """Score every autograded test of one submission by its trusted check; save as nbgrader.
+
+        The verdicts come from the grading command when it has decided them already
+        (``resources["course_grading"]["decided"]``), else are decided here; a submission with
+        review flags is flagged in formgrader.
+
+        Args:
+            nb: the executed notebook (nbgrader's earlier steps).
+            resources: nbgrader's resources: ``resources["nbgrader"]`` names the lesson, the
+                student, the notebook and the gradebook; ``resources["course_grading"]`` holds the
+                values taken out of the kernel.
+
+        Returns:
+            The notebook with each test cell's verdict appended to its output, and ``resources``
+            with the verdicts under ``resources["course_grading"]["graded"]``.
+
+        Raises:
+            GradingError: no values from a sandboxed run (``SandboxedExecute`` was not used), or
+                the checks cannot decide (see :func:`grade_submission`).
+        """
         info = resources["nbgrader"]
         lesson, student, name = info["assignment"], info["student"], info["notebook"]
         mine = resources.setdefault("course_grading", {})
@@ -341,14 +349,33 @@ class SaveTrustedGrades(SaveAutoGrades):
         comment.auto_comment = "\n".join(lines)
         self.gradebook.db.commit()
 
-    def preprocess_cell(self, cell, resources, cell_index):
+    def preprocess_cell(
+        self, cell: NotebookNode, resources: ResourcesDict, cell_index: int
+    ) -> tuple[NotebookNode, ResourcesDict]:
+        """Save the grade or comment of a graded, answer or task cell; leave other cells alone.
+
+        Args:
+            cell: one cell of the notebook.
+            resources: nbgrader's resources.
+            cell_index: the cell's position.
+
+        Returns:
+            The cell (with its verdict appended, for a test cell) and ``resources``.
+        """
         if utils.is_grade(cell) or utils.is_solution(cell) or utils.is_task(cell):
             return super().preprocess_cell(cell, resources, cell_index)
         return cell, resources
 
 
 def payload_of(path: Path) -> dict:
-    """A job's ``values.json`` (``evidence.py``); a reason in place of a missing file."""
+    """A job's ``values.json`` (``evidence.py``), read as JSON.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The payload, or ``{"error": why}`` when the file is missing or not JSON.
+    """
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:

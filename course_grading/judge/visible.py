@@ -65,7 +65,11 @@ class Item(Protocol):
         """Whether the item declares its comparison and its visible test."""
 
     def expected_values(self) -> Mapping[str, object]:
-        """The declared expected values."""
+        """The declared expected values.
+
+        Returns:
+            Value name -> the right value (empty when none was declared).
+        """
 
 
 #: The least time a brute force of one visible digest may take on one core (seconds).

@@ -55,7 +55,14 @@ RECORD = (
 
 
 def load_config(work: WorkCourse) -> Config:
-    """The work course's nbgrader configuration (the repository's, with its paths)."""
+    """The work course's nbgrader configuration (the repository's, with its paths).
+
+    Args:
+        work: the work course.
+
+    Returns:
+        The configuration ``nbgrader_config.py`` gives, loaded from the work course's root.
+    """
     return PyFileConfigLoader(CONFIG_FILE, path=str(work.root)).load_config()
 
 
@@ -80,19 +87,45 @@ def _apply(steps, nb: nbformat.NotebookNode, resources: dict, config: Config):
 
 
 def submitted_folder(work: WorkCourse, sub: Submission) -> Path:
+    """Where ``sub`` is staged in the work course, as nbgrader keeps submissions.
+
+    Args:
+        work: the work course.
+        sub: the submission.
+
+    Returns:
+        ``submitted/<student>/<lesson>``.
+    """
     return work.submitted / sub.student / sub.lesson
 
 
 def autograded_path(work: WorkCourse, sub: Submission) -> Path:
-    """Where the graded copy of ``sub`` is written, as nbgrader would."""
+    """Where the graded copy of ``sub`` is written, as nbgrader would.
+
+    Args:
+        work: the work course.
+        sub: the submission.
+
+    Returns:
+        ``autograded/<student>/<lesson>/<lesson>.ipynb``.
+    """
     return work.autograded / sub.student / sub.lesson / f"{sub.lesson}.ipynb"
 
 
 def sanitize(work: WorkCourse, sub: Submission, config: Config) -> nbformat.NotebookNode:
-    """Record the student and the submission; return the notebook ready to execute.
+    """Record the student and the submission; the notebook ready to execute.
 
-    The result holds the hidden-test declarations (restored from the gradebook): it must never
-    be where student code can read it (``items.strip_hidden_tests`` makes the runnable copy).
+    The result holds the hidden-test declarations (restored from the gradebook): it must never be
+    where student code can read it (``items.strip_hidden_tests`` makes the runnable copy).
+
+    Args:
+        work: the work course.
+        sub: the submission (its ``timestamp.txt``, when there is one, is recorded).
+        config: the work course's nbgrader configuration.
+
+    Returns:
+        The notebook after nbgrader's steps before execution (metadata checked, locked and test
+        cells restored from the gradebook).
     """
     folder = submitted_folder(work, sub)
     stamp = folder / "timestamp.txt"
@@ -122,12 +155,21 @@ def record(
     secret: bytes | None = None,
 ) -> tuple[Path, Graded]:
     """Save the trusted grades of an executed notebook and write it (and its files) to
-    ``autograded/``; return its path and the verdicts.
+    ``autograded/``.
 
-    ``values``: what was taken out of its kernel (a ``values.json`` payload, ``evidence.py``);
-    ``sandbox``: where graded functions run; ``graded``: the verdicts, when they were decided
-    already (``verdicts.grade_submission`` in the job's slot), so none is decided twice;
-    ``secret``: the course secret, else practice grading (``judge/secret.py``).
+    Args:
+        work: the work course.
+        sub: the submission.
+        executed: the executed notebook, its test cells' sources as recorded.
+        config: the work course's nbgrader configuration.
+        values: what was taken out of its kernel (a ``values.json`` payload, ``evidence.py``).
+        sandbox: where graded functions run.
+        graded: the verdicts, when they were decided already (``verdicts.grade_submission`` in
+            the job's slot), so none is decided twice; ``None``: decided here.
+        secret: the course secret, else practice grading (``judge/secret.py``).
+
+    Returns:
+        The graded copy's path and the verdicts.
     """
     dest = autograded_path(work, sub)
     if dest.parent.exists():
@@ -154,8 +196,14 @@ def record(
 def read_scores(work: WorkCourse, subs: list[Submission], specs: dict[str, LessonSpec]) -> None:
     """Fill the scores of graded submissions from the gradebook; deleted tests count 0.
 
-    A deleted test cell is left ungraded by nbgrader ("needs manual grade"): it is scored 0
-    here, as the report says.
+    A deleted test cell is left ungraded by nbgrader ("needs manual grade"): it is scored 0 here,
+    as the report says.
+
+    Args:
+        work: the work course.
+        subs: the run's submissions; those not graded are skipped, those whose grades are
+            missing are flagged.
+        specs: each lesson's spec, by lesson (which cells are tests).
     """
     with Gradebook(work.db_url) as gb:
         for sub in subs:

@@ -28,12 +28,13 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Integer
 
-from course_grading.autograde import stage_folder
 from course_grading.errors import GradingError
+from course_grading.job_folder import write_job
 from course_grading.judge import items
 from course_grading.judge.verdicts import payload_of
 from course_grading.nbgrader.course import course_directory, lesson_paths
 from course_grading.sandbox import bwrap as sandbox
+from course_grading.sandbox.bwrap import Limits
 from course_grading.sandbox.jobs import WORKER_GRACE, JobSpec, Outcome
 
 
@@ -55,7 +56,38 @@ class SandboxedExecute(Execute):
         limit = self.timeout_func(cell) if self.timeout_func is not None else self.timeout
         return int(limit) if limit is not None else 1800
 
-    def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
+    def _limits(self) -> Limits:
+        """The sandbox's limits from this step's settings.
+
+        nbgrader autogrades one submission at a time: its kernel may use every core, as
+        ``python -m course_grading --jobs 1`` gives it (the sandbox's default is one thread).
+        """
+        return Limits(
+            memory_bytes=int(self.memory_gib * 2**30),
+            processes=self.max_processes,
+            threads=os.cpu_count() or 1,
+        )
+
+    def preprocess(
+        self, nb: NotebookNode, resources: ResourcesDict
+    ) -> tuple[NotebookNode, ResourcesDict]:
+        """Run ``nb`` in the sandbox, as the grading command runs a submission.
+
+        Args:
+            nb: the submitted notebook, as nbgrader's earlier steps left it (hidden tests in
+                its test cells; they are removed before the kernel gets it).
+            resources: nbgrader's resources; ``resources["nbgrader"]`` names the lesson
+                (``assignment``), the student and the notebook.
+
+        Returns:
+            The executed notebook, its test cells' sources as recorded (declarations
+            included), and ``resources`` with the declared values taken out of the kernel
+            under ``resources["course_grading"]["values"]`` (for ``SaveTrustedGrades``).
+
+        Raises:
+            GradingError: the lesson's declarations and checks disagree, bubblewrap cannot run,
+                the sandbox does not hold, or the notebook could not be run to its end.
+        """
         info = resources["nbgrader"]
         lesson, student, name = info["assignment"], info["student"], info["notebook"]
         coursedir = course_directory(self)
@@ -65,26 +97,16 @@ class SandboxedExecute(Execute):
         bwrap = sandbox.check_available() if self.sandbox else None
         if bwrap is None:
             self.log.warning("SandboxedExecute.sandbox is False: %s runs unsandboxed", student)
-        # nbgrader autogrades one submission at a time: its kernel may use every core, as
-        # `python -m course_grading --jobs 1` gives it (the sandbox's default is one thread).
-        limits = sandbox.Limits(
-            memory_bytes=int(self.memory_gib * 2**30),
-            processes=self.max_processes,
-            threads=os.cpu_count() or 1,
-        )
         runnable = items.strip_hidden_tests(nb)
         with tempfile.TemporaryDirectory(prefix="shapes-autograde-") as tmp:
             os.chmod(tmp, 0o700)
             job = Path(tmp) / "job"
-            for folder in ("stage", "runtime"):
-                (job / folder).mkdir(parents=True)
-            nbformat.write(runnable, str(job / "in.ipynb"))
-            stage_folder([release.parent, submitted.parent], job / "stage")
+            write_job(job, runnable, [release.parent, submitted.parent])
             JobSpec(
                 lesson=lesson,
                 sandbox=bwrap is not None,
                 bwrap=bwrap,
-                limits=limits.as_dict(),
+                limits=self._limits().as_dict(),
                 cell_timeouts=[self._cell_limit(cell) for cell in runnable.cells],
                 notebook_timeout=self.notebook_timeout,
                 hidden=[str(job / "in.ipynb"), str(Path(coursedir.root).resolve())],
@@ -92,32 +114,39 @@ class SandboxedExecute(Execute):
                 uid=sandbox.sandbox_uid(0) if bwrap else None,
                 values=names,
             ).save(job)
-            with open(job / "worker.log", "wb") as log:
-                subprocess.run(
-                    [sys.executable, "-m", "course_grading.sandbox.execute", str(job)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    timeout=self.notebook_timeout + WORKER_GRACE,
-                    check=False,
-                )
-            try:
-                outcome = Outcome.load(job)
-            except (OSError, ValueError, TypeError):
-                why = (job / "worker.log").read_text(errors="replace")[-500:]
-                raise GradingError(
-                    f"{student}/{lesson}: the grading process failed: {why}"
-                ) from None
-            if outcome.status == "sandbox failed":
-                raise GradingError(
-                    f"the sandbox does not hold ({outcome.reason}); grading stopped. Check "
-                    "bubblewrap and the grader's account"
-                )
-            if outcome.status != "ok":
-                raise GradingError(f"{student}/{lesson}: could not grade it: {outcome.reason}")
+            self._run_job(job, f"{student}/{lesson}")
             executed = nbformat.read(str(job / "out.ipynb"), as_version=4)
             payload = payload_of(job / "values.json")
         for ran, original in zip(executed.cells, nb.cells):
             ran.source = original.source  # the test cells as recorded, declarations included
         resources.setdefault("course_grading", {})["values"] = payload
         return executed, resources
+
+    def _run_job(self, job: Path, who: str) -> None:
+        """Run the job in ``job`` in a process of its own (``execute.py``), to its end.
+
+        Raises:
+            GradingError: the process failed, the sandbox does not hold, or the notebook was
+                not run to its end (``who`` names the submission).
+        """
+        with open(job / "worker.log", "wb") as log:
+            subprocess.run(
+                [sys.executable, "-m", "course_grading.sandbox.execute", str(job)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                timeout=self.notebook_timeout + WORKER_GRACE,
+                check=False,
+            )
+        try:
+            outcome = Outcome.load(job)
+        except (OSError, ValueError, TypeError):
+            why = (job / "worker.log").read_text(errors="replace")[-500:]
+            raise GradingError(f"{who}: the grading process failed: {why}") from None
+        if outcome.status == "sandbox failed":
+            raise GradingError(
+                f"the sandbox does not hold ({outcome.reason}); grading stopped. Check "
+                "bubblewrap and the grader's account"
+            )
+        if outcome.status != "ok":
+            raise GradingError(f"{who}: could not grade it: {outcome.reason}")

@@ -47,6 +47,17 @@ class HideHiddenTests(ClearHiddenTests):
     def preprocess_cell(
         self, cell: NotebookNode, resources: ResourcesDict, cell_index: int
     ) -> tuple[NotebookNode, ResourcesDict]:
+        """A test cell without its hidden region, its tracebacks cut to their last line; any other
+        cell as it is.
+
+        Args:
+            cell: one cell of the graded notebook.
+            resources: nbconvert's resources.
+            cell_index: the cell's position.
+
+        Returns:
+            The cell (a copy where nbgrader's step changed it) and ``resources``.
+        """
         if not cell.metadata.get("nbgrader", {}).get("grade"):
             return cell, resources  # the student's own code, even if it quotes the delimiter
         had_hidden = self.begin_test_delimeter in cell.source
@@ -64,7 +75,17 @@ class FeedbackWithheld(RuntimeError):
 
 
 def withheld_record(root: Path | str, student: str, lesson: str, notebook: str) -> Path:
-    """Where the record of a withheld feedback file is kept in the course folder ``root``."""
+    """Where the record of a withheld feedback file is kept.
+
+    Args:
+        root: the course folder.
+        student: the student's id.
+        lesson: the lesson.
+        notebook: the notebook's name, without ``.ipynb``.
+
+    Returns:
+        ``root/<WITHHELD_DIR>/<student>/<lesson>/<notebook>.txt``.
+    """
     return Path(root) / WITHHELD_DIR / student / lesson / f"{notebook}.txt"
 
 
@@ -79,7 +100,26 @@ class WithholdInstructorMaterial(Preprocessor):
 
     enabled = Bool(True).tag(config=True)  # nbconvert's preprocessors are off unless enabled
 
-    def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
+    def preprocess(
+        self, nb: NotebookNode, resources: ResourcesDict
+    ) -> tuple[NotebookNode, ResourcesDict]:
+        """Pass the feedback notebook on only when it shows no instructor material.
+
+        A withheld notebook's record (:func:`withheld_record`) lists the lines found; a record
+        left by an earlier run is removed when the notebook is now clean.
+
+        Args:
+            nb: the feedback notebook, as ``HideHiddenTests`` left it.
+            resources: nbconvert's resources; ``resources["nbgrader"]`` names the student, the
+                lesson and the notebook.
+
+        Returns:
+            ``nb`` and ``resources``, unchanged.
+
+        Raises:
+            FeedbackWithheld: nbgrader gave no student or lesson, a notebook needed for the check is
+                missing, or the notebook shows lines of hidden tests or solutions.
+        """
         info = resources.get("nbgrader", {})
         student, lesson, name = info.get("student"), info.get("assignment"), info.get("notebook")
         if not (student and lesson and name):

@@ -54,7 +54,18 @@ class NeutraliseActiveContent(Preprocessor):
 
     enabled = Bool(True).tag(config=True)  # nbconvert's preprocessors are off unless enabled
 
-    def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
+    def preprocess(
+        self, nb: NotebookNode, resources: ResourcesDict
+    ) -> tuple[NotebookNode, ResourcesDict]:
+        """Every output, raw cell and attachment of ``nb`` made inert (``neutralise_notebook``).
+
+        Args:
+            nb: the notebook.
+            resources: nbconvert's resources, passed on.
+
+        Returns:
+            The inert notebook and ``resources``.
+        """
         return neutralise_notebook(nb), resources
 
 
@@ -70,6 +81,18 @@ class SafeMarkdown(LoggingConfigurable):
     jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg  # type: ignore[attr-defined]
 
     def __call__(self, context: Any, source: str) -> str:
+        """Markdown rendered by the exporter, then cleaned by the allow-list.
+
+        Args:
+            context: the Jinja context (the cell's attachments).
+            source: the Markdown cell's source.
+
+        Returns:
+            The HTML, holding only what ``active.clean_html`` allows.
+
+        Raises:
+            TypeError: the filter's parent is not an ``HTMLExporter`` (no ``markdown2html``).
+        """
         render = getattr(self.parent, "markdown2html", None)
         if render is None:
             raise TypeError("SafeMarkdown must be registered by an HTMLExporter")
@@ -79,8 +102,16 @@ class SafeMarkdown(LoggingConfigurable):
 def with_policy(page: str, policy: str) -> str:
     """``page`` with a ``Content-Security-Policy`` meta element right after its ``<head>``.
 
-    Raises ``ValueError`` when the page has no ``<head>`` near its start: it is never written
-    without its policy.
+    Args:
+        page: a whole HTML page.
+        policy: the policy's text (``FEEDBACK_CSP``).
+
+    Returns:
+        The page with the meta element inserted.
+
+    Raises:
+        ValueError: the page has no ``<head>`` in its first ``HEAD_WITHIN`` characters: it is
+            never written without its policy.
     """
     head = _HEAD.search(page, 0, HEAD_WITHIN)
     if head is None:
@@ -98,5 +129,15 @@ class FeedbackExporter(HTMLExporter):
     def from_notebook_node(  # type: ignore[override]
         self, nb: NotebookNode, resources: dict | None = None, **kw: Any
     ) -> tuple[str, dict]:
+        """The exporter's page, carrying ``FEEDBACK_CSP``.
+
+        Args:
+            nb: the feedback notebook.
+            resources: nbconvert's resources.
+            **kw: passed on to ``HTMLExporter.from_notebook_node``.
+
+        Returns:
+            The page with its policy, and the resources.
+        """
         page, resources = super().from_notebook_node(nb, resources, **kw)
         return with_policy(page, FEEDBACK_CSP), resources

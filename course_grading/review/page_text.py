@@ -68,8 +68,16 @@ class PageText:
     extra: str
 
     def everything(self, besides: str = "") -> str:
-        """All three, one after the other (what the leak scan reads), each only once and only
-        if it differs from ``besides`` (the markup itself, already read as it is)."""
+        """All three, one after the other (what the leak scan reads), each only once.
+
+        Args:
+            besides: text left out where a part equals it (the markup itself, already read as it
+                is).
+
+        Returns:
+            ``shown``, ``text`` (when it differs from ``shown``) and ``extra``, one per line, empty
+            parts and parts equal to ``besides`` left out.
+        """
         parts = [self.shown]
         parts += [self.text] if self.text != self.shown else []
         parts += [self.extra]
@@ -202,6 +210,13 @@ def _hides(attributes: dict[str, str]) -> bool:
 
 def read(page: str, deadline: Deadline | None = None) -> PageText:
     """The text of the HTML ``page`` (see the module docstring); linear in its length.
+
+    Args:
+        page: the page's markup, as a student's feedback would show it.
+        deadline: the scan's time budget; ``None``: no limit.
+
+    Returns:
+        What a reader is shown, all the text, and the attribute values and comments.
 
     Raises:
         ScanBudgetExceeded: ``deadline`` passed while reading.

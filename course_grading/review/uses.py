@@ -32,6 +32,10 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nbformat.notebooknode import NotebookNode
+
+from course_grading.judge.lesson import LessonSpec
+from course_grading.review.cheats import student_cells
 from course_grading.review.names import Bindings, cell_tree, dotted, free_names
 
 _DYNAMIC = {
@@ -263,3 +267,84 @@ def rebound(
                 found += [f"`{name}`, set again in {where}, {how}" for name in binds]
         seen.append((where, source, given))
     return found
+
+
+# --- the student's cells, as borrowed() and rebound() read them ---------------------------
+
+
+def cells_by_id(nb: NotebookNode) -> dict[str, NotebookNode]:
+    """Grade id -> cell; a repeated id gives its last copy (the one nbgrader grades).
+
+    Args:
+        nb: a notebook.
+
+    Returns:
+        Each nbgrader cell by its grade id.
+    """
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c
+        for c in nb.cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    }
+
+
+def answer_and_earlier(
+    submitted: NotebookNode, spec: LessonSpec, answer_id: str
+) -> tuple[str | None, list[tuple[str, str, frozenset[str]]]]:
+    """The answer cell's source as submitted, and every cell of the student's before it.
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson.
+        answer_id: the answer cell's grade id.
+
+    Returns:
+        The answer's source (``None``: no such code cell), and each earlier student cell as
+        ``(where, source, use codes its lesson blank already holds)``.
+    """
+    cell = cells_by_id(submitted).get(answer_id)
+    answer = cell.source if cell is not None and cell.cell_type == "code" else None
+    stop = _position(submitted, answer_id)
+    return answer, [entry for index, entry in _student_entries(submitted, spec) if index < stop]
+
+
+def cells_after(
+    submitted: NotebookNode, spec: LessonSpec, answer_id: str
+) -> list[tuple[str, str, frozenset[str]]]:
+    """The student's cells after the answer cell, as :func:`answer_and_earlier` gives the ones
+    before it (none when there is no such cell): where a value can be set again.
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson.
+        answer_id: the answer cell's grade id.
+
+    Returns:
+        ``(where, source, use codes its lesson blank already holds)`` per cell, in order.
+    """
+    stop = _position(submitted, answer_id)
+    return [entry for index, entry in _student_entries(submitted, spec) if index > stop]
+
+
+def _position(submitted: NotebookNode, answer_id: str) -> int:
+    """The answer cell's index (its last copy); past the end when there is none."""
+    cell = cells_by_id(submitted).get(answer_id)
+    return next((i for i, c in enumerate(submitted.cells) if c is cell), len(submitted.cells))
+
+
+def _student_entries(
+    submitted: NotebookNode, spec: LessonSpec
+) -> list[tuple[int, tuple[str, str, frozenset[str]]]]:
+    """``(index, (where, source, given))`` for every cell of the student's (``cheats``)."""
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    entries = []
+    for index, source in student_cells(submitted, spec):
+        gid = submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id")
+        given = (
+            frozenset(u.code for u in uses(spec.release_text.get(gid, ""), lesson))
+            if gid
+            else frozenset()
+        )
+        where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
+        entries.append((index, (where, source, given)))
+    return entries

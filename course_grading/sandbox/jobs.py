@@ -53,10 +53,23 @@ class JobSpec:
     budget: str = ""  # what notebook_timeout is, in words for the reason when it is reached
 
     def save(self, job: Path) -> None:
+        """Write the spec as ``job.json`` in the job's folder, for its worker.
+
+        Args:
+            job: the job's folder.
+        """
         (job / "job.json").write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
 
     @classmethod
     def load(cls, job: Path) -> JobSpec:
+        """Read the spec a grader wrote.
+
+        Args:
+            job: the job's folder, holding ``job.json``.
+
+        Returns:
+            The spec.
+        """
         return cls(**json.loads((job / "job.json").read_text(encoding="utf-8")))
 
 
@@ -81,10 +94,19 @@ class Outcome:
     grader_rss: int = 0  # the worker's own peak resident memory so far (bytes)
 
     def save(self, job: Path) -> None:
+        """Write the outcome as ``result.json`` in the job's folder, for the grader.
+
+        Args:
+            job: the job's folder.
+        """
         (job / "result.json").write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
 
     def stop_if_sandbox_failed(self) -> None:
-        """Raise ``GradingError`` (the whole run stops) when this job found the sandbox open."""
+        """Stop the whole run when this job found the sandbox open.
+
+        Raises:
+            GradingError: the status is ``"sandbox failed"``; the message gives the probe's reason.
+        """
         if self.status == "sandbox failed":
             raise GradingError(
                 f"the sandbox does not hold ({self.reason}); grading stopped. Check bubblewrap "
@@ -93,6 +115,14 @@ class Outcome:
 
     @classmethod
     def load(cls, job: Path) -> Outcome:
+        """Read the outcome a worker wrote.
+
+        Args:
+            job: the job's folder, holding ``result.json``.
+
+        Returns:
+            The outcome.
+        """
         return cls(**json.loads((job / "result.json").read_text(encoding="utf-8")))
 
 
@@ -105,6 +135,12 @@ class Worker:
     """
 
     def __init__(self, slot: int, log: Path) -> None:
+        """A slot with no process yet (it starts with its first job).
+
+        Args:
+            slot: the slot's number, which picks its sandbox uid.
+            log: the file the worker's stderr is appended to.
+        """
         self.slot, self.log = slot, log
         self.proc: subprocess.Popen | None = None
 
@@ -121,7 +157,19 @@ class Worker:
         return self.proc
 
     def run(self, job: Path, spec: JobSpec) -> Outcome:
-        """Run ``job`` in this slot; never raises for the notebook's sake."""
+        """Run ``job`` in this slot; never raises for the notebook's sake.
+
+        The spec gets the slot's sandbox uid and is saved in the job's folder; a worker that is late
+        (the notebook's budget plus ``WORKER_GRACE``) or dies is killed, replaced for the next job.
+
+        Args:
+            job: the job's folder (``in.ipynb``, ``stage/``, ``runtime/``).
+            spec: what the worker needs to run it.
+
+        Returns:
+            What became of the notebook: the worker's ``result.json``, or a ``timeout`` or
+            ``error`` outcome when the worker gave none.
+        """
         spec.uid = sandbox.sandbox_uid(self.slot) if spec.sandbox else None  # --no-sandbox: none
         spec.save(job)
         try:
@@ -156,6 +204,7 @@ class Worker:
         return None
 
     def stop(self) -> None:
+        """Kill the worker now (its sandbox dies with it); the next job starts a fresh one."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -172,13 +221,29 @@ class Worker:
 
 
 def slots(workers: int, logs: Path) -> list[Worker]:
-    """``workers`` slots, each a worker process once it has a job; logs go to ``logs``."""
+    """``workers`` slots, each a worker process once it has a job.
+
+    Args:
+        workers: how many notebooks run at once.
+        logs: the folder of the workers' logs (``worker-<slot>.log``).
+
+    Returns:
+        The slots, numbered from 0.
+    """
     return [Worker(slot, logs / f"worker-{slot}.log") for slot in range(workers)]
 
 
 @contextmanager
 def held_slots(workers: int, logs: Path) -> Iterator[list[Worker]]:
-    """``slots`` kept for several ``run_jobs`` calls (their imports paid once), closed after."""
+    """``slots`` kept for several ``run_jobs`` calls (their imports paid once), closed after.
+
+    Args:
+        workers: how many notebooks run at once.
+        logs: the folder of the workers' logs.
+
+    Yields:
+        The slots; each worker is closed (let finish, then killed after 30 s) on leaving.
+    """
     kept = slots(workers, logs)
     try:
         yield kept
@@ -198,10 +263,20 @@ def run_jobs(
 
     ``done`` runs in the calling thread, so it may write the gradebook. ``then``, if given, runs
     first in the job's own thread while the job still holds its slot (the graded functions of a
-    submission: their time is the slot's, beside the other slots' kernels). ``jobs`` may be a
-    generator: the first jobs run while the next are prepared. Worker logs go to ``logs``.
-    ``workers`` may be slots the caller made (``slots``) and keeps for a later call (their
-    processes, imports paid, carry on) and closes itself; a number is this call's own slots.
+    submission: their time is the slot's, beside the other slots' kernels).
+
+    Args:
+        jobs: the jobs; may be a generator: the first jobs run while the next are prepared.
+        workers: a number of this call's own slots, or slots the caller made (``slots``) and
+            keeps for a later call (their processes, imports paid, carry on) and closes itself.
+        done: called with each job's key and outcome, in the calling thread, as jobs end.
+        logs: the folder of this call's own workers' logs.
+        then: called with each job's key and outcome in the job's slot, before ``done``.
+
+    Raises:
+        BaseException: whatever ``jobs``, ``done`` or a job's ``then`` raised (a
+            ``GradingError`` when the sandbox does not hold), once the running jobs have ended;
+            no further job starts.
     """
     own = isinstance(workers, int)
     pool_slots = slots(workers, logs) if isinstance(workers, int) else workers

@@ -1,4 +1,4 @@
-"""The judge's call protocol (``course_grading/judge/functions.py``, ``sandbox/inside/runner.py``).
+"""The judge's call protocol (``course_grading/judge/protocol.py``, ``sandbox/inside/runner.py``).
 
 A graded function runs alone in a sandboxed process that holds its answer cell and the arguments
 of the call it is serving; ``fits`` and the optimiser stand-in are proxies whose state lives in
@@ -18,6 +18,7 @@ from class_builders import REPO, sandbox_problem
 
 from course_grading.judge import functions, items
 from course_grading.judge.items import Evidence, call
+from course_grading.judge.proxies import judge_side
 
 SANDBOX = not sandbox_problem()
 LESSON = "05_choosing_the_numbers"
@@ -88,7 +89,7 @@ def test_the_card_limit_never_reaches_the_students_process(settings):
     assert "returned 0: not the card's limit" in verdict.message
     # and what the process is sent for a call holds the guess, never the limit
     proxies: dict = {}
-    wire = functions._judge_side(call(items.predicate(4097), 4096), proxies)
+    wire = judge_side(call(items.predicate(4097), 4096), proxies)
     assert "4097" not in json.dumps(wire) and proxies[0].limit == 4097
 
 
@@ -106,6 +107,26 @@ def test_an_answer_cell_that_forges_its_answers_gets_nothing(settings):
         "    return 0\n"
     )
     verdict, _ = _grade(settings, forger)
+    assert verdict.points == 0
+    assert "was stopped: it wrote to the grader's channel before it was asked" in verdict.message
+
+
+def test_a_forger_is_named_the_same_however_the_pipe_times_it(settings):
+    """The forged results, written after a pause, reach the judge once it has asked its
+    question: they still carry the answered definition's nonce, so they were written before
+    that question, and the stop says so (under load the first forger's test once read "answers
+    no question asked" instead)."""
+    slow = (
+        "import __main__, os, time\n"
+        "channel = __main__.CHANNEL\n"
+        "channel.send({'op': 'defined', 'defined': True, 'error': None})\n"
+        "time.sleep(0.5)  # the judge asks its first question meanwhile\n"
+        "channel.send({'op': 'result', 'returned': 37, 'after': [[37, 38]]})\n"
+        "os._exit(0)\n"
+        "def largest_fitting(fits, guess):\n"
+        "    return 0\n"
+    )
+    verdict, _ = _grade(settings, slow)
     assert verdict.points == 0
     assert "was stopped: it wrote to the grader's channel before it was asked" in verdict.message
 

@@ -42,7 +42,17 @@ ITEMS = Lesson("01_tokens_and_attention_memory")
     own_work=True,
 )
 def predict_ratio(ev: Evidence) -> str:
-    """The exact factor between the score elements of 2 × 1024 and 32 × 64."""
+    """The exact factor between the score elements of 2 × 1024 and 32 × 64.
+
+    Args:
+        ev: the submission's evidence: ``predicted_ratio``, read exactly.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: the value is missing, unreadable, or not the exact factor.
+    """
     return ev.expect_all()
 
 
@@ -84,8 +94,20 @@ DRAWN = 10  # block shapes drawn for each student, beyond the fixed ones
     ),
 )
 def saved_per_token(ev: Evidence) -> str:
-    """The derived count, right on block shapes drawn for each student (no table holds them)
-    and matching the library's memory model of one block."""
+    """The derived count, right on block shapes drawn for each student (no table holds them) and
+    matching the library's memory model of one block.
+
+    Args:
+        ev: the submission's evidence: ``saved_per_token(d_model, d_mlp, n_heads, seq_len)``
+            is called on 2 fixed shapes, 10 drawn ones and the library's.
+
+    Returns:
+        The full-marks message, with how many shapes were drawn.
+
+    Raises:
+        Reject: a call fails or returns another pair than ``(values kept per token besides the
+            scores, score values per token)``, or the pair disagrees with the library's model.
+    """
     cases = [(64, 256, 4, 64), (16, 16, 1, 7)]
     for _ in range(DRAWN):
         cases.append(
@@ -139,7 +161,18 @@ def _real_scale() -> dict[str, float]:
     own_work=True,
 )
 def real_scale(ev: Evidence) -> str:
-    """The three real-scale figures, each right to 3 significant figures."""
+    """The three real-scale figures, each right to 3 significant figures.
+
+    Args:
+        ev: the submission's evidence: ``scores_gb_per_layer``, ``scores_gb_all_layers`` (GB)
+            and ``fused_mb_per_layer`` (MB).
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a figure is missing, unreadable, or wrong at 3 significant figures.
+    """
     return ev.expect_all()
 
 
@@ -159,7 +192,18 @@ SPLITS = [(4096 // t, t) for t in (16, 32, 64, 128, 256, 512, 1024)]
     own_work=True,
 )
 def target_practice(ev: Evidence) -> str:
-    """The split with the longest rows whose measured peak fits in 100 MiB."""
+    """The split with the longest rows whose measured peak fits in 100 MiB.
+
+    Args:
+        ev: the submission's evidence: ``target_batch_size`` (rows) and ``target_seq_len``
+            (tokens per row), whole numbers.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: not one of the offered splits of 4,096 tokens, or not the one asked for.
+    """
     batch, seq = ev.read("target_batch_size"), ev.read("target_seq_len")
     ev.require(
         (batch, seq) in SPLITS,
@@ -182,5 +226,16 @@ def target_practice(ev: Evidence) -> str:
     own_work=True,
 )
 def q1(ev: Evidence) -> str:
-    """The cheaper shape and the exact factor between the two shapes' score memory."""
+    """The cheaper shape and the exact factor between the two shapes' score memory.
+
+    Args:
+        ev: the submission's evidence: ``q1_cheaper`` (``"8x2048"`` or ``"2x8192"``) and
+            ``q1_ratio``, read exactly.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: either value is missing, unreadable or wrong.
+    """
     return ev.expect_all()

@@ -51,13 +51,28 @@ N_EXAMPLES, MAX_LEN, SEED = 2000, 1024, 0
     own_work=True,
 )
 def predict_waste(ev: Evidence) -> str:
-    """The padding share of the batch of 120, 250, 90 and 1,000 tokens, exact."""
+    """The padding share of the batch of 120, 250, 90 and 1,000 tokens, exact.
+
+    Args:
+        ev: the submission's evidence: ``predicted_waste``, a fraction of the batch's slots.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: the value is missing, unreadable, or not the exact share.
+    """
     return ev.expect_all()
 
 
 @cache
 def epoch_waste() -> dict[int, float]:
-    """Padding share of one epoch of random batches, for every batch size 1..64."""
+    """Padding share of one epoch of random batches, for every batch size 1..64.
+
+    Returns:
+        Batch size -> the share of the epoch's slots that are padding (0 to 1), on the lesson's
+        dataset and seed, as the lesson measures it.
+    """
     from course_lib.collate import padding_stats, random_batches
     from course_lib.data import example_lengths, make_instruction_dataset
 
@@ -84,7 +99,18 @@ def _largest_under_half() -> dict[str, int]:
     own_work=True,
 )
 def target_batch(ev: Evidence) -> str:
-    """The largest random batch size whose epoch wastes less than half its slots (measured)."""
+    """The largest random batch size whose epoch wastes less than half its slots (measured).
+
+    Args:
+        ev: the submission's evidence: ``target_batch_size``, a whole number from 1 to 64.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: not a batch size from 1 to 64, one whose epoch wastes half or more, or not the
+            largest that wastes less.
+    """
     b = ev.read("target_batch_size")
     ev.require(
         type(b) is int and 1 <= b <= 64,
@@ -154,7 +180,13 @@ class PackedRow(Form):
     _needs = "exact (every position and every mask entry)"
 
     def value(self, value: object) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-        """``(positions, flat mask)``.
+        """``(positions, flat mask)`` of one packed row.
+
+        Args:
+            value: what the function returned: ``(positions, allowed)``.
+
+        Returns:
+            The positions as ``int``s and the mask's values row by row, as ``bool``s.
 
         Raises:
             Unreadable: not such a pair, or a mask that does not match the positions' length.
@@ -172,6 +204,12 @@ class PackedRow(Form):
 
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
+
+        Args:
+            value: what the function returned: ``(positions, allowed)``.
+
+        Returns:
+            ``"0,1,0,1|1011..."``: the positions, then the mask as 0s and 1s row by row.
 
         Raises:
             Unreadable: as :meth:`value`.
@@ -231,8 +269,20 @@ ROWS_DRAWN = 20  # rows drawn for each student, beside 40 fixed ones no student 
     ),
 )
 def position_ids(ev: Evidence) -> str:
-    """Positions and mask of packed rows drawn for each student, equal to the library's collator
-    and block-diagonal mask, and rows that cannot be packed raise ``ValueError``."""
+    """Positions and mask of packed rows drawn for each student, equal to the library's collator and
+    block-diagonal mask, and rows that cannot be packed raise ``ValueError``.
+
+    Args:
+        ev: the submission's evidence: ``packed_row(lengths, capacity)`` is called on 40 fixed
+            rows, 20 drawn ones and 7 that cannot be packed.
+
+    Returns:
+        The full-marks message, with how many rows were drawn.
+
+    Raises:
+        Reject: a call fails, returns an unreadable pair, positions or a mask other than the
+            library's, or does not raise ``ValueError`` on a row that cannot be packed.
+    """
     drawn = _row_cases(ev.rng, ROWS_DRAWN)
     cases = _row_cases(random.Random(1234), 40) + drawn
     bad = _bad_rows(ev.rng)
@@ -285,6 +335,12 @@ class Logits(Form):
     def value(self, value: object) -> list:
         """The logits as nested lists ``[row][token][vocab]``.
 
+        Args:
+            value: what the function returned.
+
+        Returns:
+            The nested lists.
+
         Raises:
             Unreadable: not a 3-D float tensor.
         """
@@ -294,6 +350,12 @@ class Logits(Form):
 
     def canonical(self, value: object) -> str:
         """Only the shape: logits compare by :meth:`same` (within ``atol``), not by text.
+
+        Args:
+            value: what the function returned.
+
+        Returns:
+            ``"logits of shape (rows, tokens, vocab)"``.
 
         Raises:
             Unreadable: as :meth:`value`.
@@ -305,6 +367,13 @@ class Logits(Form):
     def same(self, value: object, expected: object) -> bool:
         """Whether two logits tensors have one shape and differ by at most ``atol`` anywhere.
 
+        Args:
+            value: the student's logits.
+            expected: the grader's own logits.
+
+        Returns:
+            True when every row's :meth:`gap` is at most ``atol``.
+
         Raises:
             Unreadable: ``value`` is not a logits tensor.
         """
@@ -314,8 +383,16 @@ class Logits(Form):
         return all(self.gap(a, b) <= self.atol for a, b in zip(got, want))
 
     def gap(self, got: list, want: list) -> float:
-        """The largest |Δ| between two ``[token][vocab]`` lists (``inf`` if their shapes differ,
-        or if any value is NaN: ``max`` would pass over a NaN that is not first)."""
+        """The largest |Δ| between two ``[token][vocab]`` lists.
+
+        Args:
+            got: one row of the student's logits.
+            want: the same row of the grader's.
+
+        Returns:
+            The largest absolute difference; ``inf`` if their shapes differ, or if any value is NaN
+            (``max`` would pass over a NaN that is not first).
+        """
         if len(got) != len(want) or any(len(a) != len(b) for a, b in zip(got, want)):
             return float("inf")
         gaps = [abs(x - y) for a, b in zip(got, want) for x, y in zip(a, b)]
@@ -406,9 +483,22 @@ def _logits_of(result, form: Logits) -> list:
     forbidden=("course_lib.packing", "course_lib.isolation", "course_lib.collate"),
 )
 def packed_forward(ev: Evidence) -> str:
-    """Every document's logits, in packed rows and alone, equal to the logits the grader's own
-    copy of the model gives it alone (``model(input_ids=doc)``), on documents and weights drawn
-    for each student (single-token documents among them) and on three attention paths."""
+    """Every document's logits, in packed rows and alone, equal to the logits the grader's own copy
+    of the model gives it alone (``model(input_ids=doc)``), on documents and weights drawn for
+    each student (single-token documents among them) and on three attention paths.
+
+    Args:
+        ev: the submission's evidence: ``packed_forward(model, batch)`` is called on varlen,
+            sdpa and eager models (weights seeded from the student's seed), each on two packed
+            batches and on every document alone.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a call fails or returns no logits, one row for many, or logits further than
+            ``Logits.atol`` from the model's own for a document, packed or alone.
+    """
     from course_lib.packing import PackingCollator, document_spans
 
     many, short = _documents(ev.rng)
@@ -464,5 +554,16 @@ def packed_forward(ev: Evidence) -> str:
 )
 def q3(ev: Evidence) -> str:
     """The (query, key) pairs that cross a boundary in the careless 1,000/600/448 row, and the
-    symptom careless packing shows."""
+    symptom careless packing shows.
+
+    Args:
+        ev: the submission's evidence: ``q3_cross_pairs`` (a count of pairs) and
+            ``q3_symptom`` (A, B or C).
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: either value is missing, unreadable or wrong.
+    """
     return ev.expect_all()

@@ -63,8 +63,19 @@ TOLERANCE = 1e-5  # a loop's relative gradient error: float32 rounding lands nea
     own_work=True,
 )
 def predict_weights(ev: Evidence) -> str:
-    """A's exact share of the step under ``loss / accum`` and in one big batch, and how many
-    times one of A's tokens counts against one of B's under ``loss / accum``."""
+    """A's exact share of the step under ``loss / accum`` and in one big batch, and how many times
+    one of A's tokens counts against one of B's under ``loss / accum``.
+
+    Args:
+        ev: the submission's evidence: ``weight_A_accum`` and ``weight_A_full`` (shares from 0
+            to 1) and ``token_ratio``, each read exactly.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a value is missing, unreadable, or not exact.
+    """
     return ev.expect_all()
 
 
@@ -193,10 +204,23 @@ def _named(calls: list[dict], shown: list[str]) -> list[dict]:
     forbidden=("course_lib.accumulation",),
 )
 def accumulate_tokens(ev: Evidence) -> str:
-    """The token-weighted loop, right on windows drawn for each student: the gradient of one
-    full batch of the window (relative error below 1e-5), N (the shifted loss tokens) returned,
-    a micro-batch without loss tokens counting nothing and a window without any raising a
-    ``ValueError``."""
+    """The token-weighted loop, right on windows drawn for each student: the gradient of one full
+    batch of the window (relative error below 1e-5), N (the shifted loss tokens) returned, a
+    micro-batch without loss tokens counting nothing and a window without any raising a
+    ``ValueError``.
+
+    Args:
+        ev: the submission's evidence: ``accumulate_token_weighted(model, window)`` is called
+            on two drawn windows and one without loss tokens, the model's gradient collected
+            after each.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a call fails, returns another N, leaves a gradient further than ``TOLERANCE``
+            (relative) from the full batch's, or does not raise on the empty window.
+    """
     windows = _windows(ev.rng)
     empty_window = [_micro_batch(ev.rng, [(4, 0)]), _micro_batch(ev.rng, [(2, 0), (5, 0)])]
     every = [*windows, empty_window]
@@ -263,9 +287,21 @@ def _steps_of(ev: Evidence, result: Result, loader: list[dict], accum: int) -> l
     forbidden=("course_lib.accumulation",),
 )
 def fix_recipe_loop(ev: Evidence) -> str:
-    """The fixed training loop, right on loaders drawn for each student at accum 2, 4 and 8:
-    every optimiser step the gradient of one full batch of its micro-batches clipped to norm 1
-    (relative error below 1e-5), one step per ``accum`` micro-batches, their number returned."""
+    """The fixed training loop, right on loaders drawn for each student at accum 2, 4 and 8: every
+    optimiser step the gradient of one full batch of its micro-batches clipped to norm 1
+    (relative error below 1e-5), one step per ``accum`` micro-batches, their number returned.
+
+    Args:
+        ev: the submission's evidence: ``fixed_train(model, optimizer, loader, accum)`` is
+            called on three drawn loaders, every optimiser step's gradient recorded by the judge.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a call fails, takes another number of steps, a step's gradient is further than
+            ``TOLERANCE`` (relative) from its clipped full batch, or it returns another count.
+    """
     cases = _loaders(ev.rng)
     calls = [
         call(_model(ev.seed), recorder(0), _as_inputs(loader), accum, after=({"steps": 1},))
@@ -296,8 +332,12 @@ def fix_recipe_loop(ev: Evidence) -> str:
 def rho_example() -> float:
     """The lesson's noise-to-signal ratio of a one-example step, measured as the lesson does.
 
-    The 12 token-weighted training steps of section 6, then one summed-loss gradient per
-    held-out example (section 10), on the lesson's parameters, one thread.
+    The 12 token-weighted training steps of section 6, then one summed-loss gradient per held-out
+    example (section 10), on the lesson's parameters, one thread.
+
+    Returns:
+        The gradient noise of one example's step over the squared norm of the mean gradient
+        (dimensionless), the ``rho`` of the 1/K law.
     """
     import torch
 
@@ -353,7 +393,16 @@ def rho_example() -> float:
 
 
 def smallest_accumulation(rho: float, micro_batch_size: int, target: float) -> int:
-    """The smallest ``K`` with ``rho / (micro_batch_size × K) <= target`` (the 1/K law)."""
+    """The smallest ``K`` with ``rho / (micro_batch_size × K) <= target`` (the 1/K law).
+
+    Args:
+        rho: the noise-to-signal ratio of a one-example step (:func:`rho_example`).
+        micro_batch_size: examples per micro-batch.
+        target: the noise-to-signal ratio the step must reach at most.
+
+    Returns:
+        The number of accumulation steps, at least 1.
+    """
     return max(1, math.ceil(rho / (micro_batch_size * target)))
 
 
@@ -373,10 +422,19 @@ def _noise_target() -> dict[str, object]:
     own_work=True,
 )
 def noise_target(ev: Evidence) -> str:
-    """The smallest accumulation whose expected noise-to-signal ratio (the 1/K law from the
-    measured one-example ratio) is at most the lesson's target. A wrong answer is told which
-    side it is on, in the terms the explorer shows (the ratio at the student's own K), never
-    the answer."""
+    """The smallest accumulation whose expected noise-to-signal ratio (the 1/K law from the measured
+    one-example ratio) is at most the lesson's target. A wrong answer is told which side it is
+    on, in the terms the explorer shows (the ratio at the student's own K), never the answer.
+
+    Args:
+        ev: the submission's evidence: ``target_accum_steps``, a whole number.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: the value is missing, unreadable, or not that accumulation.
+    """
     steps = int(ev.read("target_accum_steps"))  # type: ignore[call-overload]  # Integer()
     want = smallest_accumulation(rho_example(), MICRO_BATCH_SIZE, NOISE_TARGET)
     ratio = rho_example() / (MICRO_BATCH_SIZE * steps) if steps >= 1 else math.inf
@@ -407,6 +465,17 @@ Q2_FACTORS = Ordered(Exact(), Exact(), Exact(), Exact(), Exact())
 )
 def q2(ev: Evidence) -> str:
     """What going from 1 to 8 accumulation steps multiplies (memory, FLOPs per token, effective
-    batch, tokens per step, steps per epoch), each factor exact, and whether ``loss / accum``
-    then takes the big batch's step."""
+    batch, tokens per step, steps per epoch), each factor exact, and whether ``loss / accum`` then
+    takes the big batch's step.
+
+    Args:
+        ev: the submission's evidence: ``q2_factors`` (five factors, in that order) and
+            ``q2_same_as_big_batch`` (True or False).
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: either value is missing, unreadable or wrong.
+    """
     return ev.expect_all()

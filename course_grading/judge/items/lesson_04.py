@@ -63,8 +63,19 @@ def _time_ratio(n_layers: int, every: int) -> Fraction:
     own_work=True,
 )
 def predict_time_ratio(ev: Evidence) -> str:
-    """The counted step-time ratio of the lesson's 4 blocks with ``checkpoint_every = 3``,
-    built from the step's structure (the formula is not given), to 3 significant figures."""
+    """The counted step-time ratio of the lesson's 4 blocks with ``checkpoint_every = 3``, built
+    from the step's structure (the formula is not given), to 3 significant figures.
+
+    Args:
+        ev: the submission's evidence: ``predicted_time_ratio``, checkpointed step time over the
+            plain step's.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: the value is missing, unreadable, or wrong at 3 significant figures.
+    """
     return ev.expect_all()
 
 
@@ -83,8 +94,19 @@ def predict_time_ratio(ev: Evidence) -> str:
     own_work=True,
 )
 def predict_peak_ratio(ev: Evidence) -> str:
-    """The simple model's cut with every block checkpointed, from the worst moment of each
-    backward pass (the formula is not given), to 3 significant figures."""
+    """The simple model's cut with every block checkpointed, from the worst moment of each backward
+    pass (the formula is not given), to 3 significant figures.
+
+    Args:
+        ev: the submission's evidence: ``predicted_peak_ratio``, the peak without checkpointing
+            over the peak with every block checkpointed.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: the value is missing, unreadable, or wrong at 3 significant figures.
+    """
     return ev.expect_all()
 
 
@@ -104,9 +126,21 @@ DRAWN = 12  # models and strides drawn for each student, beyond the fixed ones
     ),
 )
 def saved_values_per_token(ev: Evidence) -> str:
-    """The simple model's worst moment, right on every stride of 7 fixed models and on 12
-    models and strides drawn for each student (1-48 blocks, ``d_model`` 1-4,096, ``d_mlp``
-    1-16,384, 1-64 heads, any stride from 0 to 2 past the depth): no table holds them."""
+    """The simple model's worst moment, right on every stride of 7 fixed models and on 12 models and
+    strides drawn for each student (1-48 blocks, ``d_model`` 1-4,096, ``d_mlp`` 1-16,384, 1-64
+    heads, any stride from 0 to 2 past the depth): no table holds them.
+
+    Args:
+        ev: the submission's evidence: ``saved_values_per_token(n_layers, d_model, d_mlp,
+            n_heads, checkpoint_every)`` is called on each case.
+
+    Returns:
+        The full-marks message, with how many cases were drawn.
+
+    Raises:
+        Reject: a call fails or returns another number of values kept per token at the
+            backward's worst moment.
+    """
     shapes = [(4, 64, 256, 4), (3, 8, 32, 2), (1, 16, 64, 1), (2, 32, 128, 2), (5, 48, 96, 3)]
     shapes += [(8, 64, 256, 4), (12, 128, 512, 8)]
     cases = [(*shape, k) for shape in shapes for k in range(0, shape[0] + 2)]
@@ -169,7 +203,19 @@ def _longest() -> int:
 )
 def target_practice(ev: Evidence) -> str:
     """The longest row (a multiple of 128 tokens) that fits 16 MiB on 8 blocks with at most 4
-    recomputed, and a stride that makes it fit."""
+    recomputed, and a stride that makes it fit.
+
+    Args:
+        ev: the submission's evidence: ``target_seq_len`` (tokens) and ``target_every`` (the
+            checkpointing stride), whole numbers.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: not a positive multiple of 128, a stride recomputing more than 4 blocks, a row
+            that does not fit with that stride, or not the longest row that fits.
+    """
     seq_len, every = ev.read("target_seq_len"), ev.read("target_every")
     ev.require(
         type(seq_len) is int and 0 < seq_len and seq_len % ROW == 0,
@@ -205,5 +251,15 @@ def target_practice(ev: Evidence) -> str:
     own_work=True,
 )
 def q1_only_checkpointing(ev: Evidence) -> str:
-    """The one situation where checkpointing the blocks is the right next move."""
+    """The one situation where checkpointing the blocks is the right next move.
+
+    Args:
+        ev: the submission's evidence: ``q1_answer``, one letter from A to E.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: the letter is missing, not one of the five, or not the right one.
+    """
     return ev.expect_all()

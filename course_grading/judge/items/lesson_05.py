@@ -54,7 +54,12 @@ def _config():
 
 @cache
 def memory_model() -> dict[str, int]:
-    """The lesson's memory model: fixed bytes, bytes per row, and its largest micro-batch."""
+    """The lesson's memory model: fixed bytes, bytes per row, and its largest micro-batch.
+
+    Returns:
+        ``{"fixed": bytes that do not grow with the rows, "row": activation bytes of one row,
+        "guess": the largest micro-batch the model says fits the lesson's budget}``.
+    """
     from course_lib.budget import find_max_batch_size
     from course_lib.plan import training_memory
 
@@ -68,7 +73,12 @@ def memory_model() -> dict[str, int]:
 
 @cache
 def measured_limit() -> int:
-    """The largest micro-batch that fits the pretend card, measured as the lesson measures it."""
+    """The largest micro-batch that fits the pretend card, measured as the lesson measures it.
+
+    Returns:
+        Rows: the largest micro-batch whose measured step (on the CPU, counted bytes) fits the
+        lesson's memory budget.
+    """
     from course_lib.budget import find_max_batch_size
     from course_lib.memory.probe import MemoryProbe
 
@@ -78,7 +88,11 @@ def measured_limit() -> int:
 
 @cache
 def loss_tokens_per_example() -> float:
-    """Loss tokens per example of the lesson's logged run (section 4): counted, not trained."""
+    """Loss tokens per example of the lesson's logged run (section 4): counted, not trained.
+
+    Returns:
+        The mean loss tokens per step over the mean effective batch (tokens per example).
+    """
     from course_lib.collate import PaddingCollator, random_batches
     from course_lib.data import PAD_ID, make_instruction_dataset
     from course_lib.plan import plan
@@ -128,9 +142,21 @@ _BEYOND_FLOATS = (777 + (_ROWS + 1) * _ROW - 1, 777, _ROW)
     ),
 )
 def predict_micro_batch(ev: Evidence) -> str:
-    """The memory model's largest micro-batch by plain integer arithmetic, right on cards drawn
-    for each student (byte counts up to 2**50), on the edges (nothing fits, an exact fit, a
-    quotient a float rounds up) and on the lesson's card as the library's model finds it."""
+    """The memory model's largest micro-batch by plain integer arithmetic, right on cards drawn for
+    each student (byte counts up to 2**50), on the edges (nothing fits, an exact fit, a quotient a
+    float rounds up) and on the lesson's card as the library's model finds it.
+
+    Args:
+        ev: the submission's evidence: ``predict_micro_batch(budget, fixed, row)`` (bytes) is
+            called on each card.
+
+    Returns:
+        The full-marks message, with how many cards were drawn.
+
+    Raises:
+        Reject: a call fails or returns another number of rows than fit, or disagrees with the
+            library's model on the lesson's card.
+    """
     model = memory_model()
     cases = [(MEMORY_BUDGET, model["fixed"], model["row"])]  # the lesson's card
     cases += [(100, 101, 1), (100, 100, 7), (106, 99, 7), (105, 99, 7), _BEYOND_FLOATS]
@@ -179,9 +205,22 @@ def _drawn_cards(ev: Evidence) -> list[tuple[int, int]]:
     ),
 )
 def largest_fitting(ev: Evidence) -> str:
-    """The exact limit of every card (15 drawn for each student), each size probed once, the
-    answer and the next size probed, within the gallop's budget; a card where nothing fits
-    raises ValueError; the measured card from the model's guess in <= 4 probes."""
+    """The exact limit of every card (15 drawn for each student), each size probed once, the answer
+    and the next size probed, within the gallop's budget; a card where nothing fits raises
+    ValueError; the measured card from the model's guess in <= 4 probes.
+
+    Args:
+        ev: the submission's evidence: ``largest_fitting(fits, guess)`` is called on each card,
+            ``fits`` answered and its probes recorded by the judge.
+
+    Returns:
+        The full-marks message, with how many cards were drawn.
+
+    Raises:
+        Reject: a call fails or returns another limit, probes a size twice, returns without
+            probing the limit and the size after it, probes more than the budget, or does not
+            raise ``ValueError`` where nothing fits.
+    """
     cards = [*CARDS, *_drawn_cards(ev), (measured_limit(), memory_model()["guess"])]
     calls = [call(predicate(limit), guess, after=({"probes": 0},)) for limit, guess in cards]
     calls += [call(predicate(0), guess) for guess in (1, 5)]
@@ -224,8 +263,20 @@ def largest_fitting(ev: Evidence) -> str:
     own_work=True,
 )
 def target_practice(ev: Evidence) -> str:
-    """The smallest dataset (a multiple of 250) where both rules can hold, and a shape on this
-    card whose effective batch meets both there."""
+    """The smallest dataset (a multiple of 250) where both rules can hold, and a shape on this card
+    whose effective batch meets both there.
+
+    Args:
+        ev: the submission's evidence: ``tp_dataset_size`` (examples), ``tp_micro_batch``
+            (rows) and ``tp_grad_accum`` (micro-batches per step), whole numbers.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a micro-batch over the card's measured limit, too few loss tokens per step,
+            fewer than 25 full steps, or not the smallest dataset where both rules hold.
+    """
     size = ev.read("tp_dataset_size")
     micro, accum = ev.read("tp_micro_batch"), ev.read("tp_grad_accum")
     effective = micro * accum
@@ -262,7 +313,18 @@ def target_practice(ev: Evidence) -> str:
     own_work=True,
 )
 def q1(ev: Evidence) -> str:
-    """The effective batch of 4 rows × 6 micro-batches on two GPUs, and its tokens per step."""
+    """The effective batch of 4 rows × 6 micro-batches on two GPUs, and its tokens per step.
+
+    Args:
+        ev: the submission's evidence: ``q1_effective`` (examples per step) and ``q1_tokens``
+            (tokens per step), whole numbers.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: either value is missing, unreadable or wrong.
+    """
     return ev.expect_all()
 
 
@@ -276,8 +338,18 @@ def q1(ev: Evidence) -> str:
     own_work=True,
 )
 def q2(ev: Evidence) -> str:
-    """The largest effective batch with 25 full steps of 1,500 examples, and the full steps
-    at 64."""
+    """The largest effective batch with 25 full steps of 1,500 examples, and the full steps at 64.
+
+    Args:
+        ev: the submission's evidence: ``q2_max_effective`` (examples) and ``q2_steps_at_64``
+            (full steps), whole numbers.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: either value is missing, unreadable or wrong.
+    """
     return ev.expect_all()
 
 
@@ -294,13 +366,30 @@ LETTERS = Unordered(Word(*"abcdef"))
     own_work=True,
 )
 def q3(ev: Evidence) -> str:
-    """The smallest accumulation for 4,000 loss tokens, and exactly the statements that hold."""
+    """The smallest accumulation for 4,000 loss tokens, and exactly the statements that hold.
+
+    Args:
+        ev: the submission's evidence: ``q3_accum`` (a whole number) and ``q3_changes`` (the
+            letters of the statements that hold, in any order).
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: either value is missing, unreadable or wrong.
+    """
     return ev.expect_all()
 
 
 @cache
 def card_plans() -> dict[str, object]:
-    """Section 9's two plans as the lesson makes them, and what question 5 reads off them."""
+    """Section 9's two plans as the lesson makes them, and what question 5 reads off them.
+
+    Returns:
+        ``{"q5_rows_qlora": the QLoRA plan's largest micro-batch on the RTX 4090 (rows),
+        "q5_spare_gib_qlora": GiB of that card left at it, "q5_full_fits": whether one row of the
+        full fine-tune fits the A100 80GB}``.
+    """
     from course_lib.lessons.choosing import card_plan
 
     qlora = card_plan("Llama-3.1-8B", "RTX 4090", "qlora", seq_len=2048)
@@ -323,7 +412,18 @@ def card_plans() -> dict[str, object]:
     own_work=True,
 )
 def q5(ev: Evidence) -> str:
-    """The QLoRA plan's largest micro-batch on the RTX 4090 by what the card shows (the
-    allocator's reserve and the CUDA context on top of the tensors), the GiB left there, and
-    whether one row of the full fine-tune fits the A100."""
+    """The QLoRA plan's largest micro-batch on the RTX 4090 by what the card shows (the allocator's
+    reserve and the CUDA context on top of the tensors), the GiB left there, and whether one row
+    of the full fine-tune fits the A100.
+
+    Args:
+        ev: the submission's evidence: ``q5_rows_qlora`` (rows), ``q5_spare_gib_qlora`` (GiB,
+            3 significant figures) and ``q5_full_fits`` (True or False).
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a value is missing, unreadable or wrong.
+    """
     return ev.expect_all()

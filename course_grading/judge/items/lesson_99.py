@@ -14,7 +14,19 @@ ITEMS = Lesson("99_fixture")
 
 @ITEMS.item("test_tokens", answer="answer_tokens", points=2, function="tokens_per_batch")
 def tokens(ev: Evidence) -> str:
-    """``tokens_per_batch(b, s) == b * s`` on the visible case's sibling and fresh cases."""
+    """``tokens_per_batch(b, s) == b * s`` on the visible case's sibling and fresh cases.
+
+    Args:
+        ev: the submission's evidence: ``tokens_per_batch`` is called on 2 fixed and 4 drawn
+            ``(b, s)``.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: a call fails, or returns anything but the number of tokens (an ``int`` or
+            ``float`` equal to ``b * s``).
+    """
     cases = [(2, 8192), (3, 5)]
     cases += [(ev.rng.randint(1, 64), ev.rng.randint(1, 4096)) for _ in range(4)]
     for (b, s), result in zip(cases, ev.call([call(b, s) for b, s in cases])):
@@ -31,8 +43,18 @@ def tokens(ev: Evidence) -> str:
     "test_ratio", answer="answer_ratio", points=1, values=("attention_ratio",), own_work=True
 )
 def ratio(ev: Evidence) -> str:
-    """The attention scores' growth factor, exact (``math.isclose`` at its default 1e-9), worked
-    out without ``course_lib`` in the answer cell."""
+    """The attention scores' growth factor, exact (``math.isclose`` at its default 1e-9), worked out
+    without ``course_lib`` in the answer cell.
+
+    Args:
+        ev: the submission's evidence: ``attention_ratio``, a number.
+
+    Returns:
+        The full-marks message.
+
+    Raises:
+        Reject: the value is missing, not a number, or not the factor.
+    """
     got = ev.number("attention_ratio")
     ev.require(
         math.isclose(got, 8.0),

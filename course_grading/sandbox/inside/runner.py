@@ -42,6 +42,7 @@ import json
 import os
 import struct
 import sys
+from collections.abc import Iterable
 
 MESSAGE_CHARS = 300
 HEADER = struct.Struct(">I")
@@ -50,7 +51,13 @@ HEADER = struct.Struct(">I")
 class Channel:
     """The framed pipe to the judge (private descriptors: the student's prints go to stderr)."""
 
-    def __init__(self, read_fd, write_fd):
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        """The channel over two private descriptors.
+
+        Args:
+            read_fd: the descriptor the judge's frames arrive on (a copy of the original stdin).
+            write_fd: the descriptor this process answers on (a copy of the original stdout).
+        """
         self.read_fd, self.write_fd = read_fd, write_fd
         self.nonce = None
 
@@ -63,13 +70,26 @@ class Channel:
             data += chunk
         return bytes(data)
 
-    def receive(self):
+    def receive(self) -> dict:
+        """The judge's next frame; its nonce becomes the one every answer carries.
+
+        Returns:
+            The frame's JSON message.
+
+        Raises:
+            EOFError: the judge closed the channel.
+        """
         (size,) = HEADER.unpack(self._exactly(HEADER.size))
         message = json.loads(self._exactly(size))
         self.nonce = message.get("nonce", self.nonce)
         return message
 
-    def send(self, message):
+    def send(self, message: dict) -> None:
+        """Write ``message`` as one frame, with the nonce of the last frame received.
+
+        Args:
+            message: a JSON-able message (``defined``, ``result``, ``ask``).
+        """
         data = json.dumps(dict(message, nonce=self.nonce)).encode()
         view = memoryview(HEADER.pack(len(data)) + data)
         while view:
@@ -105,10 +125,26 @@ def _ask(proxy, method, args):
 class Predicate:
     """``fits(n)``: the judge decides and remembers every ``n`` it was asked about."""
 
-    def __init__(self, proxy):
+    def __init__(self, proxy: int) -> None:
+        """The proxy of the judge's predicate number ``proxy``.
+
+        Args:
+            proxy: the predicate's id in the judge (its argument position).
+        """
         self._proxy = proxy
 
-    def __call__(self, n):
+    def __call__(self, n: object) -> bool:
+        """Ask the judge whether ``n`` fits; the judge records the question.
+
+        Args:
+            n: the size asked about, as the student's code passes it.
+
+        Returns:
+            The judge's answer: whether ``1 <= n <= limit``.
+
+        Raises:
+            TypeError: ``n`` is not plain data, or the judge refused the question (not a number).
+        """
         encoded = ENCODE(n)
         if isinstance(encoded, dict) and ("not_plain" in encoded or "too_large" in encoded):
             raise TypeError(f"fits() takes a number, not {type(n).__name__}")
@@ -121,10 +157,21 @@ class Predicate:
 class Recorder:
     """An optimiser stand-in: ``step()`` sends the flat gradient, ``zero_grad()`` clears it."""
 
-    def __init__(self, proxy, params):
+    def __init__(self, proxy: int, params: Iterable) -> None:
+        """The proxy of the judge's recorder number ``proxy``, over a model's parameters.
+
+        Args:
+            proxy: the recorder's id in the judge (its argument position).
+            params: the model's parameters (torch tensors), whose gradients a step sends.
+        """
         self._proxy, self.params = proxy, list(params)
 
-    def step(self):
+    def step(self) -> None:
+        """Send the judge the parameters' flat gradient (zeros where a parameter has none).
+
+        Raises:
+            TypeError: the judge refused it.
+        """
         import torch
 
         grads = [
@@ -133,7 +180,16 @@ class Recorder:
         ]
         _ask(self._proxy, "step", [ENCODE(torch.cat(grads).detach(), tensors=True)])
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Set every parameter's gradient to ``None`` and tell the judge.
+
+        Args:
+            set_to_none: accepted as torch's optimisers take it; the gradients are always set to
+                ``None``.
+
+        Raises:
+            TypeError: the judge refused it.
+        """
         for p in self.params:
             p.grad = None
         _ask(self._proxy, "zero_grad", [])
@@ -238,7 +294,13 @@ def _define(request):
     return (function if reply["defined"] else None), reply
 
 
-def main():
+def main() -> None:
+    """Serve the judge until it ends: define the function once, then make each call it asks for.
+
+    The channel keeps copies of stdin and stdout; the student's ``input()`` then reads nothing
+    and its prints go to stderr. The process exits with ``os._exit(0)``, so no hook or thread of
+    the student's runs after the last answer.
+    """
     global CHANNEL, ENCODE
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)

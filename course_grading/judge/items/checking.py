@@ -1,0 +1,401 @@
+"""One trusted check run: the :class:`Evidence` it reads and the :class:`Verdict` it comes to.
+
+``Evidence`` hands a check the student's values read by their forms, the graded function's calls
+(one sandboxed run per item), a generator seeded per student and item, and the answer cell's
+source; :func:`verdict` runs the check and turns what it returned or raised into a ``Verdict``,
+after the rules every item keeps (``own_work``, no ``course_lib`` in a graded function).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
+from fractions import Fraction
+
+from course_grading.errors import GradingError
+from course_grading.judge import functions, plain
+from course_grading.judge import secret as course_secret
+from course_grading.judge.items.calls import Result, exception_text
+from course_grading.judge.items.model import Item, Reject, Verdict
+from course_grading.judge.plain import describe
+from course_lib.forms import Exact, Form, Unreadable
+
+
+def seed_for(lesson: str, grade_id: str, student: str) -> int:
+    """The practice seed of one item for one student (no course secret: ``judge/secret.py``).
+
+    Args:
+        lesson: the lesson's folder name.
+        grade_id: the item's test-cell grade id.
+        student: the student's id.
+
+    Returns:
+        The seed ``Evidence.rng`` starts from when grading without a secret and without the
+        answer cell's digest: a hash of these public facts alone.
+    """
+    return course_secret.seed(None, lesson, grade_id, student, None)
+
+
+class Evidence:
+    """Everything a check may look at for one item of one submission (the package's docstring)."""
+
+    def __init__(
+        self,
+        item: Item,
+        student: str,
+        *,
+        values: dict[str, object] | None = None,
+        answer_source: str | None = None,
+        sandbox: functions.FunctionSandbox | None = None,
+        secret: bytes | None = None,
+    ) -> None:
+        """The evidence of ``item`` for ``student``'s submission.
+
+        Args:
+            item: the item the check decides.
+            student: the student's id (one of the seed's inputs).
+            values: the values taken out of the kernel, by name: plain data, or a
+                ``plain.NotPlain`` saying why a value is not (a value item).
+            answer_source: the answer cell's source as submitted; ``None`` when the notebook has no
+                such cell.
+            sandbox: how the graded function runs (a function item); ``None``: the defaults.
+            secret: the course secret hidden inputs are drawn with; ``None``: practice grading.
+        """
+        self.item, self.student = item, student
+        self._values = values or {}
+        self.answer_source = answer_source
+        self._sandbox = sandbox
+        self.seed = course_secret.seed(secret, item.lesson, item.grade_id, student, answer_source)
+        self.rng = random.Random(self.seed)
+        self.review: list[str] = []
+        self.call_times: list[tuple[float, float]] = []  # (CPU, wall) seconds of every call
+
+    # values
+    def value(self, name: str) -> object:
+        """The student's value of ``name`` as plain data.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The value as the kernel gave it (decoded plain data).
+
+        Raises:
+            GradingError: the check reads a name its item does not declare (a grader bug).
+            Reject: the notebook never set it, or it is not plain data.
+        """
+        if name not in self.item.values:
+            raise GradingError(f"{self.item.grade_id}: the check reads {name!r}, not declared")
+        found = self._values.get(name, plain.NotPlain("not set: the notebook never defined it"))
+        if isinstance(found, plain.NotPlain):
+            raise Reject(f"{name}: {found}")
+        return found
+
+    def number(self, name: str) -> int | float:
+        """``name`` as a finite number: ``int``, ``float``, ``Fraction``, ``Decimal``, not ``bool``.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            An ``int`` when the number is whole, a ``float`` otherwise.
+
+        Raises:
+            Reject: the value is missing, not a number, or not finite.
+        """
+        value = self.value(name)
+        if type(value) not in (int, float, Fraction, Decimal):
+            raise Reject(f"{name}: a number is needed, got {_kind(value)}")
+        try:
+            return Exact().value(value)
+        except Unreadable as why:
+            raise Reject(f"{name}: {why}") from None
+
+    def integer(self, name: str) -> int:
+        """``name`` as a whole number: an ``int`` (not ``bool``), or a float, Fraction or Decimal
+        with no fraction.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The whole number.
+
+        Raises:
+            Reject: the value is missing, not a number, or has a fraction.
+        """
+        value = self.number(name)
+        if isinstance(value, float):
+            raise Reject(f"{name}: a whole number is needed, got {describe(value)}")
+        return value
+
+    def form(self, name: str) -> Form:
+        """How ``name`` is compared (the registration's ``values``).
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            Its ``course_lib.forms.Form``.
+
+        Raises:
+            GradingError: the registration declares no form for it (a grader bug).
+        """
+        if name not in self.item.forms:
+            raise GradingError(f"{self.item.grade_id}: no form declared for {name!r}")
+        return self.item.forms[name]
+
+    def read(self, name: str) -> object:
+        """``name`` read by its form.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The value as its form reads it: a Python number, text or tuple.
+
+        Raises:
+            Reject: the value is missing, or its form cannot read it (the message gives the form's
+                reason).
+        """
+        value = self.value(name)
+        try:
+            return self.form(name).value(value)
+        except Unreadable as why:
+            raise Reject(f"{name}: {why}") from None
+
+    def expect(self, name: str, expected: object = None) -> object:
+        """``name`` read and compared by its form with the expected value.
+
+        Args:
+            name: one of the item's declared values.
+            expected: the right value; ``None``: the registration's ``expected``.
+
+        Returns:
+            The value as its form reads it.
+
+        Raises:
+            Reject: the value cannot be read, or is not the expected one; the message says what
+                the check needs, never the expected value.
+        """
+        got = self.read(name)
+        if expected is None:
+            expected = self.item.expected_values()[name]
+        if not self.form(name).same(self.value(name), expected):
+            raise Reject(
+                f"{name}: your value {describe(self.value(name))}; the check needs it "
+                f"{self.form(name).needs}"
+            )
+        return got
+
+    def expect_all(self) -> str:
+        """Every declared value compared with its expected value (:meth:`expect`).
+
+        Returns:
+            The full-marks message, ``"name, other: right"``.
+        """
+        for name in self.item.values:
+            self.expect(name)
+        return f"{', '.join(self.item.values)}: right"
+
+    def returned(self, result: Result, expected: object, wrong: str = "not right") -> object:
+        """A call's result read by the item's ``returns`` form and compared with ``expected``.
+
+        Args:
+            result: one call's result (:meth:`call`).
+            expected: the right result.
+            wrong: what the message says when the result is readable but not right.
+
+        Returns:
+            The result as the form reads it.
+
+        Raises:
+            GradingError: the item declares no ``returns`` form (a grader bug).
+            Reject: the call gave no plain value, or one the form cannot read or that is not
+                ``expected``; the message names the call and what came back, never the expected
+                value.
+        """
+        got = result.value()
+        form = self.item.returns
+        if form is None:
+            raise GradingError(f"{self.item.grade_id}: no form declared for the results")
+        try:
+            read = form.value(got)
+            right = form.same(got, expected)
+        except Unreadable as why:
+            raise Reject(f"{result.shown} returned {describe(got)}: {why}") from None
+        if not right:
+            raise Reject(f"{result.shown} returned {describe(got)}: {wrong}")
+        return read
+
+    def text(self, name: str) -> str:
+        """``name`` as a string.
+
+        Args:
+            name: one of the item's declared values.
+
+        Returns:
+            The string, as given.
+
+        Raises:
+            Reject: the value is missing or not exactly a ``str``.
+        """
+        value = self.value(name)
+        if type(value) is not str:
+            raise Reject(f"{name}: a string is needed, got {_kind(value)}")
+        return value
+
+    @staticmethod
+    def require(condition: object, message: str) -> None:
+        """Fail the item with ``message`` unless ``condition`` holds.
+
+        Args:
+            condition: anything true when the check passes this point.
+            message: the student's reason the item scores 0 (never the expected value).
+
+        Raises:
+            Reject: with ``message``, when ``condition`` is false.
+        """
+        if not condition:
+            raise Reject(message)
+
+    # functions
+    def call(self, calls: list[dict]) -> list[Result]:
+        """Every call of ``calls`` in one fresh sandbox run; one :class:`Result` each.
+
+        Each call's CPU and wall-clock seconds are added to :attr:`call_times`.
+
+        Args:
+            calls: the calls, as :func:`~course_grading.judge.items.calls.call` writes them (their
+                ``shown`` is taken out here).
+
+        Returns:
+            One result per call, in order, each shown as ``function(arguments)``.
+
+        Raises:
+            GradingError: the item declares no function (a grader bug), or graded functions cannot
+                run here at all.
+            Reject: the answer cell is missing, is not Python, does not run on its own, does not
+                define the function, or the run gives no answer (time, memory, a crash).
+        """
+        item = self.item
+        if item.function is None:
+            raise GradingError(f"{item.grade_id}: the check calls a function, none declared")
+        if self.answer_source is None:
+            raise Reject(f"the answer cell {item.answer!r} is not in your notebook")
+        source = _python_source(self.answer_source)
+        shown = [c.pop("shown", "…") for c in calls]
+        ran = functions.run(
+            source,
+            item.function,
+            calls,
+            allowed=item.allowed,
+            forbidden=item.forbidden,
+            settings=self._sandbox or functions.FunctionSandbox(),
+            key=(item.lesson, item.grade_id),
+        )
+        if ran.answer is None:
+            raise Reject(f"{item.function}: {ran.failure}")
+        if ran.answer["error"]:
+            error = ran.answer["error"]
+            raise Reject(f"your answer cell, run on its own, raised {exception_text(error)}")
+        if not ran.answer["defined"]:
+            raise Reject(f"your answer cell does not define a function {item.function}")
+        answers = ran.answer["calls"]
+        if len(answers) != len(calls):
+            raise Reject(f"{item.function}: the run ended before every call was made")
+        results = []
+        for text, got in zip(shown, answers):
+            self.call_times.append((got.get("cpu", 0.0), got.get("wall", 0.0)))
+            results.append(
+                Result(
+                    f"{item.function}({text})",
+                    got.get("returned"),
+                    got.get("raised"),
+                    got.get("not_plain"),
+                    got.get("after", []),
+                    got.get("stopped"),
+                )
+            )
+        return results
+
+
+def _kind(value: object) -> str:
+    return f"{type(value).__name__} {describe(value, 30)}"
+
+
+def _python_source(source: str) -> str:
+    """The cell as Python: IPython's syntax (``%magic``, ``!cmd``) turned into calls."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return TransformerManager().transform_cell(source)
+    except (SyntaxError, ValueError) as err:
+        raise Reject(f"your answer cell is not valid Python ({type(err).__name__})") from None
+
+
+def verdict(
+    item: Item,
+    ev: Evidence,
+    uses: list[str],
+    *,
+    borrowed: Sequence[str] = (),
+    unread: Sequence[str] = (),
+) -> Verdict:
+    """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
+
+    An ``own_work`` value item and every function item score 0 with ``uses``. An ``own_work``
+    item also scores 0 when its answer cell copies a name an earlier cell of the student's
+    computed with ``course_lib`` (``borrowed``), or runs code built at run time that the grader
+    cannot read (``unread``).
+
+    Args:
+        item: the item.
+        ev: its evidence for one submission.
+        uses: the certain ``course_lib`` uses in the answer cell (``uses.py``) outside the
+            item's allowed modules.
+        borrowed: names the answer cell takes from earlier cells that computed them with
+            ``course_lib`` (``uses.borrowed``).
+        unread: code the answer cell builds at run time, which the grader cannot read.
+
+    Returns:
+        The check's verdict (full marks with its message, or 0 with the reason it rejected),
+        with the wall-clock seconds of the item's function calls.
+    """
+    decided = _decided(item, ev, uses, borrowed, unread)
+    seconds = sum(wall for _, wall in ev.call_times)
+    return replace(decided, seconds=seconds) if seconds else decided
+
+
+def _decided(
+    item: Item, ev: Evidence, uses: list[str], borrowed: Sequence[str], unread: Sequence[str]
+) -> Verdict:
+    try:
+        if item.own_work and uses:
+            raise Reject(
+                f"your answer cell uses {', '.join(uses[:3])}: this item is worked out by "
+                "hand, without course_lib"
+            )
+        if item.own_work and borrowed:
+            raise Reject(
+                f"your answer cell takes {borrowed[0]}: this item is worked out by hand, "
+                "without course_lib, in its answer cell"
+            )
+        if item.own_work and unread:
+            raise Reject(
+                f"your answer cell runs code the grader cannot read ({unread[0]}): write the "
+                "work out plainly in the answer cell"
+            )
+        if item.function and uses:
+            raise Reject(
+                f"your answer cell uses {', '.join(uses[:3])}, which this item does not allow: "
+                "write it yourself"
+            )
+        got = item.check(ev)
+    except Reject as why:
+        return Verdict(item.grade_id, 0.0, item.points, str(why), tuple(ev.review))
+    if isinstance(got, Verdict):
+        return got
+    return Verdict(item.grade_id, item.points, item.points, str(got), tuple(ev.review))

@@ -1,0 +1,278 @@
+"""The item model: what an autograded test cell is worth and which trusted check decides it.
+
+An :class:`Item` is one test cell of a lesson (its grade id, its answer cell, its points, what
+it takes out of the submission and how each value is compared); a lesson module registers its
+items on a :class:`Lesson` with :meth:`Lesson.item`, and :func:`items_of` finds a lesson's
+registry by its folder name. A check's decision is a :class:`Verdict`; a check fails an item by
+raising :class:`Reject`. The package's docstring (``course_grading.judge.items``) is the guide.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from course_grading.errors import GradingError
+from course_grading.judge.visible import Digest, Property
+from course_lib.forms import Form
+
+DECLARATION = "# ITEM:"
+PACKAGE = __name__.rpartition(".")[0]  # course_grading.judge.items: the lessons' modules
+_PYTHON_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A trusted check's decision on one item.
+
+    ``message`` is for the student (feedback, the test cell's output, formgrader's comment) and
+    never holds the expected value; ``review`` are flags for the instructor (the report,
+    formgrader's flag), never a reason to change the points.
+    """
+
+    grade_id: str
+    points: float
+    max_points: float
+    message: str
+    review: tuple[str, ...] = ()
+    seconds: float = field(default=0.0, compare=False)  # wall-clock time of its function calls
+
+    @property
+    def full(self) -> bool:
+        return self.points >= self.max_points
+
+    def line(self) -> str:
+        """One line for the student: points and the message.
+
+        Returns:
+            ``"{points} of {max_points} point(s): {message}"``, points as ``%g`` (``"0.5 of 1
+            point(s): ..."``).
+        """
+        return f"{self.points:g} of {self.max_points:g} point(s): {self.message}"
+
+
+class Reject(Exception):
+    """Raised by a check: the item scores 0, and the message says why (to the student)."""
+
+
+#: A trusted check: called with one ``checking.Evidence``, it returns the full-marks message or
+#: a :class:`Verdict`, and fails the item by raising :class:`Reject`. Its argument is typed
+#: loosely because ``checking.Evidence`` reads an :class:`Item` (its import would be a cycle).
+Check = Callable[[Any], str | Verdict]
+
+
+# --- items ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One autograded test cell and the trusted check that grades it (the package's docstring)."""
+
+    lesson: str
+    grade_id: str  # the test cell's grade id
+    answer: str  # the answer cell's grade id
+    points: float
+    check: Check
+    values: tuple[str, ...] = ()  # names taken out of the kernel, as plain data
+    function: str | None = None  # or: the function re-created from the answer cell
+    allowed: tuple[str, ...] = ()  # course_lib modules staged for the function
+    forbidden: tuple[str, ...] = ()  # course_lib modules its staging must never include
+    own_work: bool = False  # a value item: 0 if the answer cell's source uses course_lib
+    forms: Mapping[str, Form] = field(default_factory=dict)  # value name -> how it is compared
+    returns: Form | None = None  # a function item: how each result is compared
+    expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None
+    visible: tuple[Property | Digest, ...] | None = None  # what the visible test may say
+
+    @property
+    def name(self) -> str:
+        return self.check.__name__
+
+    @property
+    def migrated(self) -> bool:
+        """Whether the item declares its comparison and its visible test (issue 20's model)."""
+        compared = (
+            self.returns is not None if self.function else set(self.forms) == set(self.values)
+        )
+        return compared and bool(self.visible)
+
+    def expected_values(self) -> Mapping[str, object]:
+        """The declared expected values (computed once, for a callable).
+
+        Returns:
+            Value name -> the right value, as the registration gave it or as its function computed
+            it on first use (the same mapping every later call); empty when none was declared.
+        """
+        if self.expected is None:
+            return {}
+        if callable(self.expected):
+            return _expected_once(self.expected)
+        return self.expected
+
+    def declaration(self) -> dict:
+        """What the test cell's hidden region declares (the package's docstring).
+
+        Returns:
+            ``{"check": name, "answer": answer cell's grade id}`` with ``"function": name`` for a
+            function item or ``"values": [names]`` for a value item: the JSON a notebook must hold.
+        """
+        declared: dict = {"check": self.name, "answer": self.answer}
+        if self.function:
+            declared["function"] = self.function
+        else:
+            declared["values"] = list(self.values)
+        return declared
+
+    def declaration_line(self) -> str:
+        """The declaration as the one line a test cell's hidden region holds.
+
+        Returns:
+            ``# ITEM: {...}``, the JSON of :meth:`declaration`.
+        """
+        return f"{DECLARATION} {json.dumps(self.declaration())}"
+
+
+class Lesson:
+    """The items of one lesson, registered with :meth:`item` in its module."""
+
+    def __init__(self, lesson: str) -> None:
+        """An empty registry for ``lesson``.
+
+        Args:
+            lesson: the lesson's folder name (``"01_tokens_and_attention_memory"``).
+        """
+        self.lesson = lesson
+        self.items: dict[str, Item] = {}
+
+    def item(
+        self,
+        grade_id: str,
+        *,
+        answer: str,
+        points: float,
+        values: tuple[str, ...] | Mapping[str, Form] = (),
+        function: str | None = None,
+        returns: Form | None = None,
+        expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None,
+        visible: Property | Digest | tuple[Property | Digest, ...] | None = None,
+        allowed: tuple[str, ...] = (),
+        forbidden: tuple[str, ...] = (),
+        own_work: bool = False,
+    ) -> Callable:
+        """Register the decorated check for the test cell ``grade_id`` (the package's docstring).
+
+        Args:
+            grade_id: the test cell's nbgrader grade id.
+            answer: the grade id of the answer cell the item reads.
+            points: the item's points, as the test cell's nbgrader metadata gives them.
+            values: the names taken out of the kernel as plain data; as a mapping, also how each is
+                compared (a ``course_lib.forms.Form``). One of ``values`` and ``function``.
+            function: the name of the graded function re-created from the answer cell.
+            returns: how each of the function's results is compared (a ``Form``).
+            expected: the right values by name, or a function giving them (computed once).
+            visible: what the visible test may say (``course_grading.judge.visible``): one
+                ``Property`` or ``Digest``, or several.
+            allowed: ``course_lib`` modules staged for the graded function.
+            forbidden: ``course_lib`` modules its staging must never include.
+            own_work: a value item scores 0 when the answer cell's source uses ``course_lib``.
+
+        Returns:
+            The decorator: it registers the check and returns it unchanged.
+
+        Raises:
+            ValueError: neither or both of ``values`` and ``function``, a name that is not a Python
+                name, a digest over values without a form, or (when decorating) a second check for
+                the same ``grade_id``.
+        """
+        if bool(values) == bool(function):
+            raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
+        forms = dict(values) if isinstance(values, Mapping) else {}
+        for name in [*values, *([function] if function else [])]:
+            if not _PYTHON_NAME.match(name):
+                raise ValueError(f"{grade_id}: {name!r} is not a Python name")
+        shown = (visible,) if isinstance(visible, (Property, Digest)) else visible
+        for check in shown or ():
+            if isinstance(check, Digest) and not set(check.names) <= set(forms):
+                raise ValueError(f"{grade_id}: the digest names values without a form")
+
+        def register(check: Callable) -> Callable:
+            if grade_id in self.items:
+                raise ValueError(f"{self.lesson}: two checks for {grade_id}")
+            self.items[grade_id] = Item(
+                self.lesson,
+                grade_id,
+                answer,
+                float(points),
+                check,
+                tuple(values),
+                function,
+                tuple(allowed),
+                tuple(forbidden),
+                own_work,
+                forms,
+                returns,
+                expected,
+                tuple(shown) if shown else None,
+            )
+            return check
+
+        return register
+
+
+_COMPUTED: dict[int, Mapping[str, object]] = {}
+
+
+def _expected_once(compute: Callable[[], Mapping[str, object]]) -> Mapping[str, object]:
+    if id(compute) not in _COMPUTED:
+        _COMPUTED[id(compute)] = dict(compute())
+    return _COMPUTED[id(compute)]
+
+
+def module_name(lesson: str) -> str:
+    """The module holding a lesson's trusted checks.
+
+    Args:
+        lesson: the lesson's folder name (``"01_tokens_and_attention_memory"``).
+
+    Returns:
+        ``course_grading.judge.items.lesson_01``: ``lesson_`` and the lesson's number.
+    """
+    return f"{PACKAGE}.lesson_{lesson.split('_', 1)[0]}"
+
+
+def items_of(lesson: str) -> dict[str, Item]:
+    """The registered items of ``lesson``.
+
+    Args:
+        lesson: the lesson's folder name.
+
+    Returns:
+        Test-cell grade id -> its :class:`Item`, as the lesson's module registered them.
+
+    Raises:
+        GradingError: the lesson has no module of checks, or its module registers another
+            lesson's.
+        ModuleNotFoundError: the lesson's module exists but imports one that does not.
+    """
+    try:
+        module = importlib.import_module(module_name(lesson))
+    except ModuleNotFoundError as err:
+        if err.name != module_name(lesson):
+            raise
+        raise GradingError(
+            f"lesson {lesson} has no trusted checks: write {module_name(lesson)} "
+            "(docs/instructors.md, 'How to write an item')"
+        ) from None
+    registered: Lesson = module.ITEMS
+    if registered.lesson != lesson:
+        raise GradingError(
+            f"{module.__name__} holds the checks of {registered.lesson}, not of {lesson}: "
+            "rename the lesson folder or the module"
+        )
+    return registered.items

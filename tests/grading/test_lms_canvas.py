@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from class_builders import FIXTURE, filled, fixture_course, sandbox_problem, write
 from lms_builders import CANVAS_EXPORT, copy_workspace, make_workspace
 from nbgrader.api import Gradebook
 
@@ -350,3 +351,29 @@ def test_the_command_prints_one_line_on_a_bad_file(workspace, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("python -m course_grading: Canvas gradebook ")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_real_grading_run_exports_with_its_manual_grades(tmp_path):
+    """The fixture lesson graded by the grader itself (about 10 s), a written answer then graded
+    in its gradebook as formgrader would: the export reads both."""
+    root, work = fixture_course(tmp_path)
+    answered = filled(work.release_notebook(FIXTURE), work.source_notebook(FIXTURE))
+    for who in ("sobrien", "zmuller@uni.example"):
+        write(tmp_path / "class" / f"{who}_{FIXTURE}.ipynb", answered)
+    out = tmp_path / "grading"
+    command = [sys.executable, "-m", "course_grading", str(tmp_path / "class"), "--out", str(out)]
+    command += ["--root", str(root), "--jobs", "2"] + (
+        ["--no-sandbox"] if sandbox_problem() else []
+    )
+    proc = subprocess.run(command, capture_output=True, text=True, env=wc.nbgrader_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gb:
+        written = next(
+            g for g in gb.find_submission_notebook(FIXTURE, FIXTURE, "sobrien").grades
+            if g.needs_manual_grade
+        )  # fmt: skip
+        written.manual_score = written.max_score
+        gb.db.commit()
+    people = by_id(read_rows(export(out, tmp_path)))
+    assert read_rows(tmp_path / "canvas.csv")[0][-1] == FIXTURE
+    assert people["101"][-1] == "5" and people["102"][-1] == "3"  # 3 + 2 written; 3, pending

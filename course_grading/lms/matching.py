@@ -10,7 +10,8 @@ first that finds anything deciding:
 2. ignoring case (Canvas and Moodle compare logins without case);
 3. as the grader writes an id it was given (``submissions.safe_student_id``: ``josé`` was
    graded as ``jos_``);
-4. likewise where two ids read the same and the changed one got a digest (``jos_-d994e1``).
+4. likewise where two ids read the same and the changed one got a digest (``jos_-d994e1``);
+5. as the classroom names an LTI login's account (``accounts.account_name``).
 
 A student whose rows all belong to one LMS user (one person in two sections, in an export that
 gives one row per section) fills all of them. A student matching rows of different users, or a
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from hashlib import sha256
 
+from course_grading.lms.accounts import account_name
 from course_grading.submissions import safe_student_id
 
 
@@ -53,7 +55,7 @@ def _with_digest(text: str) -> str:
     return text if safe == text else f"{safe}-{sha256(text.encode()).hexdigest()[:6]}"
 
 
-_STEPS = (lambda text: text, str.casefold, safe_student_id, _with_digest)
+_STEPS = (lambda text: text, str.casefold, safe_student_id, _with_digest, account_name)
 
 
 def _candidates(names: set[str], rows: list[LmsRow]) -> tuple[int, list[LmsRow]]:

@@ -322,6 +322,13 @@ def test_matching_by_case_then_grader_id(tmp_path):
     assert [n.student for n in notes if n.kind == rv.AMBIGUOUS] == ["ANN.LEE"]
 
 
+def test_a_student_the_classroom_named_from_an_lti_login_finds_their_row(tmp_path):
+    export_file = _people(tmp_path, ['"M, Zoë",7,,Zoë.Müller@uni.example,X,', '"N",8,,zoe,X,'])
+    scores = _scores(("zo_m_ller_uni_example-31fcbc", "L1", 6))  # classroom/lti.py's name
+    export_grades(scores, "canvas", tmp_path / "o.csv", lms_file=export_file)
+    assert [r[5] for r in read_rows(tmp_path / "o.csv")[2:]] == ["6", ""]
+
+
 def test_an_exact_match_wins_over_one_ignoring_case(tmp_path):
     export_file = _people(tmp_path, ['"D",4,,ann.lee,X,'])
     scores = _scores(("ann.lee", "L1", 1), ("Ann.Lee", "L1", 4))

@@ -15,6 +15,7 @@ accounts, folders; written by run.py) and, for the gradebook password, from the 
   grader). Students never see the gradebook URL, and no copy of ``course_grading`` is in their view.
 """
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -43,6 +44,15 @@ c.JupyterHub.authenticator_class = "pam"
 c.PAMAuthenticator.open_sessions = False  # no login sessions to open in a container
 c.Authenticator.allowed_users = {settings["instructor"], *settings["students"]}
 c.Authenticator.admin_users = set()  # the instructor grades; nobody administers the hub here
+
+# Students log in from the LMS (LTI 1.3) when the state folder holds lti.json (classroom/lti.py).
+if (state / "lti.json").is_file():
+    _spec = importlib.util.spec_from_file_location(
+        "classroom_lti", Path(__file__).parent / "lti.py"
+    )
+    _lti = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_lti)
+    _lti.configure_from_state(c, state)
 
 # --- each user's server ----------------------------------------------------------------------
 c.JupyterHub.spawner_class = "localprocess"

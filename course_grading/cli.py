@@ -1,5 +1,6 @@
 """The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
-``python -m course_grading digest NAME VALUE [--sig N]`` (a visible test's digest).
+``python -m course_grading digest NAME VALUE [--sig N]`` (a visible test's digest);
+``export`` (scores into an LMS's file) is ``course_grading.lms.export``.
 
 This is the only place a ``GradingError`` becomes a message and an exit status: one line on
 stderr, exit status 2.
@@ -109,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         "solutions, and write a report of scores and problems. Submitted files are only read.",
         epilog="Instructors: `python -m course_grading digest NAME VALUE [--sig N]` prints the "
         "digest a visible test compares an answer with; `python -m course_grading secret PATH` "
-        "makes a course secret.",
+        "makes a course secret; `python -m course_grading export GRADING_OUT --format "
+        "canvas|moodle ...` writes the scores as a file Canvas or Moodle imports.",
     )
     add = parser.add_argument
     add(
@@ -294,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
             return digest_main(argv[1:])
         if argv[:1] == ["secret"]:
             return secret_main(argv[1:])
+        if argv[:1] == ["export"]:
+            from course_grading.lms.export import export_main  # nbgrader's API only when used
+
+            return export_main(argv[1:])
         return _grade_main(argv)
     except GradingError as err:
         print(f"python -m course_grading: {err}", file=sys.stderr)

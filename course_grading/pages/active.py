@@ -13,8 +13,10 @@ session. The rules, applied by ``safe_pages.py`` wherever such a page is built:
   (``<img src="/hub/logout">`` would log them out of JupyterHub; another site would learn when
   the page was read), so it is dropped. Links stay: they load nothing until clicked.
   Scripts, event handlers, ``javascript:`` URLs, frames, forms, ``<base>``,
-  ``<meta>``, SVG, MathML and ``<style>`` never pass. The allow-list is nh3 (the Rust
-  ``ammonia`` sanitiser), so what passes is what it parsed, not what a pattern matched.
+  ``<meta>``, SVG and ``<style>`` never pass; MathML passes as layout only (``mathml.py``'s
+  elements and attributes: no ``maction``, annotations, ``mglyph`` or links). The allow-list
+  is nh3 (the Rust ``ammonia`` sanitiser), so what passes is what it parsed, not what a
+  pattern matched.
 - An output holding anything active is not cleaned silently: it is shown as text, with a line
   that says what was in it, so the instructor sees the attempt and nothing of it runs. So are
   ``application/javascript``, widget views and every MIME type the pages would not render as
@@ -43,13 +45,15 @@ import nh3
 from nbformat.notebooknode import NotebookNode, from_dict
 from pygments.token import STANDARD_TYPES
 
+from course_grading.pages.mathml import MATHML_ATTRIBUTES, MATHML_TAGS
+
 #: (bytes, estimated nesting depth, tags, character references) beyond which HTML is text.
 LIMITS = (2_000_000, 200, 60_000, 20_000)
 #: At most this much of an output shown as text is kept (the rest is counted).
 SHOWN_CHARS = 100_000
 
-TAGS = set(nh3.ALLOWED_TAGS) | {"tfoot"}
-ATTRIBUTES: dict[str, set[str]] = copy.deepcopy(nh3.ALLOWED_ATTRIBUTES)
+TAGS = set(nh3.ALLOWED_TAGS) | {"tfoot"} | MATHML_TAGS
+ATTRIBUTES: dict[str, set[str]] = copy.deepcopy(nh3.ALLOWED_ATTRIBUTES | MATHML_ATTRIBUTES)
 ATTRIBUTES["*"] = {"title", "lang", "dir", "style", "align"}
 ATTRIBUTES["table"] = ATTRIBUTES.get("table", set()) | {"border", "cellpadding", "cellspacing"}
 #: Classes a page's CSS styles and nothing on formgrader's page acts on: pandas' table class,

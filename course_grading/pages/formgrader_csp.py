@@ -27,6 +27,9 @@ and every other page keep theirs):
   jupyter_server serves ``/files/``;
 - the API: ``default-src 'none'``.
 
+A page also gets the course's stylesheet at the start of its ``<head>`` (``course_style.py``:
+formgrader's template, like the feedback's, leaves a markdown table's cells unspaced).
+
 It is enabled for every server of the environment by the package's
 ``etc/jupyter/jupyter_server_config.d/course_grading.json`` and explicitly for the classroom's
 instructor (``classroom/course_folder.py``); a server without nbgrader's formgrader loads it
@@ -43,6 +46,8 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 from tornado import web
+
+from course_grading.pages.course_style import with_course_style
 
 #: nbconvert's templates load MathJax 2 from this CDN folder, and formgrader's script needs it
 #: (``formgrade.js`` calls ``MathJax.Hub`` while it sets up its keyboard navigation).
@@ -147,7 +152,7 @@ def install(handler_class: type | None = None) -> type:
     def write_with_policy(self: web.RequestHandler, chunk: Any) -> None:
         if _is_page(chunk) and not isinstance(self, web.StaticFileHandler):
             nonce = secrets.token_urlsafe(18)
-            chunk = with_nonces(chunk, nonce)
+            chunk = with_nonces(with_course_style(chunk), nonce)
             report = url_path_join(self.settings.get("base_url", "/"), "api/security/csp-report")
             self.set_header("Content-Security-Policy", page_policy(nonce, report))
         write(self, chunk)

@@ -10,13 +10,15 @@ the course configuration:
   ``GenerateFeedback.preprocessors`` and the autograde steps, so the stored autograded copy
   holds inert outputs too): outputs, raw cells, attachments and metadata, as ``active.py`` says;
 - ``SafeMarkdown`` (the ``markdown2html`` filter): markdown, the student's and the lesson's
-  alike, rendered as nbconvert renders it and then cleaned by the allow-list (formgrader's and
+  alike, rendered as nbconvert renders it, its TeX as MathML (``mathml.py``: no page needs
+  MathJax for it), and then cleaned by the allow-list (formgrader's and
   the feedback's templates render markdown cells themselves and ignore
   ``HTMLExporter.sanitize_html``, so a setting alone would not do);
 - ``FeedbackExporter`` (``GenerateFeedback.exporter_class``): nbconvert's HTML with a
   ``Content-Security-Policy`` meta element first in ``<head>`` (``FEEDBACK_CSP``): a feedback
   page is static, so it may run no script and load nothing but its own inline styles and
-  ``data:`` images, wherever it is opened (a file, Jupyter's ``/files/``, a web server).
+  ``data:`` images, wherever it is opened (a file, Jupyter's ``/files/``, a web server); then
+  the course's stylesheet (``course_style.py``: tables spaced, formulas drawn).
 
 Formgrader's own pages get their policy from the server extension ``formgrader_csp.py``.
 """
@@ -35,6 +37,8 @@ from traitlets import Bool
 from traitlets.config import LoggingConfigurable
 
 from course_grading.pages.active import clean_html, neutralise_notebook
+from course_grading.pages.course_style import with_course_style
+from course_grading.pages.mathml import markdown_to_html
 
 #: A feedback page runs nothing and loads nothing; ``frame-ancestors`` has no effect in a meta.
 FEEDBACK_CSP = (
@@ -81,7 +85,7 @@ class SafeMarkdown(LoggingConfigurable):
     jinja_pass_arg = pass_context(lambda: None).jinja_pass_arg  # type: ignore[attr-defined]
 
     def __call__(self, context: Any, source: str) -> str:
-        """Markdown rendered by the exporter, then cleaned by the allow-list.
+        """Markdown rendered by the exporter (its TeX as MathML), then cleaned by the allow-list.
 
         Args:
             context: the Jinja context (the cell's attachments).
@@ -93,10 +97,9 @@ class SafeMarkdown(LoggingConfigurable):
         Raises:
             TypeError: the filter's parent is not an ``HTMLExporter`` (no ``markdown2html``).
         """
-        render = getattr(self.parent, "markdown2html", None)
-        if render is None:
+        if getattr(self.parent, "markdown2html", None) is None:
             raise TypeError("SafeMarkdown must be registered by an HTMLExporter")
-        return clean_html(render(context, source))
+        return clean_html(markdown_to_html(self.parent, context, source))
 
 
 def with_policy(page: str, policy: str) -> str:
@@ -124,7 +127,8 @@ def with_policy(page: str, policy: str) -> str:
 
 
 class FeedbackExporter(HTMLExporter):
-    """nbconvert's ``HTMLExporter`` whose pages carry ``FEEDBACK_CSP`` (module docstring)."""
+    """nbconvert's ``HTMLExporter`` whose pages carry ``FEEDBACK_CSP`` and the course's
+    stylesheet (``course_style.py``; module docstring)."""
 
     def from_notebook_node(  # type: ignore[override]
         self, nb: NotebookNode, resources: dict | None = None, **kw: Any
@@ -140,4 +144,4 @@ class FeedbackExporter(HTMLExporter):
             The page with its policy, and the resources.
         """
         page, resources = super().from_notebook_node(nb, resources, **kw)
-        return with_policy(page, FEEDBACK_CSP), resources
+        return with_policy(with_course_style(page), FEEDBACK_CSP), resources

@@ -54,6 +54,16 @@ c.Execute.timeout = 60
 # grader can read, named here from the environment (`make classroom` sets it for the
 # instructor). Unset: practice grading, with inputs anyone holding the repository can compute.
 c.SaveTrustedGrades.secret_file = os.environ.get("SHAPES_COURSE_SECRET_FILE", "")
+# nbgrader's sanitize steps, with its OverwriteCells quiet about the checksum of a test cell that
+# is exactly as released (its hidden tests differ by design: jupyter/nbgrader#1961); an edited
+# test cell is still reported and restored (course_grading/nbgrader/overwrite.py).
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "course_grading.nbgrader.overwrite.RestoreLockedCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 c.Autograde.autograde_preprocessors = [
     "course_grading.nbgrader.steps.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",

@@ -125,6 +125,29 @@ def report_lateness(work: WorkCourse, subs: list[Submission]) -> None:
             sub.info.append(f"submitted {_late_by(late)} after the due date ({when}): {what}")
 
 
+def class_due_argument(class_db: str, course_id: str, lesson: str) -> list[str]:
+    """``["--due", "LESSON=WHEN"]`` for the due date a class gradebook holds for ``lesson``
+    (formgrader's *Manage Assignments* sets it), or ``[]`` when it holds none.
+
+    ``classroom/autograde.py`` grades in a private workspace, whose fresh gradebook knows no due
+    date: this carries the class's into the grading command.
+
+    Args:
+        class_db: the class gradebook's SQLAlchemy URL.
+        course_id: the nbgrader course id the class gradebook files the lesson under.
+        lesson: the lesson (nbgrader assignment id).
+
+    Returns:
+        The grading command's arguments for that due date (UTC), or none.
+    """
+    with Gradebook(class_db, course_id=course_id) as gb:
+        try:
+            when = gb.find_assignment(lesson).duedate
+        except MissingEntry:
+            return []
+    return [] if when is None else ["--due", f"{lesson}={when:%Y-%m-%d %H:%M:%S} UTC"]
+
+
 def due_dates_of(course: Path) -> dict[str, datetime.datetime]:
     """The due dates recorded in a workspace course's gradebook (``--student`` reuses them).
 

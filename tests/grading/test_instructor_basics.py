@@ -23,9 +23,10 @@ import pytest
 from class_builders import FIXTURE, digest, filled, find, fixture_course, sandbox_problem, write
 from nbgrader.api import Gradebook
 
-from course_grading import cli
+from course_grading import cli, due
 from course_grading.judge import secret as course_secret
 from course_grading.nbgrader import course as wc
+from course_grading.nbgrader.class_gradebook import merge_into_class_gradebook
 
 NO_SANDBOX = ["--no-sandbox"] if sandbox_problem() else []
 DUE = f"{FIXTURE}=2026-12-01T17:00Z"
@@ -87,6 +88,25 @@ def test_late_penalties_come_from_nbgraders_plugin_and_the_timestamps(graded):
         assert gb.find_submission(FIXTURE, "early").late_submission_penalty == 0
     log = (graded["out"] / "course" / "nbgrader.log").read_text("utf-8")
     assert "Attribute 'checksum'" not in log  # the false warning is gone (overwrite.py)
+
+
+def test_the_classroom_carries_the_class_due_date_and_the_penalty(graded, tmp_path):
+    """``classroom/autograde.py`` passes the class gradebook's due date (formgrader sets it) to
+    the grading command, and the merge copies nbgrader's penalty into the class gradebook."""
+    work = fixture_course(tmp_path)[1]  # a class course: the lesson generated, a gradebook
+    assert due.class_due_argument(work.db_url, "shapes", FIXTURE) == []  # no due date yet
+    with Gradebook(work.db_url, course_id="shapes") as gb:
+        gb.update_or_create_assignment(FIXTURE, duedate="2026-12-01 17:00:00 UTC")
+    argument = due.class_due_argument(work.db_url, "shapes", FIXTURE)
+    assert argument[0] == "--due"
+    assert due.parse_due(argument[1:], [FIXTURE]) == due.parse_due([DUE], [FIXTURE])
+    for student in ("early", "late", "nostamp"):
+        (work.root / "submitted" / student / FIXTURE).mkdir(parents=True)
+    merge_into_class_gradebook(graded["out"], FIXTURE, work.root, work.db_url, "shapes")
+    with Gradebook(work.db_url, course_id="shapes") as gb:
+        late = gb.find_submission(FIXTURE, "late")
+        assert late.late_submission_penalty == late.score > 0
+        assert gb.find_submission(FIXTURE, "early").late_submission_penalty == 0
 
 
 def test_bad_due_dates_and_bad_students_are_one_line_and_exit_2(graded, capsys):

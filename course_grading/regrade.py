@@ -107,17 +107,28 @@ def _specs(work: wc.WorkCourse) -> dict[str, LessonSpec]:
 
 
 def _student_submissions(
-    submissions_dir: Path, work: wc.WorkCourse, student: str, record: dict, known: list[str]
+    submissions_dir: Path,
+    work: wc.WorkCourse,
+    student: str,
+    record: dict,
+    known: set[str],
+    all_lessons: list[str],
 ) -> tuple[list[Submission], list[Skipped], list[Path]]:
     """The student's submissions of the workspace's lessons, the entries not graded in their
-    own folders, and those folders."""
-    subs, skipped = collect(submissions_dir, list(work.lessons))
-    mine = [s for s in subs if s.student == student]
+    own folders, and those folders (found as a whole run finds them: every lesson of the
+    course, then only the workspace's kept)."""
+    subs, skipped = collect(submissions_dir, all_lessons)
+    mine = [s for s in subs if s.student == student and s.lesson in work.lessons]
     if not mine and student in known:  # nothing of theirs left: each lesson is missing
         gone = "no notebook submitted for this lesson"
         mine = [
             Submission(student, le, None, problems=[gone], gradable=False) for le in work.lessons
         ]
+    if not mine and any(s.student == student for s in subs):
+        raise GradingError(
+            f"--student {student}: no submission for the lessons {', '.join(work.lessons)} the "
+            "workspace was graded for; grade those lessons as a class first"
+        )
     if not mine:
         ids = sorted({s.student for s in subs} | set(known))
         shown = ", ".join(ids[:20]) + (" ..." if len(ids) > 20 else "")
@@ -127,7 +138,7 @@ def _student_submissions(
         )
     if record.get("lessons_due"):  # the class run reported every lesson due, submitted or not
         mine = [s for s in add_missing(mine, list(work.lessons)) if s.student == student]
-    root = submissions_root(submissions_dir, list(work.lessons))
+    root = submissions_root(submissions_dir, all_lessons)
     folders = set()
     for sub in mine:
         if sub.original is not None and len(rel := sub.original.relative_to(root).parts) > 1:
@@ -357,7 +368,10 @@ def regrade_student(
     bwrap = check_available() if options.sandbox else None
     specs = _specs(work)
     known = {_unescaped(r["student"]) for r in _csv_rows(out / "report.csv")} - {"?"}
-    subs, skipped, folders = _student_submissions(submissions_dir, work, student, record, known)
+    all_lessons = wc.find_lessons(Path(course_root).resolve())
+    subs, skipped, folders = _student_submissions(
+        submissions_dir, work, student, record, known, all_lessons
+    )
     kept = {} if force else _manual_work(work, student)
     before = {lesson: _written_sources(work, student, lesson) for lesson in lessons}
     gone = [le for le in lessons if not any(s.lesson == le and s.gradable for s in subs)]

@@ -12,36 +12,58 @@ CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
 GRADING_OUT ?= grading
+LESSON ?= *
+LAB_ARGS ?=
+# What jupyter-config/ holds, also installed in the venv: Jupyter servers started without
+# scripts/lab.py (formgrader in a hub, `jupyter lab` by hand) get the same settings.
+VENV_JUPYTER := $(VENV)/etc/jupyter
+JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
+	$(VENV_JUPYTER)/jupyter_server_config.d/shapes_lab.json \
+	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
 .PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help \
-	classroom classroom-stop classroom-clean
+	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
 	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder"
+	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
+	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
 	@echo "make bench    print the benchmark figures quoted in the README"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
 	@echo "make classroom-stop  stop it from another terminal"
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(JUPYTER_CONFIG)
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
-	@# An editable install skips pyproject's data-files: enable formgrader's CSP extension here.
-	install -D -m 644 jupyter-config/jupyter_server_config.d/course_grading.json \
-	  $(VENV)/etc/jupyter/jupyter_server_config.d/course_grading.json
-	@# rfc3987-syntax builds parsers at import and costs every Jupyter tool ~3 s (TOOLCHAIN.md).
+	@# rfc3987-syntax builds its parsers at import: every Jupyter tool (nbgrader, nbconvert,
+	@# nbval's pytest) started about 3 s slower with it (nbgrader --version: 5.6 s against 2.4 s).
 	-$(PY) -m pip uninstall --quiet --yes rfc3987-syntax
 	@touch $@
 
+# An editable install skips pyproject's data-files: formgrader's CSP extension and the quiet Lab
+# settings (no news toast, no update check) go into the venv here.
+$(VENV_JUPYTER)/%: jupyter-config/% | $(VENV)/.installed
+	install -D -m 644 $< $@
+
+# scripts/lab.py adds --allow-root as root (and says so) and reads jupyter-config/.
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/
+	$(PY) scripts/lab.py notebooks $(LAB_ARGS)
+
+# Manual grading in a grading workspace's course (formgrader reads the folder's config).
+formgrader: setup
+	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" . $(LAB_ARGS)
+
+# Feedback again after manual grading; withheld feedback is listed, and the exit status is 0.
+feedback: setup
+	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" -m nbgrader generate_feedback "$(LESSON)" --force
 
 # ruff reads the notebooks itself (solutions/ and notebooks/: checked, not reformatted: their
 # cells keep the course's compact style); mypy checks course_lib with pyproject's [tool.mypy].
@@ -52,11 +74,12 @@ lint: setup
 	$(VENV)/bin/mypy course_lib
 	$(PY) scripts/release.py --strip-solutions --check
 
-unit: setup
-	$(PY) -m pytest tests -q
+# -rs: every skipped test is listed with its reason.
+unit: setup classroom-proxy
+	$(PY) -m pytest tests -q -rs
 
 notebooks: setup
-	CI=1 $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-cell-timeout=$(NBVAL_TIMEOUT) solutions/
+	CI=1 $(PY) -m pytest -q -rs -p no:cacheprovider --nbval-lax --nbval-cell-timeout=$(NBVAL_TIMEOUT) solutions/
 
 test: lint unit notebooks
 
@@ -92,6 +115,13 @@ bench-gpu: setup
 $(CHP): classroom/package.json classroom/package-lock.json
 	npm ci --prefix classroom --no-audit --no-fund
 	@touch $@
+
+# For the tests, as .ci/run does: the proxy when npm is there; without npm (or when npm fails)
+# the classroom test is skipped with its reason.
+classroom-proxy:
+	@if command -v npm >/dev/null; then \
+	  $(MAKE) --no-print-directory $(CHP) || echo "could not install configurable-http-proxy: the classroom test will be skipped"; \
+	else echo "no npm: configurable-http-proxy not installed, the classroom test will be skipped"; fi
 
 classroom: setup $(CHP)
 	$(PY) classroom/run.py start $(CLASSROOM_ARGS)

@@ -54,6 +54,16 @@ c.Execute.timeout = 60
 # grader can read, named here from the environment (`make classroom` sets it for the
 # instructor). Unset: practice grading, with inputs anyone holding the repository can compute.
 c.SaveTrustedGrades.secret_file = os.environ.get("SHAPES_COURSE_SECRET_FILE", "")
+# nbgrader's sanitize steps, with its OverwriteCells quiet about the checksum of a test cell that
+# is exactly as released (its hidden tests differ by design: jupyter/nbgrader#1961); an edited
+# test cell is still reported and restored (course_grading/nbgrader/overwrite.py).
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "course_grading.nbgrader.overwrite.RestoreLockedCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 c.Autograde.autograde_preprocessors = [
     "course_grading.nbgrader.steps.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
@@ -74,9 +84,11 @@ c.Autograde.autograde_preprocessors = [
 # line.
 # `course_grading.pages.feedback.WithholdInstructorMaterial` then refuses to render a notebook in
 # which any other hidden-test, solution or mark-scheme line shows (a student's code that printed
-# the cells it saw run): that student gets no feedback file, nbgrader's log and exit status say
-# why, and `withheld_feedback/<student>/<lesson>/` records the lines. This holds for formgrader's
-# Generate Feedback button too. The names are imported only when feedback is generated.
+# the cells it saw run): that student gets no feedback file (the post-convert hook removes the
+# page nbgrader writes, which holds only a notice), nbgrader's log names it in one warning, the
+# exit status stays 0 (withholding is the step working), and
+# `withheld_feedback/<student>/<lesson>/` records the lines. This holds for formgrader's Generate
+# Feedback button too. The names are imported only when feedback is generated.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "course_grading.pages.feedback.HideHiddenTests",
@@ -84,6 +96,7 @@ c.GenerateFeedback.preprocessors = [
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "course_grading.pages.safe_pages.NeutraliseActiveContent",
 ]
+c.GenerateFeedback.post_convert_hook = "course_grading.pages.withheld.remove_withheld_pages"
 
 # --- no active content in any page built from a submission ----------------------------------
 # A student's notebook can hold a <script> in a text/html output, an application/javascript

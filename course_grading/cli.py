@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from course_grading import regrade
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
 from course_grading.judge import secret as course_secret
@@ -135,7 +136,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="the lessons that were due: only these are graded, and a student without one "
         "is reported as missing (default: every lesson somebody submitted)",
     )
-    add("--force", action="store_true", help="replace a workspace holding manual grades")
+    add(
+        "--force",
+        action="store_true",
+        help="replace a workspace holding manual grades (with --student: discard that "
+        "student's manual grades)",
+    )
+    add(
+        "--student",
+        metavar="ID",
+        default=None,
+        help="regrade only this student (the id as the report writes it) in the graded "
+        "workspace --out: every other student's rows, files and manual grades stay as they are",
+    )
+    add(
+        "--due",
+        metavar="LESSON=WHEN",
+        action="append",
+        default=None,
+        help="the lesson's due date (UTC unless it says otherwise, e.g. "
+        "01_tokens_and_attention_memory=2026-12-01T17:00Z; repeat per lesson): nbgrader's late "
+        "penalty from each timestamp.txt (c.LateSubmissionPlugin in nbgrader_config.py)",
+    )
     add(
         "--secret-file",
         type=Path,
@@ -314,15 +336,28 @@ def _grade_main(argv: list[str]) -> int:
         print(warning, file=sys.stderr)
     root = args.root or _default_root()
     timings: dict[str, float] = {}
-    rows = grade(
-        args.submissions,
-        args.out,
-        root,
-        options=options,
-        lessons=args.lessons,
-        force=args.force,
-        timings=timings,
-    )
+    if args.student is not None and args.lessons:
+        raise GradingError(
+            "--lessons does not go with --student: the student is regraded in the lessons the "
+            "workspace was graded for"
+        )
+    if args.student is not None:
+        rows = regrade.regrade_student(
+            args.submissions, args.out, root, args.student, options=options, due=args.due,
+            force=args.force,
+        )  # fmt: skip
+    else:
+        rows = grade(
+            args.submissions,
+            args.out,
+            root,
+            options=options,
+            lessons=args.lessons,
+            force=args.force,
+            timings=timings,
+            due=args.due,
+        )
+        regrade.record_class_run(args.out, options, args.lessons)
     out = args.out.resolve()
     flagged = [r for r in rows if r.status != "ok"]
     print(
@@ -333,7 +368,8 @@ def _grade_main(argv: list[str]) -> int:
         print(f"  {r.student} / {r.lesson}: {r.status}: {'; '.join(r.reasons)}")
     sandbox = "no sandbox" if not options.sandbox else f"{options.jobs} sandbox(es) at a time"
     steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items())
-    print(f"took {steps} ({sandbox})")
+    if steps:
+        print(f"took {steps} ({sandbox})")
     if not options.sandbox:
         print(warning, file=sys.stderr)
     return 0

@@ -39,6 +39,7 @@ from pathlib import Path
 import nbformat
 from nbgrader.utils import parse_utc
 
+from course_grading import due as due_dates
 from course_grading.autograde import Options, autograde
 from course_grading.errors import GradingError
 from course_grading.judge.items import check_notebook
@@ -141,9 +142,12 @@ def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonS
             (dest / TIMESTAMP).write_text(stamp + "\n", encoding="utf-8")
 
 
-def _keep_feedback(work: wc.WorkCourse, subs: list[Submission], out: Path) -> None:
-    """Generate feedback, scan each file for instructor material, copy the clean ones out."""
-    work.run("generate_feedback", "*", "--force")
+def _keep_feedback(
+    work: wc.WorkCourse, subs: list[Submission], out: Path, *, student: str | None = None
+) -> None:
+    """Generate feedback (for one ``student`` only, if given), scan each file for instructor
+    material, copy the clean ones out."""
+    work.run("generate_feedback", "*", "--force", *(["--student", student] if student else []))
     secrets = {
         lesson: instructor_lines(work.source_notebook(lesson), work.release_notebook(lesson))
         for lesson in work.lessons
@@ -188,6 +192,7 @@ def grade(
     lessons: list[str] | None = None,
     force: bool = False,
     timings: dict[str, float] | None = None,
+    due: list[str] | None = None,
 ) -> list[Row]:
     """Grade every submission under ``submissions_dir``; return the report rows (see module).
 
@@ -206,6 +211,8 @@ def grade(
             row; when ``None``, every lesson someone submitted, and no ``missing`` rows.
         force: replace a workspace whose gradebook holds manual grades or comments.
         timings: a dict to receive each step's seconds (changed in place).
+        due: ``--due LESSON=WHEN`` values: due dates for nbgrader's late penalties
+            (``due.py``); none when ``None``.
 
     Returns:
         One report row per (student, lesson) and per entry not graded, as written to
@@ -224,16 +231,19 @@ def grade(
     all_lessons = wc.find_lessons(course_root)
     if not all_lessons:
         raise GradingError(f"no lessons in {course_root / wc.SOURCE_DIR}")
+    deadlines = due_dates.parse_due(due, all_lessons)
     prepare_workspace(out, force)
     subs, skipped, wanted = _select(submissions_dir, all_lessons, lessons)
     timeouts = options.cell_timeout, options.lesson_timeout
     work, specs = _build_course(course_root, out / "course", wanted, timeouts)
+    due_dates.set_due_dates(work, deadlines)
     _stage(work, subs, specs)
     timings["course"], clock = time.perf_counter() - clock, time.perf_counter()
     gradable = [s for s in subs if s.gradable and s.original is not None]
     if gradable:
         hidden = [out, submissions_dir, course_root / wc.SOURCE_DIR]
         autograde(work, gradable, specs, options, hidden, bwrap)
+        due_dates.report_lateness(work, gradable)
         timings["autograde"], clock = time.perf_counter() - clock, time.perf_counter()
         _keep_feedback(work, subs, out)
         timings["feedback"] = time.perf_counter() - clock

@@ -20,6 +20,8 @@ Rules (each is a reason in the report):
 * Nothing is dropped: every entry that is not part of a submission gets its own row
   (``Skipped``) with the reason: names starting with ``.``, files or folders of no lesson,
   files beside a lesson's notebook, a second copy of a submission, links, special files.
+  nbgrader's own files beside a collected notebook (``timestamp.txt``, read for late
+  penalties, and ``submission_secret.txt``) are part of the submission, not rows.
 * ``<dir>/submitted/`` is nbgrader's folder of submissions only when the layout says so: it
   sits among nbgrader's own course files and nothing else, and holds no entry named after a
   lesson. Otherwise it is a student called ``submitted``.
@@ -47,6 +49,9 @@ COURSE_FILES = frozenset(
 )
 #: Read beside a lesson's notebook in nbgrader's layout (for late penalties).
 TIMESTAMP = "timestamp.txt"
+#: What ``nbgrader collect`` puts beside a notebook besides the timestamp (the hash that
+#: ``release_feedback`` checks): nbgrader's own, so never a report row as a plain file.
+NBGRADER_FILES = frozenset({TIMESTAMP, "submission_secret.txt"})
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,8 @@ def _lesson_folder(found: _Found, raw: str, lesson: str, folder: Path) -> None:
         info = found.entry(path)
         if info is None or path == notebook:
             continue
-        if path.name != TIMESTAMP:
+        nbgraders = path.name in NBGRADER_FILES and stat.S_ISREG(info.st_mode)
+        if path.name != TIMESTAMP and not nbgraders:  # a linked timestamp: _timestamp says so
             names.append(path.name)
             found.skip(path, f"in the folder of {lesson}; only {notebook.name} is graded")
     try:

@@ -15,7 +15,7 @@ from course_grading.errors import GradingError
 MARKER = ".shapes-grading"
 
 #: What a run writes in the workspace, removed before the next run.
-OUTPUTS = ("course", "feedback", "report.csv", "report.md", "scores.csv")
+OUTPUTS = ("course", "feedback", "report.csv", "report.md", "scores.csv", "class.json")
 
 
 def _manual_grades(db: Path) -> int:

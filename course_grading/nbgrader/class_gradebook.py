@@ -37,9 +37,9 @@ def merge_into_class_gradebook(
     ``submission_secret.txt`` that ``release_feedback`` needs, are copied beside them).
 
     Each submission's grades are committed once all of them are copied. Auto scores, auto
-    comments and flags are the workspace's; a grade that already has a manual score keeps it
-    and is no longer marked as needing manual grading. A student's earlier ``autograded/``
-    folder for the lesson is replaced.
+    comments, flags and late penalties are the workspace's; a grade that already has a manual
+    score keeps it and is no longer marked as needing manual grading. A student's earlier
+    ``autograded/`` folder for the lesson is replaced.
 
     Args:
         workspace: a grading run's ``--out`` folder (its ``course/gradebook.db`` and
@@ -75,9 +75,10 @@ def merge_into_class_gradebook(
                 for comment in notebook.comments:
                     target = gb.find_comment(comment.name, notebook.name, lesson, student)
                     target.auto_comment = comment.auto_comment
-                gb.find_submission_notebook(
-                    notebook.name, lesson, student
-                ).flagged = notebook.flagged
+                target = gb.find_submission_notebook(notebook.name, lesson, student)
+                target.flagged = notebook.flagged
+                # nbgrader's late penalty, decided in the workspace from the class's due date
+                target.late_submission_penalty = notebook.late_submission_penalty
             gb.db.commit()
             dest = Path(course) / "autograded" / student / lesson
             _replace_folder(Path(workspace) / "course" / "autograded" / student / lesson, dest)

@@ -27,7 +27,6 @@ from nbgrader.preprocessors import (
     DeduplicateIds,
     IgnorePattern,
     LimitOutput,
-    OverwriteCells,
     OverwriteKernelspec,
 )
 from nbgrader.utils import parse_utc
@@ -39,10 +38,13 @@ from course_grading.judge.functions import FunctionSandbox
 from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.verdicts import Graded, SaveTrustedGrades
 from course_grading.nbgrader.course import CONFIG_FILE, WorkCourse, ignored
+from course_grading.nbgrader.overwrite import RestoreLockedCells
 from course_grading.pages.safe_pages import NeutraliseActiveContent
 from course_grading.submissions import Submission
 
-SANITIZE = (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata)
+# nbgrader's sanitize steps; RestoreLockedCells is its OverwriteCells without the false
+# checksum warning for every test cell with hidden tests (overwrite.py).
+SANITIZE = (ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreLockedCells, CheckCellMetadata)
 RECORD = (
     IgnorePattern,
     ClearMetadataPreprocessor,

@@ -9,8 +9,9 @@ formgrader's *Generate Feedback* button after manual grading:
 - ``HideHiddenTests`` leaves the hidden tests out;
 - ``WithholdInstructorMaterial`` then refuses to render a notebook in which any line of a
   hidden test, a solution or a mark scheme still shows (a student's hook that printed each cell
-  it saw run, say). nbgrader then writes no feedback for that submission (and removes an older
-  one), logs why, and reports the run as failed; a record of what was found is kept outside
+  it saw run, say). That submission gets no feedback page (``withheld.py``: the page is
+  removed as soon as nbgrader writes it), nbgrader's log names it in one warning line, and
+  the run still succeeds (exit status 0); a record of what was found is kept outside
   ``feedback/``, in ``withheld_feedback/<student>/<lesson>/<notebook>.txt``.
 """
 
@@ -25,6 +26,7 @@ from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 from traitlets import Bool, List
 
 from course_grading.nbgrader.course import course_directory, lesson_paths
+from course_grading.pages import withheld
 from course_grading.review.leaks import found_in, instructor_lines, notebook_text, own_lines
 
 #: Where the records of withheld feedback go, in the course folder (never released).
@@ -71,7 +73,7 @@ class HideHiddenTests(ClearHiddenTests):
 
 
 class FeedbackWithheld(RuntimeError):
-    """Raised (and logged by nbgrader) for a notebook whose feedback would leak."""
+    """Raised (and logged by nbgrader) for a notebook whose feedback cannot be checked."""
 
 
 def withheld_record(root: Path | str, student: str, lesson: str, notebook: str) -> Path:
@@ -94,8 +96,10 @@ class WithholdInstructorMaterial(Preprocessor):
 
     Runs after ``HideHiddenTests``. The instructor's lines are those of ``leaks.instructor_lines``
     (source against release version); the student's own lines are their submitted notebook's.
-    Anything it cannot check (a missing source, release or submitted notebook) is refused too,
-    with the path it missed: feedback is never released unchecked.
+    A notebook showing such material is replaced by ``withheld.notice()`` and its page noted
+    for removal (``withheld.py``); nothing is raised, so nbgrader reports success. Anything it
+    cannot check (a missing source, release or submitted notebook) is refused with
+    ``FeedbackWithheld``, naming the path it missed: feedback is never released unchecked.
     """
 
     enabled = Bool(True).tag(config=True)  # nbconvert's preprocessors are off unless enabled
@@ -143,7 +147,10 @@ class WithholdInstructorMaterial(Preprocessor):
             f"{student}'s {lesson} notebook shows:\n" + "".join(f"  {line}\n" for line in found),
             encoding="utf-8",
         )
-        raise FeedbackWithheld(
-            f"{WITHHELD} ({student}, {lesson}: {len(found)} line(s), e.g. {found[0][:60]!r}); "
-            f"no feedback file is made for it; the lines found: {record}"
-        )
+        page = Path(course.format_path(course.feedback_directory, student, lesson))
+        withheld.hold_back(page / f"{name}.html")
+        self.log.warning(
+            "%s (%s, %s: %d line(s), e.g. %r); no feedback page for it; the lines found: %s",
+            WITHHELD, student, lesson, len(found), found[0][:60], record,
+        )  # fmt: skip
+        return withheld.notice(), resources

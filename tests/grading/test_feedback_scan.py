@@ -24,6 +24,7 @@ from traitlets.config import Config
 
 from course_grading.judge.items import items_of
 from course_grading.nbgrader import course as wc
+from course_grading.pages import withheld
 from course_grading.pages.feedback import (
     FeedbackWithheld,
     HideHiddenTests,
@@ -147,14 +148,37 @@ def _printed(text: str) -> nbformat.NotebookNode:
     return nbformat.v4.new_notebook(cells=[cell])
 
 
-def test_withhold_refuses_a_notebook_that_prints_a_hidden_test(tmp_path):
+def _withheld(step, nb) -> bool:
+    """Whether ``step`` held ``nb``'s page back: the notice rendered in its place, its page
+    noted for removal (``withheld.py``); nothing raised, so nbgrader reports success."""
+    withheld.PENDING.clear()
+    out, _ = step.preprocess(nb, RESOURCES)
+    held = out.cells[0].source == withheld.NOTICE
+    page = Path(step.config.CourseDirectory.root) / "feedback" / "ana" / FIXTURE / f"{FIXTURE}.html"
+    assert withheld.PENDING == ([page] if held else [])
+    if held:
+        assert len(out.cells) == 1 and HIDDEN not in json.dumps(out)
+    return held
+
+
+def test_withhold_holds_back_a_notebook_that_prints_a_hidden_test(tmp_path):
     step = _course(tmp_path, nbformat.read(str(RELEASE), as_version=4))
-    with pytest.raises(FeedbackWithheld, match="feedback withheld: it contains instructor"):
-        step.preprocess(_printed(f"\x1b[0;31m{HIDDEN}\x1b[0m"), RESOURCES)  # colours don't hide it
+    assert _withheld(step, _printed(f"\x1b[0;31m{HIDDEN}\x1b[0m"))  # colours don't hide it
     record = withheld_record(tmp_path, "ana", FIXTURE, FIXTURE)
     assert HIDDEN in record.read_text(encoding="utf-8")
-    step.preprocess(_printed("all tests passed"), RESOURCES)  # a clean page: the record goes
+    assert not _withheld(step, _printed("all tests passed"))  # a clean page: the record goes
     assert not record.exists()
+
+
+def test_the_post_convert_hook_removes_the_held_back_page(tmp_path):
+    page = tmp_path / "feedback" / "ana" / FIXTURE / f"{FIXTURE}.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(withheld.NOTICE)  # what nbgrader wrote from the notice
+    kept = page.with_name("other.html")
+    kept.write_text("fine")
+    withheld.PENDING[:] = [page]
+    assert withheld.remove_withheld_pages(assignment=FIXTURE, student="*", notebooks=[]) == [page]
+    assert not page.exists() and kept.exists() and withheld.PENDING == []
 
 
 def test_withhold_reads_html_outputs_as_a_reader_sees_them(tmp_path):
@@ -162,8 +186,7 @@ def test_withhold_reads_html_outputs_as_a_reader_sees_them(tmp_path):
     cell = nbformat.v4.new_code_cell("display(HTML(x))")
     tagged = "".join(f"<b>{word}</b> " for word in HIDDEN.split())
     cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": tagged})]
-    with pytest.raises(FeedbackWithheld):
-        step.preprocess(nbformat.v4.new_notebook(cells=[cell]), RESOURCES)
+    assert _withheld(step, nbformat.v4.new_notebook(cells=[cell]))
 
 
 def test_withhold_lets_the_students_own_lines_through(tmp_path):
@@ -336,5 +359,4 @@ def test_a_copy_of_the_solution_vouches_for_nothing(tmp_path, secret):
     page = _page(tmp_path, f"def f(batch_size, seq_len): {SOLUTION}")
     assert leaked(page, secret, own_lines(copied)) == [SOLUTION]
     step = _course(tmp_path / "course", nbformat.read(str(SOURCE), as_version=4))
-    with pytest.raises(FeedbackWithheld):
-        step.preprocess(_printed(SOLUTION), RESOURCES)
+    assert _withheld(step, _printed(SOLUTION))

@@ -180,6 +180,22 @@ def test_every_entry_not_graded_gets_a_row_with_its_reason(tmp_path):
     assert [(s.student, s.gradable) for s in subs] == [("ann", True)]
 
 
+def test_nbgraders_own_files_beside_a_collected_notebook_are_not_rows(tmp_path):
+    """``nbgrader collect`` leaves ``timestamp.txt`` and ``submission_secret.txt`` beside every
+    notebook: a row for each made every class report read as a failure. A link in their place
+    is still a row (nothing behind it is read), and so is any other file."""
+    folder = tmp_path / "ann" / FIXTURE
+    write(folder / f"{FIXTURE}.ipynb", good())
+    write(folder / "timestamp.txt", "2026-12-01 10:00:00.000000 UTC")
+    write(folder / "submission_secret.txt", "1d2a9c...")
+    assert collect(tmp_path, LESSONS)[1] == []
+    (folder / "submission_secret.txt").unlink()
+    (folder / "submission_secret.txt").symlink_to(tmp_path / "elsewhere")
+    write(folder / "notes.txt", "kindly")
+    rows = {Path(s.path).name: s.reason for s in collect(tmp_path, LESSONS)[1]}
+    assert set(rows) == {"submission_secret.txt", "notes.txt"}
+
+
 def test_ids_that_read_the_same_both_keep_their_row(tmp_path):
     write(tmp_path / f"josé_{FIXTURE}.ipynb", good())
     write(tmp_path / f"jos__{FIXTURE}.ipynb", good())

@@ -129,7 +129,7 @@ def _open_and_run_all(browser, url: str, name: str, timeout_s: float = 240):
     # restore every earlier lesson as a hidden tab, and locators would find their cells too).
     page.goto(f"{url}/lab/workspaces/{Path(name).stem}/tree/{name}?reset")
     # The execution indicator can say idle before the kernel connects; the status bar text
-    # "| Idle" appears once the kernel is really there (TOOLCHAIN.md).
+    # "| Idle" appears only once the kernel is really there (seen when this test was written).
     page.get_by_text("| Idle").first.wait_for(timeout=90_000)
     _run_all_cells(page)
     deadline = time.time() + timeout_s

@@ -1,0 +1,161 @@
+"""Due dates and late penalties, through nbgrader's own mechanism.
+
+nbgrader keeps a lesson's due date in the gradebook (``Assignment.duedate``, what ``nbgrader db
+assignment add LESSON --duedate=...`` and formgrader's *Manage Assignments* set), each
+submission's time in it (``timestamp.txt``, written by ``nbgrader submit`` and kept by ``nbgrader
+collect``), and decides a penalty with ``AssignLatePenalties`` and its plugin (by default
+``LateSubmissionPlugin``: ``c.LateSubmissionPlugin.penalty_method = "none"`` or ``"zero"`` in
+``nbgrader_config.py``; ``c.AssignLatePenalties.plugin_class`` names one of your own).
+
+The grading command builds a fresh gradebook every run, so the due dates are given to it:
+``--due LESSON=WHEN`` (a date nbgrader can read; UTC unless it says otherwise). They are set in
+the work course's gradebook before anything is graded (:func:`set_due_dates`); the grader's
+record step runs nbgrader's ``AssignLatePenalties`` with the course's configuration; afterwards
+:func:`report_lateness` puts what nbgrader decided on each row: how late, the penalty, and the
+score with the penalty taken off, as ``nbgrader export`` computes it. A submission without a
+timestamp (an LMS download, a folder without ``timestamp.txt``) is on time for nbgrader, and
+the row says so.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.utils import parse_utc
+
+from course_grading.errors import GradingError
+from course_grading.nbgrader.course import WorkCourse
+from course_grading.submissions import Submission
+
+
+def parse_due(values: list[str] | None, lessons: list[str]) -> dict[str, datetime.datetime]:
+    """The due dates ``--due LESSON=WHEN`` gives, by lesson, in UTC as nbgrader keeps them.
+
+    Args:
+        values: the ``--due`` arguments as typed (``None``: none given).
+        lessons: the course's lesson ids.
+
+    Returns:
+        Lesson id -> due date (naive, UTC, as ``nbgrader.utils.parse_utc`` returns it).
+
+    Raises:
+        GradingError: a value without ``=``, an unknown lesson, a lesson given twice, or a
+            date nbgrader cannot read.
+    """
+    due: dict[str, datetime.datetime] = {}
+    for value in values or []:
+        lesson, sep, when = value.partition("=")
+        lesson, when = lesson.strip(), when.strip()
+        if not sep or not lesson or not when:
+            raise GradingError(
+                f"--due {value!r}: give LESSON=WHEN, e.g. {lessons[0]}=2026-12-01T17:00Z"
+            )
+        if lesson not in lessons:
+            raise GradingError(f"--due {value!r}: no lesson {lesson!r}; the lessons are {lessons}")
+        if lesson in due:
+            raise GradingError(f"--due: {lesson} is given twice")
+        try:
+            due[lesson] = parse_utc(when)
+        except (ValueError, OverflowError):  # dateutil's ParserError is a ValueError
+            raise GradingError(
+                f"--due {value!r}: {when!r} is no date nbgrader can read (try 2026-12-01 17:00 UTC)"
+            ) from None
+    return due
+
+
+def set_due_dates(work: WorkCourse, due: dict[str, datetime.datetime]) -> None:
+    """Record each lesson's due date in the work course's gradebook (nbgrader's own column).
+
+    Args:
+        work: the work course, its lessons generated.
+        due: lesson id -> due date (``parse_due``); lessons not in it keep none.
+    """
+    if not due:
+        return
+    with Gradebook(work.db_url) as gb:
+        for lesson, when in due.items():
+            if lesson in work.lessons:
+                gb.update_or_create_assignment(lesson, duedate=when)
+
+
+def _late_by(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    parts = [f"{days} d"] * bool(days) + [f"{hours} h"] * bool(hours) + [f"{minutes} min"]
+    return " ".join(parts[:2]) if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def report_lateness(work: WorkCourse, subs: list[Submission]) -> None:
+    """Put nbgrader's late-submission verdict on every graded submission of a lesson with a due
+    date: how late it was, the penalty, and its score less the penalty (never below 0).
+
+    Args:
+        work: the work course, graded (``AssignLatePenalties`` has run for each submission).
+        subs: the submissions; graded ones get a line in ``info`` and, when penalised, a
+            lower ``score``.
+    """
+    with Gradebook(work.db_url) as gb:
+        for sub in subs:
+            if not sub.graded:
+                continue
+            try:
+                submission = gb.find_submission(sub.lesson, sub.student)
+                notebook = gb.find_submission_notebook(sub.lesson, sub.lesson, sub.student)
+            except MissingEntry:
+                continue
+            due = submission.duedate
+            if due is None:
+                continue
+            when = f"{due:%Y-%m-%d %H:%M} UTC"
+            if submission.timestamp is None:
+                sub.info.append(f"no timestamp.txt: nbgrader counts it on time (due {when})")
+                continue
+            late = submission.total_seconds_late
+            if late <= 0:
+                continue
+            penalty = notebook.late_submission_penalty or 0.0
+            if penalty:
+                sub.score = max(0.0, sub.score - penalty)
+                what = f"late penalty {penalty:g} point(s), score {sub.score:g}"
+            else:
+                what = "no late penalty (the course's late-penalty plugin gave none)"
+            sub.info.append(f"submitted {_late_by(late)} after the due date ({when}): {what}")
+
+
+def class_due_argument(class_db: str, course_id: str, lesson: str) -> list[str]:
+    """``["--due", "LESSON=WHEN"]`` for the due date a class gradebook holds for ``lesson``
+    (formgrader's *Manage Assignments* sets it), or ``[]`` when it holds none.
+
+    ``classroom/autograde.py`` grades in a private workspace, whose fresh gradebook knows no due
+    date: this carries the class's into the grading command.
+
+    Args:
+        class_db: the class gradebook's SQLAlchemy URL.
+        course_id: the nbgrader course id the class gradebook files the lesson under.
+        lesson: the lesson (nbgrader assignment id).
+
+    Returns:
+        The grading command's arguments for that due date (UTC), or none.
+    """
+    with Gradebook(class_db, course_id=course_id) as gb:
+        try:
+            when = gb.find_assignment(lesson).duedate
+        except MissingEntry:
+            return []
+    return [] if when is None else ["--due", f"{lesson}={when:%Y-%m-%d %H:%M:%S} UTC"]
+
+
+def due_dates_of(course: Path) -> dict[str, datetime.datetime]:
+    """The due dates recorded in a workspace course's gradebook (``--student`` reuses them).
+
+    Args:
+        course: a work course folder holding ``gradebook.db``.
+
+    Returns:
+        Lesson id -> due date, for every lesson that has one.
+    """
+    with Gradebook(f"sqlite:///{Path(course).resolve() / 'gradebook.db'}") as gb:
+        return {a.name: a.duedate for a in gb.assignments if a.duedate is not None}

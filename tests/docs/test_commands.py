@@ -119,6 +119,15 @@ def _course_grading(args: list[str], tmp: Path) -> str:
         return "" if cli.main(["secret", str(tmp / "course_secret")]) == 0 else "secret failed"
     if args[:1] == ["digest"]:
         return "" if cli.main(args) == 0 else f"digest {args[1:]} failed"
+    if args[:1] == ["export"]:
+        from course_grading.lms import export
+
+        try:
+            export.build_parser().parse_args(args[1:])
+        except SystemExit as done:  # --help ends with 0, a bad argument with 2
+            bad = f"python -m course_grading export does not accept {args[1:]}"
+            return bad if done.code else ""
+        return ""
     try:
         cli.build_parser().parse_args(args or ["submitted"])
     except SystemExit:
@@ -331,7 +340,8 @@ MADE_AT_RUN_TIME = {
     "config.yaml", "classroom.json", "accounts.json", "jupyterhub.log", "server.log",
     "steps.txt", "values.json", "in.ipynb", "out.ipynb", "worker.log", "hub.db",
     "jupyter_server_config.json", "page_config.json", "course_secret", "values.schema.json",
-    "node_modules",
+    "node_modules", "copies.md", "rows.json", "gpu_held_out_rows.json", "canvas.csv",
+    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv",
 }  # fmt: skip
 #: Files of other projects the docs name, and why.
 NOT_OURS = {

@@ -129,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="course root holding solutions/ and nbgrader_config.py "
         "(default: the working folder, else this checkout)",
     )
+    _add_class_options(parser)
+    _add_run_options(parser)
+    return parser
+
+
+def _add_class_options(parser: argparse.ArgumentParser) -> None:
+    """Which lessons and students, and the class's own settings (due dates, the secret)."""
+    add = parser.add_argument
     add(
         "--lessons",
         nargs="+",
@@ -166,8 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
         f"${course_secret.ENVIRONMENT}; none: practice grading, said in the report); make one "
         "with `python -m course_grading secret PATH`",
     )
-    _add_run_options(parser)
-    return parser
 
 
 def options_from(args: argparse.Namespace) -> Options:

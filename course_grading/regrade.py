@@ -24,12 +24,9 @@ for is one line and exit status 2.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import nbformat
@@ -41,7 +38,9 @@ from course_grading.errors import GradingError
 from course_grading.judge.items import check_notebook
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader import course as wc
-from course_grading.report import REPORT_FIELDS, STATUSES, Row, csv_text, rows_of, write_reports
+from course_grading.regrade_reports import csv_rows, merge_student, merge_times, unescaped
+from course_grading.report import Row, refresh_copies, rows_of
+from course_grading.review.copies import class_copies
 from course_grading.run import _keep_feedback, _stage  # the whole run's own steps
 from course_grading.sandbox.bwrap import check_available
 from course_grading.submissions import Skipped, Submission, add_missing, collect, submissions_root
@@ -245,83 +244,6 @@ def _check_kept(
         gb.db.commit()
 
 
-def _csv_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
-def _md_table(path: Path) -> tuple[list[str], list[str]]:
-    """``report.md`` as (the lines above the table's rows, the rows), in order."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    head = next(i for i, line in enumerate(lines) if line.startswith("| student | lesson |"))
-    return lines[: head + 2], lines[head + 2 :]
-
-
-def _unescaped(cell: str) -> str:
-    return cell[1:] if cell.startswith("'") and cell[1:2] in "=+-@\t\r" else cell
-
-
-def _merge(out: Path, student: str, new_rows: list[Row], folders: list[Path], options) -> None:
-    """Write the reports: every other row as it was, the student's as a whole run writes them."""
-    old_csv, (head, old_md) = _csv_rows(out / "report.csv"), _md_table(out / "report.md")
-    if len(old_csv) != len(old_md):
-        raise GradingError(f"{out / 'report.md'} and report.csv disagree: regrade the class")
-    with tempfile.TemporaryDirectory() as tmp:
-        write_reports(
-            Path(tmp), new_rows, sandboxed=options.sandbox, practice=options.secret is None
-        )
-        new = list(zip(_csv_rows(Path(tmp) / "report.csv"), _md_table(Path(tmp) / "report.md")[1]))
-
-    def mine(cells: dict[str, str]) -> bool:
-        if cells["status"] == "unrecognised":
-            return any(Path(cells["file"]).is_relative_to(f) for f in folders)
-        return _unescaped(cells["student"]) == student
-
-    kept = [pair for pair in zip(old_csv, old_md) if not mine(pair[0])]
-    rows = kept + new
-    graded = [p for p in rows if p[0]["status"] != "unrecognised"]
-    others = [p for p in rows if p[0]["status"] == "unrecognised"]
-    graded.sort(key=lambda p: (_unescaped(p[0]["student"]), p[0]["lesson"]))
-    others.sort(key=lambda p: p[0]["file"])
-    rows = graded + others
-    with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, REPORT_FIELDS)
-        writer.writeheader()
-        writer.writerows(cells for cells, _ in rows)
-    counts = {s: sum(cells["status"] == s for cells, _ in rows) for s in STATUSES}
-    line = ", ".join(f"{n} {status}" for status, n in counts.items() if n) + "."
-    counted = re.compile(r"^\d+ (ok|flagged|not graded|missing|unrecognised)\b")
-    head = [line if counted.match(text) else text for text in head]
-    (out / "report.md").write_text("\n".join(head + [md for _, md in rows]) + "\n", "utf-8")
-    shadow = [
-        Row(_unescaped(c["student"]), c["lesson"], c["status"], float(c["score"] or 0),
-            float(c["max_score"] or 0))
-        for c, _ in rows
-    ]  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        write_reports(Path(tmp), shadow)
-        shutil.copyfile(Path(tmp) / "scores.csv", out / "scores.csv")
-
-
-def _merge_times(out: Path, student: str, subs: list[Submission]) -> None:
-    path = out / "function_times.csv"
-    kept = (
-        [r for r in _csv_rows(path) if _unescaped(r["student"]) != student]
-        if path.is_file()
-        else []
-    )
-    for sub in subs:
-        for gid, verdict in sorted(sub.verdicts.items()):
-            if verdict.seconds:
-                kept.append({"student": csv_text(sub.student), "lesson": csv_text(sub.lesson),
-                             "item": gid, "seconds": f"{verdict.seconds:.3f}"})  # fmt: skip
-    kept.sort(key=lambda r: (_unescaped(r["student"]), r["lesson"], r["item"]))
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, ["student", "lesson", "item", "seconds"])
-        writer.writeheader()
-        writer.writerows(kept)
-
-
 def regrade_student(
     submissions_dir: Path,
     out: Path,
@@ -357,17 +279,10 @@ def regrade_student(
     course = out / "course"
     lessons = sorted(p.name for p in (course / "source").iterdir() if p.is_dir())
     work = wc.WorkCourse(course, tuple(lessons))
-    class_due = due_dates.due_dates_of(course)
-    if (asked := due_dates.parse_due(due, lessons)) and asked != {
-        k: class_due.get(k) for k in asked
-    }:
-        raise GradingError(
-            f"--due differs from the due dates the class was graded with "
-            f"({class_due or 'none'}): regrade the class to change a due date"
-        )
+    _check_due(due, course, lessons)
     bwrap = check_available() if options.sandbox else None
     specs = _specs(work)
-    known = {_unescaped(r["student"]) for r in _csv_rows(out / "report.csv")} - {"?"}
+    known = {unescaped(r["student"]) for r in csv_rows(out / "report.csv")} - {"?"}
     all_lessons = wc.find_lessons(Path(course_root).resolve())
     subs, skipped, folders = _student_submissions(
         submissions_dir, work, student, record, known, all_lessons
@@ -391,6 +306,36 @@ def regrade_student(
         _check_kept(work, student, kept, before, gradable)
         _keep_feedback(work, subs, out, student=student)
     rows = rows_of(subs, specs, skipped, sandboxed=options.sandbox)
-    _merge(out, student, rows, folders, options)
-    _merge_times(out, student, subs)
+    merge_student(out, student, rows, folders, options)
+    merge_times(out, student, subs)
+    refresh_copies(out, class_copies(work, staged_submissions(work)))
     return rows
+
+
+def _check_due(due: list[str] | None, course: Path, lessons: list[str]) -> None:
+    """``--due`` on a regrade may only repeat the due dates the class was graded with."""
+    class_due = due_dates.due_dates_of(course)
+    if (asked := due_dates.parse_due(due, lessons)) and asked != {
+        k: class_due.get(k) for k in asked
+    }:
+        raise GradingError(
+            f"--due differs from the due dates the class was graded with "
+            f"({class_due or 'none'}): regrade the class to change a due date"
+        )
+
+
+def staged_submissions(work: wc.WorkCourse) -> list[Submission]:
+    """Every submission staged in the work course (``submitted/STUDENT/LESSON``), as the class's
+    copies are compared again after one student's regrade.
+
+    Args:
+        work: the workspace's course.
+
+    Returns:
+        One :class:`Submission` per staged notebook, by student and lesson.
+    """
+    found = []
+    for student in sorted(p for p in work.submitted.iterdir() if p.is_dir()):
+        for lesson in sorted(p for p in student.iterdir() if p.is_dir()):
+            found.append(Submission(student.name, lesson.name, lesson / f"{lesson.name}.ipynb"))
+    return found

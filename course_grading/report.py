@@ -228,23 +228,50 @@ def _write_markdown(
             f"| {markdown_text(r.student)} | {markdown_text(r.lesson)} | {r.status} | "
             f"{r.score:g} | {r.max_score:g} | {failed} | {reasons} |"
         )
-    if copies:
-        lines += [
-            "",
-            "## Possible copies, for review",
-            "",
-            "Graded functions whose own code is largely found in another source; nothing was "
-            "taken off a grade. The matching lines, side by side: `copies.md`.",
-            "",
-            "| student | lesson | function | found in | share of their own code |",
-            "|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {markdown_text(c.student)} | {markdown_text(c.lesson)} | "
-            f"{markdown_text(c.item)} | {markdown_text(c.source)} | {c.share:.0%} |"
-            for c in copies
-        ]
+    lines += _copies_section(copies)
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+COPIES_HEADING = "## Possible copies, for review"
+
+
+def _copies_section(copies: Sequence[Copy]) -> list[str]:
+    """The lines ``report.md`` ends with when graded functions were found elsewhere."""
+    if not copies:
+        return []
+    return [
+        "",
+        COPIES_HEADING,
+        "",
+        "Graded functions whose own code is largely found in another source; nothing was "
+        "taken off a grade. The matching lines, side by side: `copies.md`.",
+        "",
+        "| student | lesson | function | found in | share of their own code |",
+        "|---|---|---|---|---|",
+    ] + [
+        f"| {markdown_text(c.student)} | {markdown_text(c.lesson)} | "
+        f"{markdown_text(c.item)} | {markdown_text(c.source)} | {c.share:.0%} |"
+        for c in copies
+    ]
+
+
+def refresh_copies(out: Path, copies: Sequence[Copy]) -> None:
+    """Write ``report.md``'s copies section and ``copies.md`` anew (after a regrade): the
+    report up to its section as it is, the section from ``copies``; ``copies.md`` removed
+    when there are none.
+
+    Args:
+        out: the workspace.
+        copies: the class's pairs now (``review/copies.py``).
+    """
+    lines = (out / "report.md").read_text(encoding="utf-8").splitlines()
+    if COPIES_HEADING in lines:
+        lines = lines[: lines.index(COPIES_HEADING) - 1]  # and the blank line before it
+    (out / "report.md").write_text("\n".join(lines + _copies_section(copies)) + "\n", "utf-8")
+    if copies:
+        (out / "copies.md").write_text(render_copies(copies), encoding="utf-8")
+    else:
+        (out / "copies.md").unlink(missing_ok=True)
 
 
 def write_reports(

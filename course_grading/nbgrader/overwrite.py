@@ -49,6 +49,16 @@ class RestoreLockedCells(OverwriteCells):
     def preprocess_cell(
         self, cell: NotebookNode, resources: ResourcesDict, cell_index: int
     ) -> tuple[NotebookNode, ResourcesDict]:
+        """nbgrader's restore, told first whether the cell is exactly as released.
+
+        Args:
+            cell: a cell of the submitted notebook.
+            resources: nbgrader's resources for the notebook.
+            cell_index: its index.
+
+        Returns:
+            The cell (a locked one restored from the gradebook) and the resources.
+        """
         self._as_released = self._unchanged_since_release(cell)
         return super().preprocess_cell(cell, resources, cell_index)
 

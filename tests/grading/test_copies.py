@@ -174,3 +174,25 @@ def test_references_cover_the_library_and_the_grader():
     assert "course_lib/accumulation.py" in names and "course_lib/packing.py" in names
     assert "the grader's checks (lesson_03.py)" in names
     assert all(isinstance(r, Reference) and r.text for r in course_references())
+
+
+def test_a_regrade_keeps_the_report_whole_when_copies_are_listed(tmp_path):
+    """``--student`` splices one student's rows into ``report.md``'s table: a copies section
+    after the table once made the splice read its lines as rows ("report.md and report.csv
+    disagree"); the section is now written anew from the class's pairs."""
+    from course_grading.grading_run import Options
+    from course_grading.regrade_reports import merge_student
+    from course_grading.report import Row, refresh_copies, write_reports
+
+    pair = copies.Copy("ann", LESSON, "f", "classmate bob", 0.9, (("a", "a"),))
+    rows = [Row("ann", LESSON, "ok", 3, 4), Row("bob", LESSON, "ok", 4, 4)]
+    write_reports(tmp_path, rows, copies=[pair])
+    assert (tmp_path / "copies.md").is_file()
+    merge_student(tmp_path, "ann", [Row("ann", LESSON, "ok", 4, 4)], [], Options())
+    refresh_copies(tmp_path, [])
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert f"| ann | {LESSON} | ok | 4 |" in report and "| bob |" in report
+    assert "Possible copies" not in report and not (tmp_path / "copies.md").exists()
+    refresh_copies(tmp_path, [pair])
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert report.count("## Possible copies, for review") == 1 and "| classmate bob |" in report

@@ -53,7 +53,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -94,7 +93,6 @@ GRADER_FILES = [
     str(GRADER / "judge" / "items" / "lesson_99.py"),
 ]
 NEXT_CELL = "\n# --- next cell ---\n"  # hostile code split into cells
-RUNS_AT_ONCE = 2  # the fixture's grading runs, each its own process, two at a time
 
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
@@ -451,13 +449,7 @@ def grade_cli(subs: Path, out: Path, root: Path, *options: str, ordinary: bool =
 @pytest.fixture(scope="module")
 def graded(course, listener):
     """The hostile class graded as root twice, its honest students alone, and as an ordinary
-    uid once.
-
-    The four runs are independent grading processes, each with its own output, scratch folder,
-    sandbox uids and cgroups: they run two at a time (``RUNS_AT_ONCE``), the longest first, as
-    two graders share one machine. Each is the same run it was alone; only the waits overlap
-    (the sleeper's budget, kernel starts).
-    """
+    uid once."""
     tmp, root = course["tmp"], course["root"]
     port, seen = listener
     subs, out = tmp / "class", tmp / "out"
@@ -468,37 +460,30 @@ def graded(course, listener):
     if os.geteuid() == 0:
         hand_to_ordinary_user(keys)  # the ordinary-uid grader reads it too
     secret = ("--secret-file", str(keys / "course_secret"))
+    first = grade_cli(subs, out, root, "--jobs", "2", *secret)
+    first_reports = {name: (out / name).read_bytes() for name in REPORTS if (out / name).exists()}
+    second = grade_cli(subs, tmp / "out2", root, "--jobs", "1", *secret)
     alone_subs = tmp / "alone"
     alone_subs.mkdir()
     for name in HONEST:
         shutil.copy(subs / f"{name}_{FIXTURE}.ipynb", alone_subs / f"{name}_{FIXTURE}.ipynb")
+    alone = grade_cli(alone_subs, tmp / "out_alone", root, "--jobs", "1", *secret)
     ordinary_subs = tmp / "ordinary" / "class"
     shutil.copytree(subs, ordinary_subs)
     ordinary_before = digest(ordinary_subs)
     ordinary_out = tmp / "ordinary" / "out"
-    runs = {  # the longest first: --jobs 1 over the class, then --jobs 2 as an ordinary uid
-        "second": lambda: grade_cli(subs, tmp / "out2", root, "--jobs", "1", *secret),
-        "ordinary": lambda: grade_cli(
-            ordinary_subs, ordinary_out, root, "--jobs", "2", *secret, ordinary=True
-        ),
-        "first": lambda: grade_cli(subs, out, root, "--jobs", "2", *secret),
-        "alone": lambda: grade_cli(alone_subs, tmp / "out_alone", root, "--jobs", "1", *secret),
-    }
-    with ThreadPoolExecutor(max_workers=RUNS_AT_ONCE) as pool:
-        started = {name: pool.submit(run) for name, run in runs.items()}
-        done = {name: future.result() for name, future in started.items()}
-    first_reports = {name: (out / name).read_bytes() for name in REPORTS if (out / name).exists()}
+    ordinary = grade_cli(ordinary_subs, ordinary_out, root, "--jobs", "2", *secret, ordinary=True)
     return {
         **course,
         "subs": subs,
         "out": out,
         "before": before,
-        "first": done["first"],
+        "first": first,
         "first_reports": first_reports,
-        "second": done["second"],
+        "second": second,
         "second_out": tmp / "out2",
-        "alone": done["alone"],
-        "ordinary": done["ordinary"],
+        "alone": alone,
+        "ordinary": ordinary,
         "ordinary_subs": ordinary_subs,
         "ordinary_before": ordinary_before,
         "seen": seen,

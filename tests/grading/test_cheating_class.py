@@ -25,6 +25,7 @@ import json
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -285,8 +286,11 @@ def graded(tmp_path_factory):
         if name in honest(blank, good):
             write(alone / f"{name}_{FIXTURE}.ipynb", nb)
     before = digest(subs)
-    rows = _grade(subs, tmp / "out", root, jobs=2)
-    rows_alone = _grade(alone, tmp / "out-alone", root, jobs=1)
+    # two grading processes, each with its own output and sandbox uids: run at once
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        class_run = pool.submit(_grade, subs, tmp / "out", root, jobs=2)
+        alone_run = pool.submit(_grade, alone, tmp / "out-alone", root, jobs=1)
+        rows, rows_alone = class_run.result(), alone_run.result()
     return {"rows": rows, "alone": rows_alone, "blank": blank, "good": good, "out": tmp / "out",
             "subs": subs, "before": before, "work": work}  # fmt: skip
 

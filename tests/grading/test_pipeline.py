@@ -5,8 +5,9 @@ course (``nbgrader generate_assignment``, one process for all lessons). The drif
 that release, in its normal form, with the committed ``notebooks/``. The round trip then submits,
 for every lesson, the blank student notebook as student ``blank`` and the student notebook
 answered with the solution's code as student ``solution``, runs one ``nbgrader autograde`` over
-everything, and reads the scores from
-the gradebook (``nbgrader validate``'s exit status is 0 even on failure, so it proves nothing).
+each student's lessons (each student in a course of their own, the two runs at once), and reads
+the scores from the gradebooks (``nbgrader validate``'s exit status is 0 even on failure, so it
+proves nothing).
 
 ``SHAPES_COURSE_ROOT=tests/grading/fixtures`` runs the same tests on the one-lesson fixture course.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -53,23 +55,29 @@ def test_there_are_lessons():
 # --- the release ------------------------------------------------------------------------------
 
 
+def _work_course(folder: Path) -> wc.WorkCourse:
+    """A work course in ``folder`` with the grading command's limits, every lesson released."""
+    work = wc.make_work_course(
+        ROOT,
+        folder,
+        extra_config=[
+            "from course_grading.sandbox.budgets import CellTimeouts",
+            f"c.Execute.timeout_func = CellTimeouts({str(folder)!r}, "
+            f"student={TIMEOUTS[0]}, lesson={TIMEOUTS[1]})",
+            "c.Execute.iopub_timeout = 30",
+        ],
+    )
+    wc.generate_assignments(work)
+    return work
+
+
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     """The whole course released once into a temporary nbgrader course."""
     if not LESSONS:
         pytest.fail("no lessons to release")
     tmp = tmp_path_factory.mktemp("pipeline")
-    work = wc.make_work_course(
-        ROOT,
-        tmp / "course",
-        extra_config=[
-            "from course_grading.sandbox.budgets import CellTimeouts",
-            f"c.Execute.timeout_func = CellTimeouts({str(tmp / 'course')!r}, "
-            f"student={TIMEOUTS[0]}, lesson={TIMEOUTS[1]})",
-            "c.Execute.iopub_timeout = 30",
-        ],
-    )
-    wc.generate_assignments(work)
+    work = _work_course(tmp / "course")
     return work, rel.release_files(work)
 
 
@@ -173,70 +181,97 @@ def test_student_version_gives_nothing_away(lesson):
 # --- autograde round trip ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def round_trip(release):
-    """Blank and solution submissions of every lesson, one autograde run, scores by cell."""
+def _autograde(work: wc.WorkCourse, student: str) -> dict[tuple[str, str], dict]:
+    """``student``'s submission of every lesson of ``work`` (``blank``: the student notebook;
+    ``solution``: it answered), one ``nbgrader autograde`` over them all, scores by cell."""
     from nbgrader.api import Gradebook
 
-    work, _ = release
     for lesson in work.lessons:
         blank, source = work.release_notebook(lesson), work.source_notebook(lesson)
-        for student in ("blank", "solution"):
-            dest = work.submitted / student / lesson
-            dest.mkdir(parents=True)
-            shutil.copyfile(blank, dest / f"{lesson}.ipynb")
-        # "solution": an honest student who got every answer right (no solution markers, written
-        # answers in their own words; a copy of the instructor's notebook is flagged instead).
-        nbformat.write(
-            answered(blank, source), str(work.submitted / "solution" / lesson / f"{lesson}.ipynb")
-        )
+        dest = work.submitted / student / lesson
+        dest.mkdir(parents=True)
+        shutil.copyfile(blank, dest / f"{lesson}.ipynb")
+        if student == "solution":  # an honest student who got every answer right (no solution
+            # markers, written answers in their own words; a copy of the instructor's notebook
+            # is flagged instead)
+            nbformat.write(answered(blank, source), str(dest / f"{lesson}.ipynb"))
     proc = work.run("autograde", "*", "--force")
     scores = {}
     with Gradebook(work.db_url) as gb:
         for lesson in work.lessons:
-            for student in ("blank", "solution"):
-                graded = work.autograded / student / lesson / f"{lesson}.ipynb"
-                assert graded.is_file(), (
-                    f"nbgrader did not grade {student}/{lesson}:\n" + proc.stdout[-4000:]
-                )
-                tests = LessonSpec.from_notebooks(
-                    lesson, work.source_notebook(lesson), work.release_notebook(lesson)
-                ).tests
-                sub = gb.find_submission_notebook(lesson, lesson, student)
-                scores[student, lesson] = {
-                    g.name: (g.auto_score, g.max_score) for g in sub.grades if g.name in tests
-                }
+            graded = work.autograded / student / lesson / f"{lesson}.ipynb"
+            assert graded.is_file(), (
+                f"nbgrader did not grade {student}/{lesson}:\n" + proc.stdout[-4000:]
+            )
+            tests = LessonSpec.from_notebooks(
+                lesson, work.source_notebook(lesson), work.release_notebook(lesson)
+            ).tests
+            sub = gb.find_submission_notebook(lesson, lesson, student)
+            scores[student, lesson] = {
+                g.name: (g.auto_score, g.max_score) for g in sub.grades if g.name in tests
+            }
     return scores
+
+
+@pytest.fixture(scope="module")
+def round_trip(release, tmp_path_factory):
+    """Blank and solution submissions of every lesson, scores by cell, and the courses.
+
+    Each student's submissions go through one ``nbgrader autograde`` in a course of their own
+    (the release's for ``blank``, a second release for ``solution``): two processes with their
+    own gradebooks, run at once. nbgrader grades one notebook at a time, each kernel mostly on
+    one core; two courses keep both cores busy without two writers sharing a SQLite gradebook.
+    """
+    work, _ = release
+    folder = tmp_path_factory.mktemp("pipeline-solution") / "course"
+
+    def solution() -> tuple[wc.WorkCourse, dict]:
+        second = _work_course(folder)  # released while the blanks are graded
+        return second, _autograde(second, "solution")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        blank = pool.submit(_autograde, work, "blank")
+        second, solution_scores = pool.submit(solution).result()
+        scores = {**blank.result(), **solution_scores}
+    return scores, {"blank": work, "solution": second}
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_blank_notebook_scores_zero(round_trip, lesson):
-    grades = round_trip["blank", lesson]
+    grades = round_trip[0]["blank", lesson]
     assert grades
     assert all(score == 0 for score, _ in grades.values()), f"(score, max): {grades}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_solution_notebook_scores_full_marks(round_trip, lesson):
-    grades = round_trip["solution", lesson]
+    grades = round_trip[0]["solution", lesson]
     assert grades
     missed = {gid: got for gid, got in grades.items() if got[0] != got[1] or not got[1]}
     assert not missed, f"solution lost points (score, max): {missed}"
 
 
-def test_honest_submissions_get_their_feedback(round_trip, release):
+def test_honest_submissions_get_their_feedback(round_trip):
     """The feedback step's leak check withholds nothing from a blank or a solution notebook.
 
     A false alarm here (an instructor line that is part of a visible one, say) would cost every
-    honest student their feedback; this runs nbgrader's feedback step as formgrader does.
+    honest student their feedback; this runs nbgrader's feedback step as formgrader does, in
+    each student's course.
     """
-    work, _ = release
-    proc = work.run("generate_feedback", "*", "--force")
-    withheld = sorted(str(p.relative_to(work.root)) for p in work.root.rglob("withheld_*/**/*.txt"))
-    assert not withheld, proc.stdout[-3000:]
-    for lesson in work.lessons:
-        secret = instructor_lines(work.source_notebook(lesson), work.release_notebook(lesson))
-        page = work.feedback / "blank" / lesson / f"{lesson}.html"
-        assert page.is_file(), f"no feedback for blank/{lesson}:\n{proc.stdout[-3000:]}"
-        assert not leaked(page, secret, frozenset()), f"blank/{lesson} shows instructor lines"
-        assert (work.feedback / "solution" / lesson / f"{lesson}.html").is_file()
+    _, courses = round_trip
+    for student, work in courses.items():
+        proc = work.run("generate_feedback", "*", "--force")
+        withheld = sorted(
+            str(p.relative_to(work.root)) for p in work.root.rglob("withheld_*/**/*.txt")
+        )
+        assert not withheld, proc.stdout[-3000:]
+        for lesson in work.lessons:
+            page = work.feedback / student / lesson / f"{lesson}.html"
+            assert page.is_file(), f"no feedback for {student}/{lesson}:\n{proc.stdout[-3000:]}"
+            if student == "blank":
+                secret = instructor_lines(
+                    work.source_notebook(lesson), work.release_notebook(lesson)
+                )
+                assert not leaked(page, secret, frozenset()), (
+                    f"blank/{lesson} shows instructor lines"
+                )

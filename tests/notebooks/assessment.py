@@ -32,6 +32,7 @@ import copy
 import json
 import pickle
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,10 @@ from course_grading.judge.verdicts import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+# Candidates whose verdicts are decided at once, beside the kernel. One: a verdict may build its
+# reference model with ``torch.manual_seed`` (lesson 03's ``_reference_model``), and torch's
+# global generator is one per process, so two verdicts at once could draw each other's weights.
+DECIDING = 1
 
 
 @dataclass
@@ -189,6 +194,9 @@ class Pass:
             self.sandbox = FunctionSandbox.default()
         except GradingError:
             self.sandbox = FunctionSandbox(None)  # no bubblewrap here: the checks still decide
+        # Verdicts are decided beside the kernel (``score``), one at a time (``DECIDING``).
+        self.pool = ThreadPoolExecutor(max_workers=DECIDING)
+        self.scored: list[tuple[Tried, Future]] = []
 
     def run(self, source: str) -> tuple[str | None, str]:
         """Execute ``source``; return (exception name or None, printed text)."""
@@ -219,20 +227,33 @@ class Pass:
             nb.cells.insert(index, nbformat.v4.new_code_cell(added))
         return nb
 
-    def score(self, gid: str, answer: str, added: str | None = None) -> tuple[list, tuple]:
+    def score(self, gid: str, answer: str, added: str | None = None) -> Future:
         """The trusted verdicts of every item answered in ``gid`` (values as the kernel holds
-        them now), and the report's review flags about the candidate's cells."""
+        them now), and the report's review flags about the candidate's cells: a future of
+        ``(verdicts, flags)``.
+
+        The values are taken here, before the kernel runs on; the verdicts are decided in
+        ``self.pool`` (a graded function runs in a fresh sandbox, seconds each), while the
+        kernel runs the visible test and the next candidates. Nothing a verdict reads changes
+        meanwhile: the values are plain data and the submitted notebook is a copy.
+        """
         found = [item for item in self.items.values() if item.answer == gid]
         values = self.take(sorted({n for item in found for n in item.values}))
         nb = self.submitted(gid, answer, added)
-        verdicts = []
-        for item in found:
-            source, earlier = answer_and_earlier(nb, self.spec, item.answer)
-            verdicts.append(
-                decide(item, self.spec, "assessment", values, source, self.sandbox, earlier)
+
+        def decided() -> tuple[list, tuple]:
+            verdicts = []
+            for item in found:
+                source, earlier = answer_and_earlier(nb, self.spec, item.answer)
+                verdicts.append(
+                    decide(item, self.spec, "assessment", values, source, self.sandbox, earlier)
+                )
+            flags = tuple(
+                f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f
             )
-        flags = tuple(f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f)
-        return verdicts, flags
+            return verdicts, flags
+
+        return self.pool.submit(decided)
 
     def value(self, name: str):
         err, text = self.run(f"print(repr({name}))")
@@ -253,7 +274,7 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
     texts: list[tuple[str, str]] = []
     errors: list[str] = []
     seen: list[str] = []  # older items: what the student has seen so far
-    with p.client.setup_kernel():
+    with p.pool, p.client.setup_kernel():  # the pool's exit waits for every verdict
         p.run("import os; os.environ['CI'] = '1'")
         cells = p.nb.cells
         for i, cell in enumerate(cells):
@@ -273,6 +294,8 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
             texts.append((f"{'test cell' if is_test(cell) else 'cell'} {gid}", text))
             if err and not is_test(cell):
                 errors.append(f"{gid} raised {err}: {text[-300:]}")
+        for tried, scored in p.scored:
+            _fill(tried, *scored.result())  # what a verdict raised is raised here
     if any(not probe.migrated for probe in probes.values()) and errors:
         raise AssertionError(f"{lesson}: lesson cells raised in the pass: {errors}")
     return Run(lesson, probes, texts, errors)
@@ -280,16 +303,24 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
 
 def _try(p: Pass, probe: Probe, kind: str, name: str, code: str, visible: str, added=None):
     """Hand in ``code`` (after ``added``, a cell of the student's), run the visible test, and
-    score it; record it on ``probe``."""
+    score it; record it on ``probe``. Its points, message and review flags are filled in when
+    its verdicts are decided (``Pass.score``; ``run_lesson`` waits for every one)."""
     ran = p.run(added)[0] if added is not None else None
     ran = p.run(code)[0] or ran
-    verdicts, flags = p.score(probe.grade_id, code, added)
+    scored = p.score(probe.grade_id, code, added)
     shown = said(*p.run(visible))
-    points = sum(v.points for v in verdicts)
-    tried = Tried(kind, name, code, shown, points, sum(v.max_points for v in verdicts),
-                  "; ".join(v.message for v in verdicts), flags, ran)  # fmt: skip
+    tried = Tried(kind, name, code, shown, ran=ran)
+    p.scored.append((tried, scored))
     probe.tried.append(tried)
     return tried
+
+
+def _fill(tried: Tried, verdicts: list, flags: tuple) -> None:
+    """``tried``'s points, maximum, message and review flags, from its decided verdicts."""
+    tried.points = sum(v.points for v in verdicts)
+    tried.max_points = sum(v.max_points for v in verdicts)
+    tried.message = "; ".join(v.message for v in verdicts)
+    tried.review = flags
 
 
 def _record_calls(p: Pass, function: str, visible: str) -> str | None:

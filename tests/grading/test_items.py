@@ -820,3 +820,23 @@ def test_an_answer_set_again_below_its_cell_with_course_lib_is_not_own_work():
     item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16)
     got = items.verdict(item, ev, [], borrowed=found)
     assert got.points == 0 and "set again in cell 21" in got.message
+
+
+def test_references_built_at_once_in_two_slots_draw_their_own_weights():
+    """The ``--jobs`` slots decide submissions in threads of one process, and torch's global
+    generator is one per process: lesson 3's reference models, built at once from two seeds,
+    drew each other's weights (a right answer was rejected at 1.3 relative error)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from course_grading.judge.items import lesson_03
+
+    def weights(seed: int) -> torch.Tensor:
+        return torch.cat(
+            [p.detach().flatten() for p in lesson_03._reference_model(seed).parameters()]
+        )
+
+    want = {seed: weights(seed) for seed in (1, 2)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for _ in range(60):
+            got = list(pool.map(weights, [1, 2] * 4))
+            assert all(torch.equal(g, want[s]) for g, s in zip(got, [1, 2] * 4))

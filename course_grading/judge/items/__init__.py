@@ -60,7 +60,7 @@ registry (names, answer cell, points) and fails on a planted mismatch.
 from __future__ import annotations
 
 from course_grading.judge.items.calls import Result, call, new, predicate, recorder, tensor
-from course_grading.judge.items.checking import Evidence, seed_for, verdict
+from course_grading.judge.items.checking import Evidence, seed_for, seeded_torch, verdict
 from course_grading.judge.items.model import (
     DECLARATION,
     Item,
@@ -95,6 +95,7 @@ from course_lib.forms import (
 )
 
 __all__ = [
+    "seeded_torch",
     "DECLARATION",
     "Digest",
     "Evidence",

@@ -9,7 +9,9 @@ after the rules every item keeps (``own_work``, no ``course_lib`` in a graded fu
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
@@ -21,6 +23,29 @@ from course_grading.judge.items.calls import Result, exception_text
 from course_grading.judge.items.model import Item, Reject, Verdict
 from course_grading.judge.plain import describe
 from course_lib.forms import Exact, Form, Unreadable
+
+#: torch's global generator is one per process, and the ``--jobs`` slots decide submissions in
+#: threads of one process: a reference model built from a seed must hold it while it draws
+_TORCH_GENERATOR = threading.Lock()
+
+
+@contextmanager
+def seeded_torch(seed: int) -> Iterator[None]:
+    """Draw from torch's global generator seeded with ``seed``, alone: no other check's thread
+    seeds or draws meanwhile (two references built at once drew each other's weights and a
+    right answer was rejected), and the generator is as it was afterwards.
+
+    Args:
+        seed: the seed (``torch.manual_seed``).
+
+    Yields:
+        Nothing: build the reference model inside the ``with`` block.
+    """
+    import torch
+
+    with _TORCH_GENERATOR, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def seed_for(lesson: str, grade_id: str, student: str) -> int:

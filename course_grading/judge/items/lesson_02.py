@@ -29,6 +29,7 @@ from course_grading.judge.items import (
     call,
     describe,
     new,
+    seeded_torch,
     tensor,
 )
 from course_grading.judge.plain import Tensor
@@ -435,9 +436,9 @@ def _trusted_logits(impl: str, seed: int, docs: list[list[int]]) -> list[list]:
 
     from course_lib.model import TinyGPT, TinyGPTConfig
 
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(seed)
+    with seeded_torch(seed):
         model = TinyGPT(TinyGPTConfig(attn_impl=impl, **MODEL)).eval()
+    with torch.no_grad():
         return [model(input_ids=torch.tensor([d])).logits[0].tolist() for d in docs]
 
 

@@ -40,6 +40,7 @@ from course_grading.judge.items import (
     call,
     new,
     recorder,
+    seeded_torch,
     tensor,
 )
 from course_grading.judge.plain import Tensor
@@ -147,12 +148,11 @@ def _one_thread():
 
 
 def _reference_model(seed: int):
-    import torch
 
     from course_lib.model import TinyGPT, TinyGPTConfig
 
-    torch.manual_seed(seed)
-    return TinyGPT(TinyGPTConfig(**MODEL))
+    with seeded_torch(seed):
+        return TinyGPT(TinyGPTConfig(**MODEL))
 
 
 def _full_gradient(model, window: list[dict], clip: bool = False) -> list[float]:
@@ -364,8 +364,8 @@ def rho_example() -> float:
         config = TinyGPTConfig(
             d_model=D_MODEL, n_heads=N_HEADS, n_layers=N_LAYERS, max_seq_len=512, attn_impl="sdpa"
         )
-        torch.manual_seed(SEED)
-        run = copy.deepcopy(TinyGPT(config))
+        with seeded_torch(SEED):
+            run = copy.deepcopy(TinyGPT(config))
         optimizer = torch.optim.AdamW(run.parameters(), lr=LEARNING_RATE)
         for window in windows:
             accumulate_gradients(run, window, "token_weighted")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from hashlib import sha256
 from pathlib import Path
 
@@ -24,12 +25,21 @@ FIXTURE_ROOT = Path(__file__).resolve().parent / "fixtures"
 FIXTURE = "99_fixture"  # the fast fixture lesson: no torch, about a second of kernel time
 
 
-def sandbox_problem() -> str:
-    """Why bubblewrap cannot sandbox here (``check_available``'s one line), or ``""``."""
-    try:
-        check_available()
-    except GradingError as err:
-        return str(err)
+def sandbox_problem(attempts: int = 3) -> str:
+    """Why bubblewrap cannot sandbox here (``check_available``'s one line), or ``""``.
+
+    A check that fails once on a busy machine is tried again (up to ``attempts`` times, a
+    second apart): one transient failure at import time once skipped the hostile and cheating
+    classes whole, silently passing what they prove."""
+    for attempt in range(attempts):
+        try:
+            check_available()
+        except GradingError as err:
+            if attempt == attempts - 1:
+                return str(err)
+            time.sleep(1.0)
+        else:
+            return ""
     return ""
 
 

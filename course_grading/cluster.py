@@ -204,6 +204,9 @@ class ClusterRun:
         self.client, self.address, self.store, self.wait = client, address, store, wait
         self.pending: dict[object, tuple[Task, Callable[[Answer], None]]] = {}
         self.total, self.idle_since, self.watched = 0, 0.0, 0.0
+        #: Seconds this machine spent preparing and recording submissions (the benchmark's).
+        self.spent = {"prepare": 0.0, "record": 0.0}
+        self.gave_up: dict[str, int] = {}  # job folder -> the scheduler's KilledWorker answers
 
     @property
     def keep(self) -> tuple[str, ...]:
@@ -247,7 +250,8 @@ class ClusterRun:
             budgets, calls = self.store.measured() or self._measure(run, lessons)
             self.store.begin(budgets, calls)
             run = replace(run, functions=replace(carrier, solution_cpu=calls))
-            for key, job, spec in prepared_jobs(run, subs, specs, budgets, folder / "jobs"):
+            jobs = prepared_jobs(run, subs, specs, budgets, folder / "jobs")
+            for key, job, spec in self._timed(jobs, "prepare"):
                 self._send(run, key, job, spec, specs[key[0].lesson])
                 self._collect(block=False)
             self._collect(block=True)
@@ -285,8 +289,9 @@ class ClusterRun:
                 if answer.attempt > 1:
                     sub.info.append(RERUN)
                     _say(f"{sub.student} / {sub.lesson}: {RERUN} ({answer.worker} graded it)")
-                folder = Path(answer.folder)
+                clock, folder = time.perf_counter(), Path(answer.folder)
                 record_job(run, sub, lesson, folder, tests, answer.outcome, answer.decided)
+                self.spent["record"] += time.perf_counter() - clock
             if kept is None and not isinstance(answer.decided, BaseException):
                 self.store.keep(digest, sub, answer)
             shutil.rmtree(job, ignore_errors=True)
@@ -296,6 +301,16 @@ class ClusterRun:
             take(kept)
         else:
             self._submit(Task(run, self.needs, str(job), spec, sub, lesson), take)
+
+    def _timed(self, items: Iterator, step: str) -> Iterator:
+        """``items``, the time each took to make added to ``self.spent[step]``."""
+        while True:
+            clock = time.perf_counter()
+            item = next(items, None)
+            self.spent[step] += time.perf_counter() - clock
+            if item is None:
+                return
+            yield item
 
     def _submit(self, task: Task, take: Callable[[Answer], None]) -> None:
         resources = {self.needs.resource: 1}  # only a worker checked for this run has it
@@ -332,11 +347,13 @@ class ClusterRun:
             if not isinstance(err, KilledWorker):
                 who = f"{task.sub.student} / {task.spec.lesson}" if task.sub else task.spec.lesson
                 raise GradingError(f"grading {who} failed on a Dask worker: {one_line(str(err))}")
+            self.gave_up[task.job] = self.gave_up.get(task.job, 0) + 1
             marks = sum(1 for _ in (Path(task.job) / "attempts").glob("*"))
-            if marks < MAX_ATTEMPTS:  # the scheduler gave up first (its allowed-failures)
+            died = max(marks, self.gave_up[task.job])
+            if died < MAX_ATTEMPTS:  # the scheduler gave up first (its allowed-failures)
                 self._submit(task, take)
                 return
-            take(Answer(None, None, task.job, marks, ""))
+            take(Answer(None, None, task.job, died, ""))
             return
         take(future.result())
 

@@ -7,7 +7,8 @@ namespaces: ``bwrap.check_available``) and a graded function runs in a sandbox o
 (``FunctionSandbox.check``); its ``course_lib`` is the run's version, its installed
 ``course_grading`` has the run's digest (:func:`grader_digest`: every file of the package), its
 Python the run's minor version; and it reads a file the client wrote in the run's workspace
-(the workspace is shared, at the same path). A fit worker gets the run's resource
+(the workspace is shared, at the same path). The sandbox's part is checked once per worker
+process, the rest for every run. A fit worker gets the run's resource
 (:attr:`Needs.resource`), which every job asks for, so the scheduler sends nothing to a worker
 that was not checked or failed the check; the client names each one refused, and why.
 
@@ -108,8 +109,10 @@ def needs_of(limits: Limits, probe: Path, token: str) -> Needs:
     return Needs(course_lib.__version__, grader_digest(), python, str(probe), token, limits)
 
 
-#: Each run's graded-function sandbox on this worker process, once it is admitted.
+#: Each run's graded-function sandbox on this worker process, once it is admitted; and each
+#: sandbox's own check, passed once (bubblewrap and a graded function, for these limits).
 _ADMITTED: dict[Needs, FunctionSandbox] = {}
+_SANDBOXES: dict[Limits, FunctionSandbox] = {}
 
 
 def unfit(needs: Needs) -> str:
@@ -139,10 +142,13 @@ def unfit(needs: Needs) -> str:
             f"it cannot read the run's workspace ({needs.probe}: {why}): share the workspace "
             "folder with every worker, at the same path"
         )
-    try:
-        functions = FunctionSandbox.default(sandboxed=True, limits=needs.limits)
-    except GradingError as err:
-        return str(err).split("; --no-sandbox")[0].split(", or pass --no-sandbox")[0]
+    functions = _SANDBOXES.get(needs.limits)
+    if functions is None:  # checked once per worker process (bubblewrap, a graded function)
+        try:
+            functions = FunctionSandbox.default(sandboxed=True, limits=needs.limits)
+        except GradingError as err:
+            return str(err).split("; --no-sandbox")[0].split(", or pass --no-sandbox")[0]
+        _SANDBOXES[needs.limits] = functions
     _ADMITTED[needs] = functions
     return ""
 

@@ -117,8 +117,9 @@ class Cluster:
         address = json.loads(file.read_text())["address"]
         empty = self.base / "no-bwrap-bin"
         empty.mkdir(exist_ok=True)
+        quiet = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
         for name in (*workers, *refused):
-            env = {**os.environ, "PATH": str(empty)} if name in refused else None
+            env = {**quiet, "PATH": str(empty)} if name in refused else quiet
             self._spawn(name, [
                 DASK, "worker", address, "--nthreads", "1", "--name", name, "--host", "127.0.0.1",
                 "--no-dashboard", "--local-directory", str(self.base / "dask"),

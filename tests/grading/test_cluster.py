@@ -12,7 +12,8 @@ rest. The report, scores and feedback must be the local run's, byte for byte, bu
 on ``a_slow``'s row; the worker without bubblewrap must be refused by name and never used; the
 local run must not import Dask; nothing of the killed attempt may be left running; the
 originals must be untouched. Then a submission whose two workers are killed is a row, not a
-stalled run, and an unreachable scheduler is one line and exit 2.
+stalled run, and an unreachable scheduler is one line and exit 2. A grading worker process ends
+when its parent (a Dask worker) is killed. Each check is also shown a case that fails it.
 """
 
 from __future__ import annotations
@@ -525,3 +526,44 @@ def test_the_classroom_sends_a_lesson_to_the_cluster(monkeypatch):
     assert module.main([FIXTURE, "--scheduler", "tcp://127.0.0.1:8786"]) == 2
     assert module.main([FIXTURE]) == 2
     assert ran[0][-2:] == ["--scheduler", "tcp://127.0.0.1:8786"] and "--scheduler" not in ran[1]
+
+
+def _ended(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")  # a zombie has ended, whoever reaps it
+
+
+def test_a_grading_worker_ends_when_its_parent_dies():
+    """A killed Dask worker's grading process (``execute.py --serve``) must not run on for
+    nobody: it ends within a second, although its input stays open."""
+    # (a job sent to the background reads /dev/null unless given its input by name: fd 3 here)
+    script = 'exec 3<&0; "$0" -m course_grading.sandbox.execute --serve <&3 & echo $!; wait'
+    parent = subprocess.Popen(
+        ["sh", "-c", script, sys.executable], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        worker = int(parent.stdout.readline())
+        time.sleep(2.0)  # its imports done, waiting for a job
+        assert not _ended(worker)
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while not _ended(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ended(worker), "the grading worker outlived its parent"
+    finally:
+        parent.stdin.close()  # (ends it anyway, when the check above failed)
+
+
+def test_the_leftover_check_sees_a_process(tmp_path):
+    folder = tmp_path / "attempt-1"
+    sleeper = subprocess.Popen(["sh", "-c", "sleep 30", str(folder)])  # the folder in its argv
+    try:
+        assert running_with(str(folder))  # the check that nothing is left can fail
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not running_with(str(folder))

@@ -173,7 +173,7 @@ class Pool:
         """
         from course_grading.cluster_worker import admit
 
-        workers = self.client.scheduler_info()["workers"]
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]  # all (2025: 5 by default)
         new = [a for a in workers if a not in self.admitted and a not in self.refused]
         answers = self.client.run(admit, self.needs, workers=new, on_error="return") if new else {}
         for address in (a for a in new if a in answers):  # one that left is not checked

@@ -455,6 +455,24 @@ def test_a_submission_that_kills_two_workers_is_a_row_not_a_stalled_run(graded, 
     assert row["status"] == "not graded" and row["reasons"] == DIED, row
 
 
+@needs_sandbox
+def test_a_cluster_with_no_worker_that_can_grade_stops_in_one_line(graded, cluster, course):
+    subs = course["tmp"] / "none-fit"
+    write(subs / f"honest_{FIXTURE}.ipynb", slow(course["work"]))
+    cluster.stop()
+    address = cluster.start(workers=(), refused=("nobwrap",))
+    run = grade_cli(subs, course["tmp"] / "none-fit-out", course["root"], "--scheduler", address,
+                    "--worker-wait", "3")  # fmt: skip
+    assert run["rc"] == 2, run["stderr"][-2000:]
+    last = run["stderr"].strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"python -m course_grading: no Dask worker at {re.escape(address)} can grade "
+        r"\(waited 3 s; refused tcp://127\.0\.0\.1:\d+: cannot sandbox student code: "
+        r"bubblewrap is not installed \(apt-get install bubblewrap\)\)",
+        last,
+    ), last
+
+
 def test_an_unreachable_scheduler_is_one_line_and_exit_2(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()

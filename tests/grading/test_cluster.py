@@ -8,12 +8,14 @@ honest notebook whose first cell sleeps, is graded ``--jobs 2`` here and with ``
 with the same course secret. During the cluster run the worker grading ``a_slow`` is killed (by
 its pid); once ``a_slow`` is graded again, the scheduler is killed: the run stops in one line,
 exit 2, keeping what was graded. A new scheduler and workers start, and ``--resume`` grades the
-rest. The report, scores and feedback must be the local run's, byte for byte, but for the note
-on ``a_slow``'s row; the worker without bubblewrap must be refused by name and never used; the
-local run must not import Dask; nothing of the killed attempt may be left running; the
-originals must be untouched. Then a submission whose two workers are killed is a row, not a
-stalled run, and an unreachable scheduler is one line and exit 2. A grading worker process ends
-when its parent (a Dask worker) is killed. Each check is also shown a case that fails it.
+rest, from a process with no bubblewrap on its PATH (only workers need it). The report, scores
+and feedback must be the local run's, byte for byte, but for the note on ``a_slow``'s row; the
+worker without bubblewrap must be refused by name and never used; the local run must not import
+Dask; nothing of the killed attempt may be left running; the originals must be untouched. Then
+a submission whose two workers are killed is a row, not a stalled run; a cluster whose only
+worker cannot sandbox, and an unreachable scheduler, are one line and exit 2. A grading worker
+process ends when its parent (a Dask worker) is killed. Each check is also shown a case that
+fails it.
 """
 
 from __future__ import annotations
@@ -194,13 +196,14 @@ def stop_scheduler_after(graded_csv: Path, student: str, scheduler: subprocess.P
     return result
 
 
-def grade_cli(subs: Path, out: Path, root: Path, *options: str) -> dict:
-    """``python -m course_grading`` (through :data:`CLI`); its exit status, output, rows."""
+def grade_cli(subs: Path, out: Path, root: Path, *options: str, path: str = "") -> dict:
+    """``python -m course_grading`` (through :data:`CLI`), with ``path`` as its ``PATH`` when
+    given; its exit status, output, rows."""
     command = [sys.executable, "-c", CLI, str(subs), "--out", str(out), "--root", str(root)]
+    env = {**wc.nbgrader_env(), **({"PATH": path} if path else {})}
     proc = subprocess.run(
-        [*command, *OPTIONS, *options],
-        capture_output=True, text=True, timeout=900, env=wc.nbgrader_env(),
-    )  # fmt: skip
+        [*command, *OPTIONS, *options], capture_output=True, text=True, timeout=900, env=env
+    )
     rows = {}
     if (out / "report.csv").is_file():
         with open(out / "report.csv", newline="", encoding="utf-8") as fh:
@@ -333,7 +336,11 @@ def graded(course, cluster):
     cluster.stop()
     time.sleep(1.0)  # the killed worker's own processes: they end within half a second
     left = [p for kill in killer.killed for p in running_with(kill["folder"])]
-    resumed = grade_cli(subs, out, root, "--scheduler", cluster.start(), "--resume", *secret)
+    # This machine needs no bubblewrap of its own: the resumed run has none on its PATH.
+    no_bwrap = f"{Path(sys.executable).parent}{os.pathsep}{tmp / 'no-bwrap-bin'}"
+    resumed = grade_cli(
+        subs, out, root, "--scheduler", cluster.start(), "--resume", *secret, path=no_bwrap
+    )
     return {"local": local, "first": first, "first_log": first_log, "resumed": resumed,
             "killed": killer.killed, "stopped": stopper.get("killed", False), "left": left,
             "subs": subs, "before": before, "out": out, "secret": secret}  # fmt: skip

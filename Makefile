@@ -12,6 +12,8 @@ CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
 GRADING_OUT ?= grading
+# make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
+SCHEDULER ?=
 LESSON ?= *
 LAB_ARGS ?=
 # What jupyter-config/ holds, also installed in the venv: Jupyter servers started without
@@ -28,7 +30,7 @@ help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
 	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
-	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder"
+	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
 	@echo "make bench    print the benchmark figures quoted in the README"
@@ -91,7 +93,7 @@ release-check: setup
 	$(PY) scripts/release.py --check
 
 grade: setup
-	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT)
+	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
 bench: setup
 	$(PY) benchmarks/memory_model.py

@@ -1,6 +1,7 @@
 """Sandboxed grading: parallel speed-up and the sandbox's cost per submission, measured.
 
     python benchmarks/grading.py [--students 40] [--lesson 99_fixture]
+    python benchmarks/grading.py --scheduler [tcp://HOST:PORT] [--students 40] [--repeats 3]
 
 One class of ``--students`` submissions of one lesson (a third full marks, a third half done, a
 third blank; default: the fast fixture lesson of tests/grading) is graded three times with
@@ -19,14 +20,25 @@ measured directly: ``--pairs`` runs of the fixture's notebook in one worker, san
 in turn. The load average is printed: the figures mean little on a busy machine. The class is
 honest: a row not graded, or with its feedback withheld, stops the benchmark (a false alarm is a
 bug, and it would change the times).
+
+``--scheduler`` measures grading on a Dask cluster instead (``course_grading/cluster.py``): the
+class is graded ``--jobs 2`` here and on the cluster in turn, ``--repeats`` times, side by side
+in one run; without an address, the cluster is a scheduler and two workers of one thread each
+started on this machine (the same two slots as ``--jobs 2``). It prints the cluster's overhead
+per submission against ``--jobs 2`` (target <= 10 %), whether the reports are byte-identical, the
+time a worker spends on one submission (``graded.csv``) and this machine's own share, and a line
+extrapolating a class of 300 on N workers from those per-submission times.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -89,17 +101,20 @@ def build_class(root: Path, tmp: Path, lesson: str, students: int) -> Path:
     return subs
 
 
-def run(subs: Path, root: Path, out: Path, *, jobs: int, sandbox: bool, timeout: int) -> dict:
+def options_for(jobs: int, sandbox: bool, timeout: int) -> Options:
     cores = os.cpu_count() or 1
-    options = Options(
-        cell_timeout=timeout,
-        jobs=jobs,
-        sandbox=sandbox,
-        limits=Limits(threads=max(1, cores // jobs)),
-    )
+    limits = Limits(threads=max(1, cores // jobs))
+    return Options(cell_timeout=timeout, jobs=jobs, sandbox=sandbox, limits=limits)
+
+
+def run(
+    subs: Path, root: Path, out: Path, *, jobs: int, sandbox: bool, timeout: int,
+    cluster: object = None,
+) -> dict:  # fmt: skip
+    options = options_for(jobs, sandbox, timeout)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    rows = grade(subs, out, root, options=options, timings=timings)
+    rows = grade(subs, out, root, options=options, timings=timings, cluster=cluster)
     timings["total"] = time.perf_counter() - start
     bad = [r for r in rows if r.status == "not graded" or WITHHELD in "; ".join(r.reasons)]
     if bad:  # the class is honest: this is a false alarm, and the times would mean little
@@ -152,6 +167,135 @@ def paired_runs(tmp: Path, pairs: int) -> tuple[float, float]:
     return statistics.median(seconds[True]), statistics.median(seconds[False])
 
 
+class LocalCluster:
+    """``dask scheduler`` and two ``dask worker --nthreads 1`` on 127.0.0.1, as processes, Dask's
+    statistical profiler off in the workers (docs/instructors.md, section 3.8)."""
+
+    def __init__(self, tmp: Path) -> None:
+        dask = str(Path(sys.executable).parent / "dask")
+        file, log = tmp / "scheduler.json", open(tmp / "dask.log", "wb")  # noqa: SIM115
+        env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}  # 3.8
+        common = {"stdout": log, "stderr": log, "env": env}
+        self.procs = [
+            subprocess.Popen(
+                [
+                    dask,
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(file),
+                ],
+                **common,
+            )
+        ]
+        deadline = time.monotonic() + 60
+        while not file.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.address = json.loads(file.read_text())["address"]
+        for name in ("w1", "w2"):
+            self.procs.append(subprocess.Popen([
+                dask, "worker", self.address, "--nthreads", "1", "--name", name, "--host",
+                "127.0.0.1", "--no-dashboard", "--local-directory", str(tmp / "dask"),
+            ], **common))  # fmt: skip
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def cluster_main(args: argparse.Namespace) -> int:
+    """``--scheduler``: the class here (``--jobs 2``) and on the cluster in turn (module doc)."""
+    from course_grading.cluster import ClusterRun, connect
+    from course_grading.cluster_store import Store
+
+    with tempfile.TemporaryDirectory(prefix="shapes-bench-") as name:
+        tmp = Path(name)
+        os.chmod(tmp, 0o755)
+        root = course_root(tmp, args.lesson)
+        subs = build_class(root, tmp, args.lesson, args.students)
+        started = LocalCluster(tmp) if args.scheduler == "local" else None
+        address = started.address if started else args.scheduler
+        client = connect(address)
+        load = os.getloadavg()
+        local, remote, spent, per_worker = [], [], [], []
+        try:
+            client.wait_for_workers(1, timeout=120)
+            for r in tqdm(range(args.repeats), desc="--jobs 2 / cluster pairs", unit="pair"):
+                local.append(run(subs, root, tmp / f"local{r}", jobs=2, sandbox=True,
+                                 timeout=args.timeout))  # fmt: skip
+                out = tmp / f"cluster{r}"
+                options = options_for(2, True, args.timeout)
+                store = Store(out / "cluster", options, resume=False)
+                on = ClusterRun(client, address, store, wait=300)
+                remote.append(run(subs, root, out, jobs=2, sandbox=True, timeout=args.timeout,
+                                  cluster=on))  # fmt: skip
+                spent.append(sum(on.spent.values()))
+                with open(out / "cluster" / "graded.csv", newline="") as fh:
+                    per_worker += [float(row["seconds"]) for row in csv.DictReader(fh)]
+            same = all(
+                (tmp / "local0" / name).read_bytes() == (tmp / f"{kind}{r}" / name).read_bytes()
+                for name in REPORTS
+                for kind in ("local", "cluster")
+                for r in range(args.repeats)
+            )
+        finally:
+            client.close()
+            if started:
+                started.stop()
+        load_after = os.getloadavg()
+    print_cluster(args, local, remote, spent, per_worker, same, (load[0], load_after[0]))
+    return 0 if same else 1
+
+
+def print_cluster(args, local, remote, spent, per_worker, same, load) -> None:
+    """The cluster's figures (module docstring)."""
+    n, pairs = args.students, [c["autograde"] / h["autograde"] for h, c in zip(local, remote)]
+    here, there = median_run(local), median_run(remote)
+    where = "two local workers of 1 thread" if args.scheduler == "local" else args.scheduler
+    print(
+        f"cluster benchmark: {n} submissions of {args.lesson}, {os.cpu_count()} core(s), "
+        f"{args.repeats} pair(s) side by side; load average {load[0]:.1f} before, "
+        f"{load[1]:.1f} after (the machine is shared: read the pairs, not one figure)"
+    )
+    for label, t in (("here, --jobs 2", here), (f"Dask ({where})", there)):
+        print(f"{label:<44}{t['autograde']:>8.1f} s autograde{t['total']:>8.1f} s in all"
+              f"{t['autograde'] / n:>8.2f} s a submission")  # fmt: skip
+    extra = (there["autograde"] - here["autograde"]) / n
+    print(
+        f"cluster overhead per submission: {extra * 1000:+.0f} ms = "
+        f"{100 * extra / (here['autograde'] / n):+.1f} % of --jobs 2's (target <= 10 %); "
+        f"pair by pair {100 * (min(pairs) - 1):+.1f} % to {100 * (max(pairs) - 1):+.1f} %"
+    )
+    worker = statistics.mean(per_worker)
+    client = statistics.median(spent) / n  # preparing and recording, on this machine
+    serial = (there["total"] - there["autograde"]) / n  # course, feedback, copies: here
+    fixed = max(0.0, there["autograde"] - max(n * worker / 2, n * client))
+    print(
+        f"per submission: {worker:.2f} s on a worker (notebook and items), {client:.2f} s here "
+        f"(prepare, record), {serial:.2f} s here after (course, feedback, copies); "
+        f"{fixed:.1f} s a run besides (the solution's run, the last notebooks)"
+    )
+    for workers in (2, 8, 32):
+        autograde = max(300 * worker / workers, 300 * client) + fixed
+        print(
+            f"a class of 300 on {workers} workers of 1 thread: about "
+            f"{(autograde + 300 * serial) / 60:.1f} min ({autograde / 60:.1f} min to autograde"
+            f"{', this machine the bottleneck' if 300 * client > 300 * worker / workers else ''}"
+            f", {300 * serial / 60:.1f} min of its own steps; copies grow faster than linearly)"
+        )
+    print(f"reports of --jobs 2 and the cluster byte-identical: {'yes' if same else 'NO'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=40)
@@ -159,7 +303,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=120, help="seconds per student cell")
     parser.add_argument("--pairs", type=int, default=10, help="interleaved sandbox/plain pairs")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved --jobs 1/2 pairs")
+    parser.add_argument(
+        "--scheduler",
+        nargs="?",
+        const="local",
+        default=None,
+        help="compare --jobs 2 with a Dask cluster: this scheduler's, or (no address) two "
+        "local workers of one thread each",
+    )
     args = parser.parse_args(argv)
+    if args.scheduler:
+        return cluster_main(args)
     with tempfile.TemporaryDirectory(prefix="shapes-bench-") as name:
         tmp = Path(name)
         root = course_root(tmp, args.lesson)

@@ -36,13 +36,19 @@ WORKSPACE = Path("grading")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("lesson")
+    parser.add_argument(
+        "--scheduler",
+        help="grade on this Dask cluster (tcp://HOST:PORT); the course folder's grading/ must be "
+        "shared with its workers at the same path (docs/instructors.md, section 3.8)",
+    )
     args = parser.parse_args(argv)
     course = Path.cwd()
     class_db, course_id = os.environ["SHAPES_GRADEBOOK_URL"], os.environ["SHAPES_COURSE_ID"]
     due = class_due_argument(class_db, course_id, args.lesson)  # formgrader's due date, if set
     graded = subprocess.run(
         [sys.executable, "-m", "course_grading", "submitted", "--root", str(course),
-         "--out", str(WORKSPACE), "--lessons", args.lesson, *due],
+         "--out", str(WORKSPACE), "--lessons", args.lesson, *due,
+         *(["--scheduler", args.scheduler] if args.scheduler else [])],
     )  # fmt: skip
     if graded.returncode != 0:
         return graded.returncode

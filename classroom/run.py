@@ -193,6 +193,7 @@ def cmd_instructor(args) -> int:
 def cmd_autograde(args) -> int:
     """``classroom/autograde.py LESSON`` as the instructor: sandboxed, into the class gradebook."""
     command = [str(Path(sys.prefix) / "bin" / "python"), str(HERE / "autograde.py"), args.lesson]
+    command += ["--scheduler", args.scheduler] if args.scheduler else []
     return as_instructor(Classroom(args.state), command)
 
 
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     instr.add_argument("command", nargs=argparse.REMAINDER)
     grade = sub.add_parser("autograde", parents=[common], help="sandboxed autograde of a lesson")
     grade.add_argument("lesson")
+    grade.add_argument("--scheduler", help="grade on this Dask cluster (tcp://HOST:PORT)")
     args = parser.parse_args(argv)
     action = {
         "start": cmd_start,

@@ -132,11 +132,25 @@ def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
         )
 
 
-def _decide(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path) -> Graded:
-    """Every item of ``sub`` decided, graded functions called: in the job's slot (``then``).
+def decide_job(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path) -> Graded:
+    """Every item of ``sub`` decided, graded functions called: in the job's slot (``then``), or
+    on the Dask worker that ran its notebook (``cluster_worker.py``).
 
     The same inputs nbgrader's step (``verdicts.SaveTrustedGrades``) would read: the lesson's
     source, the file as submitted and the values its kernel gave.
+
+    Args:
+        run: the run's settings (its ``functions`` call the graded functions).
+        sub: the submission, staged in the work course.
+        spec: its lesson.
+        job: its job folder, holding the kernel's ``values.json``.
+
+    Returns:
+        The verdict of every item and the review flags.
+
+    Raises:
+        GradingError: the lesson's declarations and its checks disagree, or graded functions
+            cannot run here.
     """
     submitted = gradebook.submitted_folder(run.work, sub) / f"{sub.lesson}.ipynb"
     return grade_submission(
@@ -179,6 +193,34 @@ def solution_calls(run: GradingRun, lessons: list[str]) -> dict[tuple[str, str],
     return {(item.lesson, item.grade_id): cpu for (item, _), cpu in zip(work, found)}
 
 
+def record_job(
+    run: GradingRun, sub: Submission, spec: LessonSpec, job: Path, tests: dict[int, str],
+    outcome: Outcome, decided: Graded | BaseException | None = None,
+) -> None:  # fmt: skip
+    """Record one finished job (:func:`_record`); what only a damaged workspace raises
+    (``--no-sandbox``) becomes the row's reason, and the submission is not graded.
+
+    Args:
+        run: the run's settings.
+        sub: the submission.
+        spec: its lesson.
+        job: its job folder (``out.ipynb``, ``values.json``).
+        tests: its test cells' sources as recorded (index -> source, declarations included).
+        outcome: what the job's worker reported.
+        decided: its verdicts decided in its slot (:func:`decide_job`), or what that raised.
+
+    Raises:
+        GradingError: the sandbox does not hold, or the judge could not run (the run stops).
+    """
+    try:
+        _record(run, sub, spec, job, tests, outcome, decided)
+    except GradingError:
+        raise  # the sandbox does not hold: the run stops
+    except Exception as err:  # only a damaged workspace gets here (--no-sandbox)
+        sub.graded = False
+        sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
+
+
 def _record(
     run: GradingRun, sub: Submission, spec: LessonSpec, job: Path, tests: dict[int, str],
     outcome: Outcome, decided: Graded | BaseException | None = None,
@@ -192,7 +234,7 @@ def _record(
         job: its job folder.
         tests: its test cells' sources as recorded (index -> source, declarations included).
         outcome: what the job's worker reported.
-        decided: its verdicts decided in its slot (``_decide``), or what that raised.
+        decided: its verdicts decided in its slot (:func:`decide_job`), or what that raised.
     """
     work, options = run.work, run.options
     outcome.stop_if_sandbox_failed()
@@ -231,11 +273,12 @@ def _record(
         sub.flag(f"printed more than {mib:g} MiB; the output of cell(s) {cells} was cut")
 
 
-def _jobs(
+def prepared_jobs(
     run: GradingRun, subs: list[Submission], specs: dict[str, LessonSpec],
     budgets: dict[str, Budget], folder: Path,
 ) -> Iterator[tuple[tuple[Submission, Path, dict[int, str]], Path, JobSpec]]:  # fmt: skip
-    """Each gradable submission's job, prepared when a slot asks for it (``run_jobs``).
+    """Each gradable submission's job, prepared when a slot asks for it (``run_jobs``), or as
+    it is sent to a Dask cluster (``cluster.py``).
 
     Args:
         run: the run's settings.
@@ -257,8 +300,15 @@ def _jobs(
 
 
 @contextmanager
-def _nbgrader_log(work: WorkCourse):
-    """Send what nbgrader's preprocessors log (checksum warnings...) to ``nbgrader.log``."""
+def nbgrader_log(work: WorkCourse) -> Iterator[None]:
+    """Send what nbgrader's preprocessors log (checksum warnings...) to ``nbgrader.log``.
+
+    Args:
+        work: the work course, whose ``nbgrader.log`` gets the lines.
+
+    Yields:
+        Nothing: the lines go there while the block runs.
+    """
     handler = logging.FileHandler(work.log, encoding="utf-8")
     handler.setFormatter(logging.Formatter("[%(name)s | %(levelname)s] %(message)s"))
     logger = logging.getLogger("traitlets")
@@ -303,7 +353,7 @@ def autograde(
     )
     with (
         tempfile.TemporaryDirectory(prefix="shapes-grading-", ignore_cleanup_errors=True) as tmp,
-        _nbgrader_log(work),
+        nbgrader_log(work),
         held_slots(options.jobs, work.root) as workers,  # from the solutions to the submissions
     ):
         os.chmod(tmp, 0o700)
@@ -322,20 +372,15 @@ def autograde(
             sub, job, _ = key
             if outcome.status == "ok":
                 try:
-                    decided[job] = _decide(run, sub, specs[sub.lesson], job)
+                    decided[job] = decide_job(run, sub, specs[sub.lesson], job)
                 except BaseException as err:  # noqa: BLE001 (raised again in done)
                     decided[job] = err
 
         def done(key, outcome: Outcome) -> None:
             sub, job, tests = key
-            try:
-                _record(run, sub, specs[sub.lesson], job, tests, outcome, decided.pop(job, None))
-            except GradingError:
-                raise  # the sandbox does not hold: the run stops
-            except Exception as err:  # only a damaged workspace gets here (--no-sandbox)
-                sub.graded = False
-                sub.flag(f"could not record it: {type(err).__name__}: {err}", gradable=False)
+            record_job(run, sub, specs[sub.lesson], job, tests, outcome, decided.pop(job, None))
             shutil.rmtree(job, ignore_errors=True)
 
-        run_jobs(_jobs(run, subs, specs, budgets, Path(tmp)), workers, done, work.root, then)
+        jobs = prepared_jobs(run, subs, specs, budgets, Path(tmp))
+        run_jobs(jobs, workers, done, work.root, then)
     gradebook.read_scores(work, subs, specs)

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from course_grading import regrade
+from course_grading import cluster, regrade
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
 from course_grading.judge import secret as course_secret
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_class_options(parser)
     _add_run_options(parser)
+    cluster.add_options(parser)  # --scheduler, --resume, --worker-wait
     return parser
 
 
@@ -347,23 +348,25 @@ def _grade_main(argv: list[str]) -> int:
             "--lessons does not go with --student: the student is regraded in the lessons the "
             "workspace was graded for"
         )
-    if args.student is not None:
-        rows = regrade.regrade_student(
-            args.submissions, args.out, root, args.student, options=options, due=args.due,
-            force=args.force,
-        )  # fmt: skip
-    else:
-        rows = grade(
-            args.submissions,
-            args.out,
-            root,
-            options=options,
-            lessons=args.lessons,
-            force=args.force,
-            timings=timings,
-            due=args.due,
-        )
-        regrade.record_class_run(args.out, options, args.lessons)
+    with cluster.engine(args, options) as on_cluster:  # None without --scheduler
+        if args.student is not None:
+            rows = regrade.regrade_student(
+                args.submissions, args.out, root, args.student, options=options, due=args.due,
+                force=args.force,
+            )  # fmt: skip
+        else:
+            rows = grade(
+                args.submissions,
+                args.out,
+                root,
+                options=options,
+                lessons=args.lessons,
+                force=args.force,
+                timings=timings,
+                due=args.due,
+                cluster=on_cluster,
+            )
+            regrade.record_class_run(args.out, options, args.lessons)
     out = args.out.resolve()
     flagged = [r for r in rows if r.status != "ok"]
     print(
@@ -373,6 +376,7 @@ def _grade_main(argv: list[str]) -> int:
     for r in flagged:
         print(f"  {r.student} / {r.lesson}: {r.status}: {'; '.join(r.reasons)}")
     sandbox = "no sandbox" if not options.sandbox else f"{options.jobs} sandbox(es) at a time"
+    sandbox = f"on the Dask cluster at {args.scheduler}" if args.scheduler else sandbox
     steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items())
     if steps:
         print(f"took {steps} ({sandbox})")

@@ -35,6 +35,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 from nbgrader.utils import parse_utc
@@ -54,6 +55,9 @@ from course_grading.review.leaks import instructor_lines, leaked, own_lines, unc
 from course_grading.sandbox.bwrap import check_available
 from course_grading.submissions import TIMESTAMP, Skipped, Submission, add_missing, collect
 from course_grading.workspace import prepare_workspace
+
+if TYPE_CHECKING:
+    from course_grading.cluster import ClusterRun
 
 
 def _check_paths(submissions_dir: Path, out: Path) -> None:
@@ -193,6 +197,7 @@ def grade(
     force: bool = False,
     timings: dict[str, float] | None = None,
     due: list[str] | None = None,
+    cluster: ClusterRun | None = None,
 ) -> list[Row]:
     """Grade every submission under ``submissions_dir``; return the report rows (see module).
 
@@ -213,6 +218,9 @@ def grade(
         timings: a dict to receive each step's seconds (changed in place).
         due: ``--due LESSON=WHEN`` values: due dates for nbgrader's late penalties
             (``due.py``); none when ``None``.
+        cluster: grade the notebooks on this Dask cluster (``cluster.py``: its workers
+            sandbox them, this machine needs no bubblewrap); ``None``: here, ``--jobs`` at a
+            time.
 
     Returns:
         One report row per (student, lesson) and per entry not graded, as written to
@@ -227,12 +235,13 @@ def grade(
     submissions_dir, out = Path(submissions_dir).resolve(), Path(out).resolve()
     course_root = Path(course_root).resolve()
     _check_paths(submissions_dir, out)
-    bwrap = check_available() if options.sandbox else None  # no silent fallback: stop here
+    # no silent fallback: stop here (on a cluster, each worker is checked before it is used)
+    bwrap = check_available() if options.sandbox and cluster is None else None
     all_lessons = wc.find_lessons(course_root)
     if not all_lessons:
         raise GradingError(f"no lessons in {course_root / wc.SOURCE_DIR}")
     deadlines = due_dates.parse_due(due, all_lessons)
-    prepare_workspace(out, force)
+    prepare_workspace(out, force, cluster.keep if cluster else ())
     subs, skipped, wanted = _select(submissions_dir, all_lessons, lessons)
     timeouts = options.cell_timeout, options.lesson_timeout
     work, specs = _build_course(course_root, out / "course", wanted, timeouts)
@@ -242,7 +251,10 @@ def grade(
     gradable = [s for s in subs if s.gradable and s.original is not None]
     if gradable:
         hidden = [out, submissions_dir, course_root / wc.SOURCE_DIR]
-        autograde(work, gradable, specs, options, hidden, bwrap)
+        if cluster is None:
+            autograde(work, gradable, specs, options, hidden, bwrap)
+        else:
+            cluster.autograde(work, gradable, specs, options, hidden)
         due_dates.report_lateness(work, gradable)
         timings["autograde"], clock = time.perf_counter() - clock, time.perf_counter()
         _keep_feedback(work, subs, out)

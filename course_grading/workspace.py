@@ -14,8 +14,9 @@ from course_grading.errors import GradingError
 
 MARKER = ".shapes-grading"
 
-#: What a run writes in the workspace, removed before the next run.
-OUTPUTS = ("course", "feedback", "report.csv", "report.md", "scores.csv", "class.json")
+#: What a run writes in the workspace, removed before the next run (``cluster``: what a run on a
+#: Dask cluster kept of each submission, ``cluster.py``; kept for ``--resume``).
+OUTPUTS = ("course", "feedback", "report.csv", "report.md", "scores.csv", "class.json", "cluster")
 
 
 def _manual_grades(db: Path) -> int:
@@ -34,7 +35,7 @@ def _manual_grades(db: Path) -> int:
             return 0
 
 
-def prepare_workspace(out: Path, force: bool) -> None:
+def prepare_workspace(out: Path, force: bool, keep: tuple[str, ...] = ()) -> None:
     """Make ``out`` an empty workspace, refusing folders that are not ours or hold manual grades.
 
     Ours is a folder holding ``MARKER``, which this writes; only the outputs a run writes
@@ -44,6 +45,7 @@ def prepare_workspace(out: Path, force: bool) -> None:
     Args:
         out: the workspace folder (``--out``); made if missing.
         force: discard the manual grades and comments of an earlier run's gradebook.
+        keep: outputs of the earlier run to keep (``("cluster",)``: ``--resume``).
 
     Raises:
         GradingError: ``out`` is another folder, or holds manual grades and ``force`` is off.
@@ -61,7 +63,7 @@ def prepare_workspace(out: Path, force: bool) -> None:
             "--force to discard them."
         )
     try:
-        for name in OUTPUTS:
+        for name in (name for name in OUTPUTS if name not in keep):
             path = out / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)

@@ -24,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -196,8 +198,24 @@ def _summary(outcome: Outcome) -> str:
     )
 
 
+def _end_with_parent() -> None:
+    """Kill this worker as soon as the process that started it is gone (a grader or a Dask
+    worker killed mid-job): its bwrap dies with it (``--die-with-parent``), and so its sandbox,
+    instead of running the notebook on for nobody. Polled: a parent-death signal would follow
+    the thread that started the worker, which a thread pool may end."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
+
+
 def serve() -> None:
     """Run the jobs whose folders arrive on stdin, one a line; answer each with a line."""
+    _end_with_parent()
     for line in sys.stdin:
         job = Path(line.strip())
         try:

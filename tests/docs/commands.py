@@ -5,7 +5,7 @@
 **What counts as a command.** Every line of a fenced ``bash``/``sh``/``shell`` block (a trailing
 ``\\`` joins lines, ``#`` starts a comment), and every inline code span that starts with a
 program (``make``, ``.venv/bin/...``, ``python``, ``nbgrader``, ``jupyter``, ``pytest``,
-``pip``, ``npm``, ``apt-get``, ``kubectl``, ``conda``, ``cd``, ``source``, after any
+``pip``, ``npm``, ``apt-get``, ``kubectl``, ``helm``, ``conda``, ``cd``, ``source``, after any
 ``NAME=value`` settings). A span naming a tool's subcommand in prose, ``nbgrader autograde`` or
 ``jupyter lab`` (the program and one word, nothing more), or a module, ``python -m
 course_grading`` (nothing more), is a name, not a command. A command is split at ``&&``,
@@ -13,7 +13,7 @@ course_grading`` (nothing more), is a name, not a command. A command is split at
 
 **Runs as written from a fresh clone** means: a ``make`` target, a tool in ``.venv/bin/`` (made
 by ``make setup``), a script of the repository run by ``.venv/bin/python``, or a program of the
-system (``apt-get``, ``npm``, ``kubectl``, ``conda``, ``python3 -m venv``, ``cd``). A bare
+system (``apt-get``, ``npm``, ``kubectl``, ``helm``, ``conda``, ``python3 -m venv``, ``cd``). A bare
 ``python``, ``nbgrader``, ``jupyter``, ``pytest`` or ``pip`` is allowed only after
 ``source .venv/bin/activate`` (or ``conda activate shapes``) earlier in the same block or span.
 
@@ -22,7 +22,8 @@ course's command lines by their real parsers (``course_grading``'s, ``course_lib
 ``secret``, ``digest``: cheap ones are run); nbgrader's subcommands and flags against nbgrader's
 own application classes; a script's path and flags against the ``add_argument`` calls in it;
 ``pytest``'s paths; ``pip install -e ".[extra]"`` against ``pyproject.toml``'s extras; a
-``jupyter`` subcommand by its executable in ``.venv/bin``; the rest (system programs) only parsed,
+``jupyter`` subcommand by its executable in ``.venv/bin``; a ``dask`` subcommand and its flags
+against its own ``--help``; the rest (system programs) only parsed,
 their file arguments checked to exist.
 """
 
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"bash", "sh", "shell"}
 VENV_TOOLS = {"python", "nbgrader", "jupyter", "pytest", "pip"}
-SYSTEM = {"apt-get", "npm", "kubectl", "conda", "cd", "source", "python3"}
+SYSTEM = {"apt-get", "npm", "kubectl", "helm", "conda", "cd", "source", "python3"}
 PROGRAMS = VENV_TOOLS | SYSTEM | {"make"}
 ACTIVATE = re.compile(r"(^|&&|;)\s*(source \.venv/bin/activate|conda activate shapes)\b")
 _FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^ *```", re.S | re.M)

@@ -173,6 +173,8 @@ def _script(args: list[str]) -> str:
 
 
 def _python(args: list[str], tmp: Path) -> str:
+    if not args:  # the interpreter itself, to type into
+        return ""
     if args[:2] == ["-m", "course_grading"]:
         return _course_grading(args[2:], tmp)
     if args[:2] == ["-m", "course_lib"]:
@@ -195,6 +197,24 @@ def _pip(args: list[str]) -> str:
             if unknown := set(match.group(1).split(",")) - set(extras):
                 return f"pyproject.toml has no extra {sorted(unknown)}"
     return ""
+
+
+@functools.cache
+def dask_options(sub: str) -> frozenset[str] | None:
+    """The flags ``.venv/bin/dask SUB --help`` lists; ``None`` when there is no such subcommand."""
+    exe = ROOT / ".venv" / "bin" / "dask"
+    proc = subprocess.run([str(exe), sub, "--help"], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None
+    return frozenset(re.findall(r"(?<![\w-])--[\w-]+", proc.stdout))
+
+
+def _dask(args: list[str]) -> str:
+    if not args or args[0].startswith("-") or (options := dask_options(args[0])) is None:
+        return f"dask has no subcommand {args[:1]}"
+    flags = [a.split("=")[0] for a in args[1:] if a.startswith("--")]
+    bad = [flag for flag in flags if flag not in options]
+    return f"dask {args[0]} has no option {bad[0]}" if bad else ""
 
 
 def _make(words: list[str]) -> str:
@@ -237,6 +257,8 @@ def check(cmd: Command, tmp: Path) -> str:
         return _paths_exist(args)
     if program == "pip":
         return _pip(args)
+    if program == "dask":
+        return _dask(args)
     if program == "jupyter":
         sub = args[0] if args else ""
         exe = ROOT / ".venv" / "bin" / f"jupyter-{sub}"
@@ -263,6 +285,8 @@ def how_checked(cmd: Command) -> str:
         return "pyproject extras"
     if program == "jupyter":
         return "executable in .venv/bin"
+    if program == "dask":
+        return "dask subcommand + flags (--help)"
     return "system program: parsed"
 
 
@@ -271,7 +295,7 @@ ALL = commands()
 
 def test_the_docs_show_commands_to_check():
     kinds = {tool(c) for c in ALL}
-    assert {"make", "python", "nbgrader", "pip", "kubectl"} <= kinds, kinds
+    assert {"make", "python", "nbgrader", "pip", "kubectl", "dask"} <= kinds, kinds
     assert len(ALL) > 40
 
 
@@ -303,6 +327,8 @@ make no-such-target
 .venv/bin/pytest tests/no_such_test.py
 .venv/bin/pip install -e ".[no_such_extra]"
 .venv/bin/jupyter no-such-app
+.venv/bin/dask no-such-subcommand
+.venv/bin/dask worker tcp://127.0.0.1:8786 --no-such-flag
 conda env create -f no_such_environment.yml
 cd no_such_folder
 ```
@@ -311,7 +337,7 @@ cd no_such_folder
 cd grading/course && .venv/bin/nbgrader export
 ```
 
-Prose: `python -m course_grading submitted` and `helm install x`;
+Prose: `python -m course_grading submitted` and `terraform apply x`;
 `nbgrader autograde` is a name.
 """
 
@@ -341,7 +367,7 @@ MADE_AT_RUN_TIME = {
     "steps.txt", "values.json", "in.ipynb", "out.ipynb", "worker.log", "hub.db",
     "jupyter_server_config.json", "page_config.json", "course_secret", "values.schema.json",
     "node_modules", "copies.md", "rows.json", "gpu_held_out_rows.json", "canvas.csv",
-    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv",
+    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv", "graded.csv",
 }  # fmt: skip
 #: Files of other projects the docs name, and why.
 NOT_OURS = {

@@ -1,0 +1,594 @@
+"""Grading on a real Dask cluster (issue 29): the same report as here, nothing lost.
+
+A ``dask scheduler`` and two ``dask worker`` processes (``--nthreads 1``, each under its
+nanny) on 127.0.0.1, and a third worker whose ``PATH`` has no bubblewrap. One class of the
+fixture lesson, honest and hostile (``test_hostile_class.py``'s vandal, reader, grader killer,
+class killer, and a network member aiming at the scheduler's own port) and ``a_slow``, an
+honest notebook whose first cell sleeps, is graded ``--jobs 2`` here and with ``--scheduler``,
+with the same course secret. During the cluster run the worker grading ``a_slow`` is killed (by
+its pid); once ``a_slow`` is graded again, the scheduler is killed: the run stops in one line,
+exit 2, keeping what was graded. A new scheduler and workers start, and ``--resume`` grades the
+rest, from a process with no bubblewrap on its PATH (only workers need it). The report, scores
+and feedback must be the local run's, byte for byte, but for the note on ``a_slow``'s row; the
+worker without bubblewrap must be refused by name and never used; the local run must not import
+Dask; nothing of the killed attempt may be left running; the originals must be untouched. Then
+a submission whose two workers are killed is a row, not a stalled run; a cluster whose only
+worker cannot sandbox, and an unreachable scheduler, are one line and exit 2. A grading worker
+process ends when its parent (a Dask worker) is killed. Each check is also shown a case that
+fails it.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+from class_builders import FIXTURE, digest, filled, fixture_course, sandbox_problem, write
+from test_hostile_class import HOSTILE, NEXT_CELL, honest_notebooks
+
+from course_grading import cli
+from course_grading.autograde import Options
+from course_grading.cluster import DIED, RERUN
+from course_grading.cluster_store import Store
+from course_grading.cluster_worker import needs_of, unfit
+from course_grading.errors import GradingError
+from course_grading.judge import secret as course_secret
+from course_grading.nbgrader import course as wc
+from course_grading.report import markdown_text
+from course_grading.sandbox.bwrap import Limits
+
+distributed = pytest.importorskip(
+    "distributed", reason="Dask distributed is not installed: .venv/bin/pip install -e '.[cluster]'"
+)
+
+DASK = str(Path(sys.executable).parent / "dask")
+REPORTS = ("report.csv", "report.md", "scores.csv")
+VICTIM = "a_slow"  # sorted first, so it runs early and the run goes on after it
+SLEEP = 6  # seconds its first cell sleeps: time to kill the worker grading it
+KILL_AFTER = 2.0  # seconds after its attempt starts
+MEMBERS = ("vandal", "reader", "graderkiller", "classkiller", "network")
+OPTIONS = ("--timeout", "8", "--max-processes", "64", "--memory", "2", "--tmp-size", "64")
+#: Runs the command and says, last, which Dask modules it imported.
+CLI = (
+    "import sys\n"
+    "from course_grading.cli import main\n"
+    "rc = main(sys.argv[1:])\n"
+    "dask = {m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}\n"
+    "print('DASK MODULES', sorted(dask))\n"
+    "sys.exit(rc)\n"
+)
+needs_sandbox = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
+
+
+# --- a real cluster ----------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+class Cluster:
+    """``dask scheduler`` and ``dask worker`` processes on 127.0.0.1, stopped by ``stop``."""
+
+    def __init__(self, base: Path) -> None:
+        self.base, self.runs, self.procs = base, 0, []
+        self.scheduler: subprocess.Popen | None = None
+        self.address = ""
+
+    def _spawn(self, name: str, command: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.base / f"{name}-{self.runs}.log", "wb")  # noqa: SIM115 (kept open)
+        proc = subprocess.Popen(command, stdout=log, stderr=log, env=env or dict(os.environ))
+        self.procs.append(proc)
+        return proc
+
+    def start(self, workers: tuple[str, ...] = ("w1", "w2"), refused: tuple[str, ...] = ()) -> str:
+        """A scheduler and its workers (``refused``: started with no bubblewrap on PATH)."""
+        self.runs += 1
+        file = self.base / f"scheduler-{self.runs}.json"
+        self.scheduler = self._spawn("scheduler", [
+            DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+            "--scheduler-file", str(file),
+        ])  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not file.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(file.read_text())["address"]
+        empty = self.base / "no-bwrap-bin"
+        empty.mkdir(exist_ok=True)
+        quiet = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+        for name in (*workers, *refused):
+            env = {**quiet, "PATH": str(empty)} if name in refused else quiet
+            self._spawn(name, [
+                DASK, "worker", address, "--nthreads", "1", "--name", name, "--host", "127.0.0.1",
+                "--no-dashboard", "--local-directory", str(self.base / "dask"),
+            ], env)  # fmt: skip
+        with distributed.Client(address, timeout=30) as client:
+            client.wait_for_workers(len(workers) + len(refused), timeout=120)
+        self.address = address
+        return address
+
+    def stop(self) -> None:
+        """Every process started, and the nannies' workers, ended (bounded waits)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                for child in _children(proc.pid):
+                    os.kill(child, signal.SIGKILL)
+                proc.kill()
+                proc.wait(timeout=30)
+        self.procs = []
+
+
+class Killer(threading.Thread):
+    """Kills (by its pid) the Dask worker grading ``student``, ``times`` times, ``after``
+    seconds into each attempt; the attempt marks in the jobs folder say which worker."""
+
+    def __init__(self, jobs: Path, student: str, times: int) -> None:
+        super().__init__(daemon=True)
+        self.jobs, self.student, self.times = jobs, student, times
+        self.killed: list[dict] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        seen: set[Path] = set()
+        deadline = time.monotonic() + 600
+        while len(self.killed) < self.times and not self.done.wait(0.2):
+            if time.monotonic() > deadline:
+                return
+            for mark in sorted(set(self.jobs.glob("*/attempts/*")) - seen):
+                try:
+                    info = json.loads(mark.read_text())
+                except (OSError, ValueError):
+                    continue  # being written
+                seen.add(mark)
+                if info["student"] == self.student and len(self.killed) < self.times:
+                    time.sleep(KILL_AFTER)
+                    os.kill(info["pid"], signal.SIGKILL)
+                    folder = mark.parent.parent / f"attempt-{mark.name}"
+                    self.killed.append({**info, "folder": str(folder)})
+
+
+def stop_scheduler_after(graded_csv: Path, student: str, scheduler: subprocess.Popen) -> dict:
+    """Kill the scheduler once ``student``'s row is in ``graded.csv`` (in a thread)."""
+    result: dict = {}
+
+    def watch() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and scheduler.poll() is None:
+            if graded_csv.is_file() and f"\n{student}," in graded_csv.read_text():
+                scheduler.send_signal(signal.SIGKILL)
+                result["killed"] = True
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    result["thread"] = thread
+    return result
+
+
+def grade_cli(subs: Path, out: Path, root: Path, *options: str, path: str = "") -> dict:
+    """``python -m course_grading`` (through :data:`CLI`), with ``path`` as its ``PATH`` when
+    given; its exit status, output, rows."""
+    command = [sys.executable, "-c", CLI, str(subs), "--out", str(out), "--root", str(root)]
+    env = {**wc.nbgrader_env(), **({"PATH": path} if path else {})}
+    proc = subprocess.run(
+        [*command, *OPTIONS, *options], capture_output=True, text=True, timeout=900, env=env
+    )
+    rows = {}
+    if (out / "report.csv").is_file():
+        with open(out / "report.csv", newline="", encoding="utf-8") as fh:
+            rows = {r["student"]: r for r in csv.DictReader(fh)}
+    dask = re.findall(r"^DASK MODULES (.*)$", proc.stdout, re.M)
+    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "rows": rows,
+            "dask": dask[-1] if dask else None, "out": out}  # fmt: skip
+
+
+def graded_log(out: Path) -> list[dict]:
+    path = out / "cluster" / "graded.csv"
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def running_with(text: str) -> list[str]:
+    """Command lines of running processes that mention ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line[:200])
+    return found
+
+
+# --- the class ---------------------------------------------------------------------------------
+
+
+def build_class(work: wc.WorkCourse, subs: Path, port: int) -> None:
+    honest = honest_notebooks(work)
+    for name, nb in honest.items():
+        write(subs / f"{name}_{FIXTURE}.ipynb", nb)
+    paths = {"out": str(subs.parent / "cluster"), "subs": str(subs), "root": str(subs.parent),
+             "victim": str(subs / f"honest_{FIXTURE}.ipynb"), "gradebook": "/nonexistent",
+             "port": port, "grader_files": []}  # fmt: skip
+    for name in MEMBERS:
+        nb = copy.deepcopy(honest["honest"])
+        code = HOSTILE[name][0].format(**paths)
+        nb.cells += [nbformat.v4.new_code_cell(part) for part in code.split(NEXT_CELL)]
+        write(subs / f"{name}_{FIXTURE}.ipynb", nb)
+    write(subs / f"{VICTIM}_{FIXTURE}.ipynb", slow(work))
+
+
+def slow(work: wc.WorkCourse) -> nbformat.NotebookNode:
+    """Full marks, after a first cell that sleeps ``SLEEP`` seconds."""
+    nb = filled(work.release_notebook(FIXTURE), work.source_notebook(FIXTURE))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(f"import time\ntime.sleep({SLEEP})"))
+    return nb
+
+
+def without_note(text: str, name: str) -> str:
+    """``text`` (a report file's) with the note on a graded-again row (``RERUN``) taken out; a
+    CSV file is read and written again as the report writes it (so quoting follows)."""
+    if name.endswith(".md"):
+        return text.replace(markdown_text(f"; {RERUN}"), "")
+    out = io.StringIO()
+    rows = csv.reader(io.StringIO(text, newline=""))
+    csv.writer(out).writerows([[cell.replace(f"; {RERUN}", "") for cell in row] for row in rows])
+    return out.getvalue()
+
+
+def report_problems(local: Path, cluster: Path, noted: str) -> list[str]:
+    """How ``cluster``'s reports and feedback differ from ``local``'s, byte for byte, once the
+    note on ``noted``'s row is taken out; and any other row the note is on."""
+    problems = []
+    for name in REPORTS:
+        path = cluster / name
+        mine = path.read_bytes().decode() if path.is_file() else ""
+        theirs = (local / name).read_bytes().decode()
+        assert without_note(theirs, name) == theirs  # (reading and writing changes nothing)
+        note = markdown_text(f"; {RERUN}") if name.endswith(".md") else f"; {RERUN}"
+        sep, cell = ("|", 1) if name.endswith(".md") else (",", 0)  # the student's cell
+        where = [ln.split(sep)[cell].strip() for ln in mine.splitlines() if note in ln]
+        if name != "scores.csv" and where != [noted]:
+            problems.append(f"{name}: the note is on {where}, not on {noted}'s row alone")
+        if without_note(mine, name) != theirs:
+            diff = set(without_note(mine, name).splitlines()) ^ set(theirs.splitlines())
+            problems.append(f"{name} differs: {sorted(diff)[:2]}"[:400])
+    pages = [{k: v[0] for k, v in digest(out / "feedback").items()} if (out / "feedback").is_dir()
+             else {} for out in (local, cluster)]  # fmt: skip
+    if not pages[0] or pages[1] != pages[0]:
+        problems.append("feedback differs")
+    return problems
+
+
+# --- the runs ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def course():
+    """The fixture lesson's course, in a folder other uids may enter (the sandbox's do)."""
+    base = Path(tempfile.mkdtemp(prefix="shapes-cluster-"))
+    base.chmod(0o755)
+    root, work = fixture_course(base)
+    yield {"tmp": base, "root": root, "work": work}
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(course):
+    started = Cluster(course["tmp"])
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def graded(course, cluster):
+    """The class graded here; on the cluster, a worker and then the scheduler killed; resumed
+    on a new cluster."""
+    tmp, root = course["tmp"], course["root"]
+    subs = tmp / "class"
+    address = cluster.start(refused=("nobwrap",))
+    port = int(address.rsplit(":", 1)[1])  # the network member aims at the scheduler itself
+    build_class(course["work"], subs, port)
+    before = digest(subs)
+    course_secret.create(tmp / "keys" / "course_secret")
+    secret = ("--secret-file", str(tmp / "keys" / "course_secret"))
+    local = grade_cli(subs, tmp / "local", root, "--jobs", "2", *secret)
+    out = tmp / "cluster"
+    killer = Killer(out / "cluster" / "jobs", VICTIM, times=1)
+    killer.start()
+    stopper = stop_scheduler_after(out / "cluster" / "graded.csv", VICTIM, cluster.scheduler)
+    first = grade_cli(subs, out, root, "--scheduler", address, *secret)
+    killer.done.set()
+    stopper["thread"].join(timeout=30)
+    first_log = graded_log(out)
+    cluster.stop()
+    time.sleep(1.0)  # the killed worker's own processes: they end within half a second
+    left = [p for kill in killer.killed for p in running_with(kill["folder"])]
+    # This machine needs no bubblewrap of its own: the resumed run has none on its PATH.
+    no_bwrap = f"{Path(sys.executable).parent}{os.pathsep}{tmp / 'no-bwrap-bin'}"
+    resumed = grade_cli(
+        subs, out, root, "--scheduler", cluster.start(), "--resume", *secret, path=no_bwrap
+    )
+    return {"local": local, "first": first, "first_log": first_log, "resumed": resumed,
+            "killed": killer.killed, "stopped": stopper.get("killed", False), "left": left,
+            "subs": subs, "before": before, "out": out, "secret": secret}  # fmt: skip
+
+
+# --- what the runs must show -------------------------------------------------------------------
+
+
+@needs_sandbox
+def test_the_local_run_does_not_import_dask(graded):
+    local = graded["local"]
+    assert local["rc"] == 0, local["stderr"][-2000:]
+    assert local["dask"] == "[]", local["stdout"][-500:]
+    # The check can tell: a cluster run's line names them.
+    assert graded["resumed"]["dask"] == "['dask', 'distributed']"
+
+
+@needs_sandbox
+def test_a_worker_that_cannot_sandbox_is_refused_by_name_and_never_used(graded):
+    stderr = graded["first"]["stderr"]
+    assert re.search(
+        r"^refused Dask worker nobwrap \(tcp://127\.0\.0\.1:\d+\): cannot sandbox student code: "
+        r"bubblewrap is not installed \(apt-get install bubblewrap\); it is sent nothing$",
+        stderr, re.M,
+    ), stderr[-2000:]  # fmt: skip
+    used = {row["worker"].split()[0] for row in graded["first_log"]}
+    assert used and used <= {"w1", "w2"}, used  # only the fit workers graded anything
+
+
+@needs_sandbox
+def test_a_killed_workers_submission_is_graded_again_once_and_its_row_says_so(graded):
+    killed, log = graded["killed"], graded["first_log"]
+    assert len(killed) == 1, killed
+    rows = [row for row in log if row["student"] == VICTIM]
+    assert len(rows) == 1 and rows[0]["attempt"] == "2", rows
+    assert killed[0]["worker"] != rows[0]["worker"], (killed, rows)  # another worker
+    row = graded["resumed"]["rows"][VICTIM]
+    assert row["status"] == graded["local"]["rows"][VICTIM]["status"] == "ok", row
+    assert row["reasons"].endswith(f"; {RERUN}"), row["reasons"]
+    assert row["score"] == graded["local"]["rows"][VICTIM]["score"]
+    assert f"{VICTIM} / {FIXTURE}: {RERUN}" in graded["first"]["stderr"]
+
+
+@needs_sandbox
+def test_nothing_of_the_killed_attempt_is_left_running(graded):
+    assert graded["killed"] and not graded["left"], graded["left"]
+
+
+@needs_sandbox
+def test_losing_the_scheduler_stops_the_run_in_one_line_and_keeps_what_is_graded(graded):
+    first, total = graded["first"], len(graded["local"]["rows"])
+    assert graded["stopped"] and first["rc"] == 2, first["stderr"][-2000:]
+    last = first["stderr"].strip().splitlines()[-1]
+    found = re.fullmatch(
+        r"python -m course_grading: lost the Dask scheduler at tcp://127\.0\.0\.1:\d+; (\d+) of "
+        rf"{total} submission\(s\) graded and kept in {re.escape(str(graded['out']))}/cluster: "
+        r"run the same command with --resume to grade the rest",
+        last,
+    )  # fmt: skip
+    assert found and 1 <= int(found.group(1)) < total, last
+    assert int(found.group(1)) == len(graded["first_log"])
+    assert "Traceback" not in first["stderr"], first["stderr"][-2000:]
+
+
+@needs_sandbox
+def test_resume_grades_the_rest_and_the_report_is_the_local_runs(graded):
+    resumed, log = graded["resumed"], graded_log(graded["out"])
+    assert resumed["rc"] == 0, resumed["stderr"][-2000:]
+    students = [row["student"] for row in log]
+    assert sorted(students) == sorted(graded["local"]["rows"]), students  # each graded once
+    assert students[: len(graded["first_log"])] == [r["student"] for r in graded["first_log"]]
+    local, out = graded["local"]["out"], graded["out"]
+    assert report_problems(local, out, VICTIM) == []
+
+
+@needs_sandbox
+def test_the_report_comparison_can_fail(graded, tmp_path):
+    changed = tmp_path / "changed"
+    shutil.copytree(graded["out"], changed, ignore=shutil.ignore_patterns("course", "cluster"))
+    text = (changed / "scores.csv").read_text()
+    (changed / "scores.csv").write_text(text.replace("honest,", "honest ,"))
+    noted = (changed / "report.csv").read_text().replace(f"{VICTIM},", "victim,", 1)
+    (changed / "report.csv").write_text(noted)
+    problems = report_problems(graded["local"]["out"], changed, VICTIM)
+    assert [p.split()[0].rstrip(":") for p in problems] == [
+        "report.csv",
+        "report.csv",
+        "scores.csv",
+    ]
+    assert problems[0] == "report.csv: the note is on ['victim'], not on a_slow's row alone"
+    assert "victim" in problems[1] and "'honest ,3" in problems[2], problems
+
+
+@needs_sandbox
+def test_hostile_members_are_flagged_on_the_cluster_as_here(graded):
+    rows = graded["resumed"]["rows"]
+    for name in MEMBERS:
+        for reason in HOSTILE[name][1]:
+            assert re.search(reason, rows[name]["reasons"]), (name, reason, rows[name])
+
+
+@needs_sandbox
+def test_the_originals_are_untouched(graded):
+    assert digest(graded["subs"]) == graded["before"]
+
+
+@needs_sandbox
+def test_a_submission_that_kills_two_workers_is_a_row_not_a_stalled_run(graded, cluster, course):
+    subs, out = course["tmp"] / "twice", course["tmp"] / "twice-out"
+    write(subs / f"{VICTIM}_{FIXTURE}.ipynb", slow(course["work"]))
+    address = cluster.address  # the cluster the class was resumed on
+    killer = Killer(out / "cluster" / "jobs", VICTIM, times=2)
+    killer.start()
+    run = grade_cli(subs, out, course["root"], "--scheduler", address, *graded["secret"])
+    killer.done.set()
+    assert len(killer.killed) == 2, killer.killed
+    assert run["rc"] == 0, run["stderr"][-2000:]
+    row = run["rows"][VICTIM]
+    assert row["status"] == "not graded" and row["reasons"] == DIED, row
+
+
+@needs_sandbox
+def test_a_cluster_with_no_worker_that_can_grade_stops_in_one_line(graded, cluster, course):
+    subs = course["tmp"] / "none-fit"
+    write(subs / f"honest_{FIXTURE}.ipynb", slow(course["work"]))
+    cluster.stop()
+    address = cluster.start(workers=(), refused=("nobwrap",))
+    run = grade_cli(subs, course["tmp"] / "none-fit-out", course["root"], "--scheduler", address,
+                    "--worker-wait", "3")  # fmt: skip
+    assert run["rc"] == 2, run["stderr"][-2000:]
+    last = run["stderr"].strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"python -m course_grading: no Dask worker at {re.escape(address)} can grade "
+        r"\(waited 3 s; refused tcp://127\.0\.0\.1:\d+: cannot sandbox student code: "
+        r"bubblewrap is not installed \(apt-get install bubblewrap\)\)",
+        last,
+    ), last
+
+
+def test_an_unreachable_scheduler_is_one_line_and_exit_2(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    command = [sys.executable, "-m", "course_grading", str(subs), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(
+        [*command, "--scheduler", "tcp://127.0.0.1:1"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert re.fullmatch(
+        r"python -m course_grading: cannot reach the Dask scheduler at tcp://127\.0\.0\.1:1: .+\n",
+        proc.stderr,
+    ), proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing was touched
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--resume"], "--resume goes with --scheduler"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--no-sandbox"], "--no-sandbox does not go with"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--student", "ann"], "--student regrades on this"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--resume"], "holds no stopped run to resume"),
+    ],
+)
+def test_options_that_do_not_go_together_are_one_line(tmp_path, capsys, extra, message):
+    (tmp_path / "subs").mkdir()
+    argv = [str(tmp_path / "subs"), "--out", str(tmp_path / "out"), *extra]
+    assert cli.main(argv) == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # (--no-sandbox's warning comes first)
+    assert last.startswith("python -m course_grading: ") and message in last, last
+
+
+def test_resume_refuses_a_run_graded_with_another_secret_or_options(tmp_path):
+    folder = tmp_path / "cluster"
+    first = Options(secret=b"a" * 32)
+    Store(folder, first, resume=False).begin({}, {})
+    assert Store(folder, first, resume=True).measured() == ({}, {})
+    with pytest.raises(GradingError, match=r"--resume: the secret changed since the stopped run"):
+        Store(folder, Options(secret=b"b" * 32), resume=True)
+    with pytest.raises(GradingError, match=r"--resume: the options changed"):
+        Store(folder, Options(secret=b"a" * 32, cell_timeout=9), resume=True)
+
+
+def test_a_worker_is_told_what_it_lacks(tmp_path):
+    probe = tmp_path / "workspace.txt"
+    probe.write_text("token")
+    needs = needs_of(Limits(), probe, "token")
+    older = replace(needs, course_lib="0.0")
+    assert unfit(older).startswith(f"it has course_lib {needs.course_lib}, the run needs 0.0")
+    elsewhere = replace(needs, probe=str(tmp_path / "not-shared.txt"))
+    assert unfit(elsewhere).startswith("it cannot read the run's workspace")
+    assert needs.resource != older.resource  # a worker fit for one run is not for another
+
+
+def test_the_classroom_sends_a_lesson_to_the_cluster(monkeypatch):
+    path = Path(__file__).resolve().parents[2] / "classroom" / "autograde.py"
+    spec = importlib.util.spec_from_file_location("classroom_autograde", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(module, "class_due_argument", lambda *args: [])
+    monkeypatch.setattr(
+        module.subprocess,
+        "run",
+        lambda command: ran.append(command) or SimpleNamespace(returncode=2),
+    )
+    monkeypatch.setenv("SHAPES_GRADEBOOK_URL", "sqlite://")
+    monkeypatch.setenv("SHAPES_COURSE_ID", "shapes")
+    assert module.main([FIXTURE, "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    assert module.main([FIXTURE]) == 2
+    assert ran[0][-2:] == ["--scheduler", "tcp://127.0.0.1:8786"] and "--scheduler" not in ran[1]
+
+
+def _ended(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")  # a zombie has ended, whoever reaps it
+
+
+def test_a_grading_worker_ends_when_its_parent_dies():
+    """A killed Dask worker's grading process (``execute.py --serve``) must not run on for
+    nobody: it ends within a second, although its input stays open."""
+    # (a job sent to the background reads /dev/null unless given its input by name: fd 3 here)
+    script = 'exec 3<&0; "$0" -m course_grading.sandbox.execute --serve <&3 & echo $!; wait'
+    parent = subprocess.Popen(
+        ["sh", "-c", script, sys.executable], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        worker = int(parent.stdout.readline())
+        time.sleep(2.0)  # its imports done, waiting for a job
+        assert not _ended(worker)
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while not _ended(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ended(worker), "the grading worker outlived its parent"
+    finally:
+        parent.stdin.close()  # (ends it anyway, when the check above failed)
+
+
+def test_the_leftover_check_sees_a_process(tmp_path):
+    folder = tmp_path / "attempt-1"
+    sleeper = subprocess.Popen(["sh", "-c", "sleep 30", str(folder)])  # the folder in its argv
+    try:
+        assert running_with(str(folder))  # the check that nothing is left can fail
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not running_with(str(folder))

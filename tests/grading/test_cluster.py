@@ -587,6 +587,10 @@ def test_the_leftover_check_sees_a_process(tmp_path):
     folder = tmp_path / "attempt-1"
     sleeper = subprocess.Popen(["sh", "-c", "sleep 30", str(folder)])  # the folder in its argv
     try:
+        # until the child has exec'd, its /proc cmdline is still its parent's
+        deadline = time.monotonic() + 10
+        while not running_with(str(folder)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert running_with(str(folder))  # the check that nothing is left can fail
     finally:
         sleeper.kill()

@@ -37,6 +37,7 @@ import math
 import numbers
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .forms import (
@@ -52,9 +53,11 @@ from .forms import (
     Word,
     form_of,
     plain,
+    shown,
 )
 
 __all__ = [
+    "Between",
     "Exact",
     "Integer",
     "Ordered",
@@ -68,6 +71,7 @@ __all__ = [
     "ensure_answered",
     "normalise",
     "plausible",
+    "predicted",
     "read_answer",
     "secret_digest",
 ]
@@ -250,6 +254,79 @@ def plausible(name: str, checked: str, *forms: Form) -> None:
     """
     needs = ", ".join(dict.fromkeys(f.needs for f in forms)) or "exact"
     print(f"{name}: plausible ({checked}); the grade checks it outside your notebook ({needs})")
+
+
+@dataclass(frozen=True)
+class Between:
+    """What makes a prediction plausible: a number in a range that holds the right one and many
+    wrong ones, so the rule says nothing about which is right.
+
+    The one rule of a prediction item, applied alike by the visible test (:func:`predicted`, in
+    the student's kernel) and by the trusted check (``Evidence.recorded``, in the grader), each
+    on the value its form reads. ``Between(1)`` is "above 1"; ``Between(0, 1, low_in=True)`` is
+    "at least 0 and below 1".
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_in: bool = False  # whether ``low`` itself is plausible
+    high_in: bool = False  # whether ``high`` itself is plausible
+
+    def holds(self, x: object) -> bool:
+        """Whether ``x`` (a value as its form reads it) is a plausible prediction.
+
+        Args:
+            x: the value read by the item's form (an ``int`` or ``float`` for a number).
+
+        Returns:
+            True for a finite number inside the range; False for anything else.
+        """
+        if type(x) not in (int, float) or not math.isfinite(x):  # type: ignore[arg-type]
+            return False
+        above = self.low is None or x > self.low or (self.low_in and x == self.low)  # type: ignore[operator]
+        below = self.high is None or x < self.high or (self.high_in and x == self.high)  # type: ignore[operator]
+        return above and below
+
+    @property
+    def words(self) -> str:
+        """The rule in words, for the messages (``"a number above 1"``)."""
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'at least' if self.low_in else 'above'} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"{'at most' if self.high_in else 'below'} {self.high:g}")
+        return "a number " + " and ".join(parts) if parts else "a number"
+
+
+def predicted(name: str, value: object, form: Form, rule: Between, hint: str = "") -> object:
+    """A prediction's visible test: read as the grader reads it, checked by the item's rule, and
+    recorded. It never says whether the prediction is right: a prediction earns its point for
+    being plausible, and the points of the comparison with the measurement are for the student's
+    written reasoning.
+
+    Args:
+        name: the answer's variable name.
+        value: the student's prediction.
+        form: how the item reads it.
+        rule: the item's plausibility rule (the trusted check applies the same one).
+        hint: why a value outside the rule cannot be right, in the lesson's words.
+
+    Returns:
+        The prediction as its form reads it.
+
+    Raises:
+        NotImplementedError: the prediction is still blank.
+        AssertionError: it cannot be read, or it is not plausible (the message says why).
+    """
+    got = read_answer(name, value, form)
+    if not rule.holds(got):
+        why = f" ({hint})" if hint else ""
+        raise AssertionError(f"{name}: {shown(got)} is not {rule.words}{why}")
+    print(
+        f"{name}: plausible ({rule.words}): recorded. A plausible prediction earns its point "
+        "whether or not the measurement agrees; compare the two in writing after the measurement"
+    )
+    return got
 
 
 def check(name: str, value: object, expected: str, sig: int | None = None) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from course_lib.answers import secret_digest
+from course_lib.answers import Between, secret_digest
 from course_lib.forms import Form
 
 
@@ -78,10 +78,16 @@ MIN_SEARCH_SECONDS = 3600.0
 
 @dataclass(frozen=True)
 class Property:
-    """A visible property check: ``plausible(label, form, ...)`` after its asserts."""
+    """A visible property check: ``plausible(label, form, ...)`` after its asserts.
+
+    With ``rules`` it is a prediction's whole check: one ``predicted(name, value, form, rule)``
+    per value in the visible test, and the same rule, on the value read by the same form, in the
+    trusted check (``Evidence.recorded``), which scores a plausible value and nothing more.
+    """
 
     label: str
     accepts: str  # what it lets through, in words ("every number above 1")
+    rules: Mapping[str, Between] = field(default_factory=dict)  # a prediction: name -> its rule
 
     kind = "property"
 
@@ -218,7 +224,7 @@ def search_seconds(item: Item, per_candidate: float) -> float:
 
 # --- a visible test cell against its registration ---------------------------------------------
 
-_CALLS = ("check", "read_answer", "plausible")
+_CALLS = ("check", "read_answer", "plausible", "predicted")
 
 
 def _forms_namespace() -> dict[str, object]:
@@ -303,7 +309,16 @@ def problems_in(item: Item, source: str) -> list[str]:
                 if _form(node, known) not in allowed:
                     found.append(f"{gid}: plausible({label!r}) names {ast.unparse(node)}, a form "
                                  "the item does not compare with")  # fmt: skip
+        if kind == "predicted":
+            found += _prediction_problems(item, label, args, known)
     for check in checks(item):
+        if isinstance(check, Property) and check.rules:
+            predicted = [label for label, _, _ in labels.get("predicted", [])]
+            for name in check.rules:
+                if predicted.count(name) != 1:
+                    found.append(f"{gid}: the visible test has {predicted.count(name)} "
+                                 f"predicted({name!r}) calls")  # fmt: skip
+            continue
         kind = "check" if isinstance(check, Digest) else "plausible"
         mine = [args for label, args, _ in labels.get(kind, []) if label == check.label]
         if len(mine) != 1:
@@ -316,9 +331,38 @@ def problems_in(item: Item, source: str) -> list[str]:
             if _names(mine[0][1]) != check.names:
                 found.append(f"{gid}: check({check.label!r}) is given {_names(mine[0][1])}, "
                              f"the registration digests {check.names}")  # fmt: skip
-    read = {label for label, _, _ in labels.get("read_answer", [])}
+    read = {label for kind in ("read_answer", "predicted") for label, _, _ in labels.get(kind, [])}
     digested = {n for c in checks(item) if isinstance(c, Digest) for n in c.names}
     for name in item.forms:
         if name not in read | digested:
             found.append(f"{gid}: the visible test never reads {name} (read_answer or a digest)")
     return found
+
+
+def _prediction_problems(
+    item: Item, label: str | None, args: list[ast.expr], known: dict[str, object]
+) -> list[str]:
+    """How one ``predicted(name, value, form, rule)`` call disagrees with the registration: its
+    form is not the one the item reads the value with, or its rule not the one the trusted check
+    applies (``[]`` when both agree)."""
+    rules = {n: r for c in checks(item) if isinstance(c, Property) for n, r in c.rules.items()}
+    if label not in rules or len(args) < 4:
+        return [f"{item.grade_id}: predicted({label!r}) is not one of its declared predictions, "
+                "given as predicted(name, value, form, rule)"]  # fmt: skip
+    found = []
+    if _form(args[2], known) != item.forms.get(label):
+        found.append(f"{item.grade_id}: predicted({label!r}) reads it as {ast.unparse(args[2])}, "
+                     f"the registration as {item.forms.get(label)!r}")  # fmt: skip
+    if _rule(args[3]) != rules[label]:
+        found.append(f"{item.grade_id}: predicted({label!r})'s rule {ast.unparse(args[3])} is not "
+                     f"the trusted check's {rules[label]!r}")  # fmt: skip
+    return found
+
+
+def _rule(node: ast.expr) -> object:
+    """The ``Between`` an expression of a visible test builds (``None`` for anything else)."""
+    try:
+        built = eval(compile(ast.Expression(node), "<test cell>", "eval"), {"Between": Between})
+    except Exception:  # noqa: BLE001 (anything else is not a rule: reported by the caller)
+        return None
+    return built if isinstance(built, Between) else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import subprocess
 import sys
 from decimal import Decimal
@@ -493,8 +494,9 @@ LESSON_1 = "01_tokens_and_attention_memory"
         ("test-real-scale", "Sig(3)", "Sig(2)", "reads it as Sig(2)"),
         ("test-real-scale", "scrypt:sig3;sig3;sig3:c", "scrypt:sig3;sig3;sig3:d", "not made from"),
         ("test-real-scale", "scores_gb_all_layers, fused", "fused_mb_per_layer, fused", "is given"),
-        ("test-predict-ratio", "Exact())\nassert", "Sig(3))\nassert", "reads it as Sig(3)"),
-        ("test-predict-ratio", 'plausible("predicted_ratio"', 'plausible("ratio"', "0 plausible"),
+        ("test-predict-ratio", "Exact(), Between(1)", "Sig(3), Between(1)", "reads it as Sig(3)"),
+        ("test-predict-ratio", "Exact(), Between(1)", "Exact(), Between(0)", "trusted check's"),
+        ("test-predict-ratio", 'predicted("predicted_ratio"', 'predicted("ratio"', "0 predicted("),
         ("test-q1", '"2x8192"), Exact())', '"2x8192"), Integer())', "a form the item does not"),
         ("test-saved-per-token", "_pair = Ordered(Integer(), Integer())",
          "_pair = Ordered(Integer(), Exact())", "reads it as _pair"),
@@ -573,25 +575,55 @@ def _lesson_1(gid: str, **values) -> tuple[items.Item, Evidence]:
 
 
 @pytest.mark.parametrize(
-    "value", [16, 16.0, Fraction(16), Decimal("16.0"), 16.000000000000004], ids=repr
+    "value", [4, 4.0, Fraction(4), Decimal("4.0"), 4.000000000000001], ids=repr
 )
 def test_every_form_of_a_right_value_scores(value):
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=value)
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio=value)
     assert items.verdict(item, ev, []).full
 
 
 def test_a_failing_check_says_what_it_checked_without_the_answer():
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.04)
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio=4.04)
     got = items.verdict(item, ev, [])
     assert got.points == 0
-    assert got.message == "predicted_ratio: your value 16.04; the check needs it exact"
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio="16")
+    assert got.message == "q1_ratio: your value 4.04; the check needs it exact"
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio="4")
     assert "write it without quotes" in items.verdict(item, ev, []).message
     item, ev = _lesson_1("test-q1", q1_cheaper="8 × 2048", q1_ratio=Decimal("4"))
     assert items.verdict(item, ev, []).full
     item, ev = _lesson_1("test-q1", q1_cheaper="2 x 8192", q1_ratio=4)
     message = items.verdict(item, ev, []).message
     assert "'2 x 8192'; the check needs it the right shape" in message and "8x2048" not in message
+
+
+@pytest.mark.parametrize("value", [16, 16.0, Fraction(16), 256, 16.04, 4, 1.5], ids=repr)
+def test_a_prediction_earns_its_point_for_any_plausible_value_and_says_nothing_of_right(value):
+    """Issue 27: a right prediction earns no more than a wrong plausible one, and the message is
+    the same for both (it says the value was recorded, never whether it was right)."""
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=value)
+    got = items.verdict(item, ev, [])
+    right = items.verdict(item, _lesson_1("test-predict-ratio", predicted_ratio=16)[1], [])
+    assert got.full and got == right
+    assert "recorded" in got.message
+    assert not re.search(r"\bright\b|\bwrong\b|\bexact\b|16", got.message), got.message
+
+
+@pytest.mark.parametrize(("value", "why"), [(1, "above 1"), (1 / 16, "above 1"), ("16", "quotes")])
+def test_an_implausible_prediction_earns_nothing(value, why):
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=value)
+    got = items.verdict(item, ev, [])
+    assert got.points == 0 and why in got.message, got.message
+
+
+def test_a_prediction_is_registered_with_a_rule_per_value_and_no_expected_value():
+    lesson = items.Lesson("x")
+    rule = items.Property("p", "above 1", rules={"p": items.Between(1)})
+    with pytest.raises(ValueError, match="no expected value"):
+        lesson.item("t", answer="a", points=1, values={"p": items.Exact()}, visible=rule,
+                    expected={"p": 16})(lambda ev: ev.recorded())  # fmt: skip
+    with pytest.raises(ValueError, match="one rule per value"):
+        lesson.item("t", answer="a", points=1, values={"p": items.Exact(), "q": items.Exact()},
+                    visible=rule)(lambda ev: ev.recorded())  # fmt: skip
 
 
 def test_evidence_reads_fractions_and_decimals_as_numbers():
@@ -723,9 +755,9 @@ def test_a_grading_error_is_one_line_and_status_2(tmp_path):
 
 def test_a_near_miss_is_quoted_with_every_digit_that_makes_it_one():
     """``4.0000000001`` is not the exact 4 the check needs: the message must not call it 4."""
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.0000000001)
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio=4.0000000001)
     message = items.verdict(item, ev, []).message
-    assert message == "predicted_ratio: your value 16.0000000001; the check needs it exact"
+    assert message == "q1_ratio: your value 4.0000000001; the check needs it exact"
     assert plain.describe(16.04) == "16.04" and plain.describe(4.0) == "4"
     assert plain.describe(0.1 + 0.2) == "0.30000000000000004"
 

@@ -14,6 +14,8 @@ The candidates (``Tried.kind``):
 * ``form``: the right answer in every other reasonable form (``probes.value_forms``,
   ``probes.result_forms``) and any ``items_NN.py`` adds;
 * ``wrong``: each wrong answer and wrong method ``items_NN.py`` lists, by name;
+* ``plausible``: a prediction's wrong values that its rule finds plausible (each earns the
+  completion point the right value earns, no more);
 * ``library``: the closest library call ``items_NN.py`` gives;
 * ``shortcut``: every way to score without the work (``probes.SHORTCUTS``), built from the
   library call and the solution.
@@ -61,6 +63,9 @@ class Item:
     """What to try against one autograded answer cell (by its nbgrader grade id)."""
 
     wrong: dict[str, str] | list[str] = field(default_factory=dict)  # name -> answer cell
+    # a prediction's wrong values that its rule finds plausible: each earns the completion point,
+    # exactly as the right value does (issue 27), and no more
+    plausible: dict[str, str] = field(default_factory=dict)
     library: str | None = None  # the closest course_lib call, written as an answer cell
     forms: dict[str, str] = field(default_factory=dict)  # more right forms: name -> answer cell
     shown: dict[str, str] = field(default_factory=dict)  # text where an answer may show -> why
@@ -77,7 +82,7 @@ class Item:
 class Tried:
     """One candidate handed in for an item, what the visible test said and the points."""
 
-    kind: str  # blank, solution, form, wrong, library, shortcut
+    kind: str  # blank, solution, form, wrong, plausible, library, shortcut
     name: str
     code: str
     visible: str = ""  # right, plausible, silent, or "failed: <exception>"
@@ -318,6 +323,8 @@ def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
     _try(p, probe, "blank", "blank", cell.source, visible)
     for name, code in entry.named_wrong():
         _try(p, probe, "wrong", name, code, visible)
+    for name, code in entry.plausible.items():
+        _try(p, probe, "plausible", name, code, visible)
     if entry.library is not None:
         _try(p, probe, "library", "closest library call", entry.library, visible)
     sol = _try(p, probe, "solution", "solution", solution, visible)

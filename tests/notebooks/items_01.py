@@ -28,10 +28,12 @@ def _per_token(other: str, scores: str) -> str:
 
 ITEMS: dict[str, Item] = {
     "predict-ratio": Item(
-        wrong={
-            "seq_len squared alone, forgetting the batch sizes": "predicted_ratio = 256",
+        wrong={  # outside the rule (above 1): 0
             "the token ratio (both shapes hold 2,048 tokens)": "predicted_ratio = 1",
             "inverted: 32 × 64 over 2 × 1024": "predicted_ratio = 1 / 16",
+        },
+        plausible={  # wrong, but above 1: the completion point, as the right 16 earns
+            "seq_len squared alone, forgetting the batch sizes": "predicted_ratio = 256",
             "close, but not the exact factor": "predicted_ratio = 16.04",
             "the square root of the factor": "predicted_ratio = 4",
         },

@@ -55,7 +55,12 @@ _TOKEN_WEIGHTED = "model(**mb, num_items_in_batch=total).loss"
 
 ITEMS: dict[str, Item] = {
     "predict-weights": Item(
-        wrong={
+        wrong={  # outside the rules (shares above 0 and at most 1, a ratio above 0): 0
+            "shares as percentages": _weights("50", "10", "9"),
+            "A left out of the step (a share of 0)": _weights("0", "0.1", "9"),
+            "the ratio as a difference of shares, below 0": _weights("0.5", "0.1", "0.1 - 0.5"),
+        },
+        plausible={  # wrong, but within the rules: the completion point, as the right ones earn
             "the two shares swapped": _weights("0.1", "0.5", "9"),
             "the ratio inverted (one of B's tokens against one of A's)": _weights(
                 "0.5", "0.1", "1 / 9"

@@ -163,6 +163,41 @@ def test_wrong_answers_and_wrong_methods_score_zero(probed):
     assert covered >= MIN_WRONG_COVERAGE, f"{lesson}: only {covered:.0%} are tried wrong"
 
 
+def _prediction(lesson: str, answer: str) -> bool:
+    return any(registry(lesson)[t].rules for t in _tests_of(lesson, answer))
+
+
+def prediction_problems(probe: Probe) -> list[str]:
+    """Where a prediction pays for being right (issue 27): a wrong but plausible value earning
+    less than the right one, or another message; the message judging the value; the visible
+    test not saying *plausible*; fewer than two plausible wrong values, or two implausible ones,
+    tried."""
+    (sol,) = probe.of("solution")
+    plausible, implausible = probe.of("plausible"), probe.of("wrong")
+    found = [f"only {len(plausible)} plausible wrong values tried"] if len(plausible) < 2 else []
+    found += [f"only {len(implausible)} implausible values tried"] if len(implausible) < 2 else []
+    for t in plausible:
+        if t.points != sol.points or t.message != sol.message:
+            found.append(f"'{t.name}' scores {t.points} ({t.message}); right: {sol.points}")
+        if t.visible != "plausible":
+            found.append(f"'{t.name}': the visible test says {t.visible}")
+    if re.search(r"\bright\b|\bwrong\b|\bexact\b", sol.message):
+        found.append(f"the message judges the value: {sol.message}")
+    return found
+
+
+def test_a_right_prediction_earns_no_more_than_a_plausible_one(probed):
+    lesson, items, run = probed
+    found = {}
+    for gid, probe in run.probes.items():
+        if _prediction(lesson, gid):
+            found[gid] = prediction_problems(probe)
+        elif items[gid].plausible:
+            found[gid] = ["lists plausible wrong values, but is not a prediction: each scores 0"]
+    found = {gid: f for gid, f in found.items() if f}
+    assert not found, f"{lesson}: {found}"
+
+
 def test_the_closest_library_call_scores_zero(probed):
     lesson, items, run = probed
     unlisted = [gid for gid, item in items.items() if item.library is None]
@@ -264,7 +299,8 @@ def test_property_checks_are_not_oracles(probed):
 
 
 def lets_wrong_through(probe: Probe) -> list[str]:
-    return [t.name for t in probe.of("wrong") if t.visible == "plausible"]
+    tried = [*probe.of("wrong"), *probe.of("plausible")]
+    return [t.name for t in tried if t.visible == "plausible"]
 
 
 def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -> list[str]:
@@ -408,3 +444,26 @@ def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
     assert any(f.startswith("not tried: caching") for f in found)
     assert len(form_problems(probe)) == 3  # too few forms, and both forms rejected
     assert lets_wrong_through(probe) == []
+
+
+def test_the_prediction_check_sees_a_prediction_paid_for_being_right():
+    """The old grading of a prediction (right: 1 point and "right"; a wrong plausible value: 0)
+    fails the check, as does a message that judges the value or too few values tried."""
+    probe = Probe("p", migrated=True)
+    probe.tried = [
+        Tried("solution", "solution", "", "plausible", 1, 1, "x: right"),
+        Tried("plausible", "close", "", "plausible", 0, 1, "x: your value 16.04; needs it exact"),
+        Tried("wrong", "inverted", "", "failed: AssertionError", 0, 1, "x: not above 1"),
+    ]
+    found = prediction_problems(probe)
+    assert any("scores 0" in f for f in found), found
+    assert any("judges the value" in f for f in found), found
+    assert any("only 1 plausible" in f for f in found), found
+    assert any("only 1 implausible" in f for f in found), found
+    recorded = "x: a plausible prediction, recorded"
+    probe.tried = [
+        Tried("solution", "solution", "", "plausible", 1, 1, recorded),
+        *[Tried("plausible", f"p{i}", "", "plausible", 1, 1, recorded) for i in range(2)],
+        *[Tried("wrong", f"w{i}", "", "failed: Assertion", 0, 1, "x: 1") for i in range(2)],
+    ]
+    assert prediction_problems(probe) == []

@@ -82,6 +82,7 @@ from course_grading.judge.items.notebooks import (
 )
 from course_grading.judge.plain import describe
 from course_grading.judge.visible import Digest, Property
+from course_lib.answers import Between
 from course_lib.forms import (
     Exact,
     Form,
@@ -96,6 +97,7 @@ from course_lib.forms import (
 
 __all__ = [
     "DECLARATION",
+    "Between",
     "Digest",
     "Evidence",
     "Exact",

@@ -200,6 +200,33 @@ class Evidence:
             self.expect(name)
         return f"{', '.join(self.item.values)}: right"
 
+    def recorded(self) -> str:
+        """A prediction's whole check: every value read by its form and plausible by the item's
+        rule (the visible test's ``predicted`` applies the same), and nothing about being right.
+
+        Returns:
+            The full-marks message, the same for every plausible value: it says the prediction
+            was recorded, never whether it was right.
+
+        Raises:
+            GradingError: the item is not a prediction (a grader bug).
+            Reject: a value is missing, unreadable, or outside its rule.
+        """
+        rules = self.item.rules
+        if set(rules) != set(self.item.values):
+            raise GradingError(f"{self.item.grade_id}: not a prediction (no rule per value)")
+        for name in self.item.values:
+            if not rules[name].holds(self.read(name)):
+                raise Reject(
+                    f"{name}: your value {describe(self.value(name))} is not {rules[name].words}, "
+                    "so it is not a plausible prediction"
+                )
+        return (
+            f"{', '.join(self.item.values)}: a plausible prediction, recorded; a prediction "
+            "earns this point whether or not the measurement agrees, and your written "
+            "comparison with the measurement carries the points"
+        )
+
     def returned(self, result: Result, expected: object, wrong: str = "not right") -> object:
         """A call's result read by the item's ``returns`` form and compared with ``expected``.
 

@@ -28,6 +28,7 @@ from fractions import Fraction
 from functools import cache
 
 from course_grading.judge.items import (
+    Between,
     Evidence,
     Exact,
     Integer,
@@ -53,30 +54,37 @@ NOISE_TARGET = 0.04  # the lesson's target (section 10): rho / (2 × 0.04) = 22.
 TOLERANCE = 1e-5  # a loop's relative gradient error: float32 rounding lands near 1e-7
 
 
+SHARE = Between(0, 1, high_in=True)  # a share of the optimiser step
+
+
 @ITEMS.item(
     "test-predict-weights",
     answer="predict-weights",
     points=1,
     values={"weight_A_accum": Exact(), "weight_A_full": Exact(), "token_ratio": Exact()},
-    expected={"weight_A_accum": Fraction(1, 2), "weight_A_full": Fraction(1, 10), "token_ratio": 9},
-    visible=Property("predict-weights", "two shares between 0 and 1 and a ratio above 0"),
+    visible=Property(
+        "predict-weights",
+        "two shares above 0 and at most 1, and a ratio above 0",
+        rules={"weight_A_accum": SHARE, "weight_A_full": SHARE, "token_ratio": Between(0)},
+    ),
     own_work=True,
 )
 def predict_weights(ev: Evidence) -> str:
-    """A's exact share of the step under ``loss / accum`` and in one big batch, and how many times
-    one of A's tokens counts against one of B's under ``loss / accum``.
+    """A plausible prediction of A's share of the step under ``loss / accum`` and in one big
+    batch, and of how many times one of A's tokens counts against one of B's, recorded; right
+    ones earn no more.
 
     Args:
-        ev: the submission's evidence: ``weight_A_accum`` and ``weight_A_full`` (shares from 0
-            to 1) and ``token_ratio``, each read exactly.
+        ev: the submission's evidence: ``weight_A_accum`` and ``weight_A_full`` (shares above 0,
+            at most 1) and ``token_ratio`` (above 0), each read exactly.
 
     Returns:
-        The full-marks message.
+        The message that the prediction was recorded.
 
     Raises:
-        Reject: a value is missing, unreadable, or not exact.
+        Reject: a value is missing, unreadable, or outside its rule.
     """
-    return ev.expect_all()
+    return ev.recorded()
 
 
 # --- the graded loops ---------------------------------------------------------------------------

@@ -95,6 +95,19 @@ class Item:
         return self.check.__name__
 
     @property
+    def rules(self) -> dict[str, Any]:
+        """A prediction's plausibility rules (``Evidence.recorded``).
+
+        A prediction item scores a plausible value and nothing more: its visible ``Property``
+        declares one ``course_lib.answers.Between`` per value, and its check applies the same.
+
+        Returns:
+            Value name -> its ``Between``; ``{}`` for an item that is not a prediction.
+        """
+        shown = [c for c in self.visible or () if isinstance(c, Property)]
+        return {name: rule for check in shown for name, rule in check.rules.items()}
+
+    @property
     def migrated(self) -> bool:
         """Whether the item declares its comparison and its visible test (issue 20's model)."""
         compared = (
@@ -187,8 +200,9 @@ class Lesson:
 
         Raises:
             ValueError: neither or both of ``values`` and ``function``, a name that is not a Python
-                name, a digest over values without a form, or (when decorating) a second check for
-                the same ``grade_id``.
+                name, a digest over values without a form, a prediction whose rules do not cover
+                its values or that declares an expected value, or (when decorating) a second check
+                for the same ``grade_id``.
         """
         if bool(values) == bool(function):
             raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
@@ -200,6 +214,12 @@ class Lesson:
         for check in shown or ():
             if isinstance(check, Digest) and not set(check.names) <= set(forms):
                 raise ValueError(f"{grade_id}: the digest names values without a form")
+            if isinstance(check, Property) and check.rules:
+                if set(check.rules) != set(forms) or expected is not None:
+                    raise ValueError(
+                        f"{grade_id}: a prediction has one rule per value, each with a form, and "
+                        "no expected value (a plausible value earns its point, never a right one)"
+                    )
 
         def register(check: Callable) -> Callable:
             if grade_id in self.items:

@@ -189,15 +189,17 @@ def code_line_numbers(source: str) -> set[int]:
 #: a module no longer needs fails the test after the limit check, so none goes stale.
 ALLOWANCES: dict[str, tuple[int, str]] = {
     "course_grading.judge.items.lesson_02": (
-        327,
+        328,
         "one lesson's trusted checks, one module per lesson: its two function items each need "
-        "an answer form (PackedRow, Logits) and a reference beside their registration",
+        "an answer form (PackedRow, Logits) and a reference beside their registration, and its "
+        "prediction its plausibility rule",
     ),
     "course_grading.judge.items.lesson_03": (
-        297,
+        302,
         "one lesson's trusted checks, one module per lesson: the two graded loops share windows, "
         "a reference model and full-batch gradients; the noise target re-measures the lesson "
-        "and says which side of the target a wrong answer is on",
+        "and says which side of the target a wrong answer is on; the prediction declares a "
+        "plausibility rule per value",
     ),
 }
 

@@ -1,13 +1,16 @@
 """Trusted checks of lesson 1: tokens per step, and why attention memory is different.
 
 A point is earned by producing something that is right *and* that a lookup cannot produce, so
-the values (a prediction, three real-scale figures, a split, a check-yourself question) carry one
-point each and the derivation carries five: ``saved_per_token`` is called on block shapes drawn
-for each student, which no constant or table of the visible cases can answer, and on the shape
-the library's memory model is compared with. Each value is compared by its declared form
+the values (three real-scale figures, a split, a check-yourself question) carry one point each
+and the derivation carries five: ``saved_per_token`` is called on block shapes drawn for each
+student, which no constant or table of the visible cases can answer, and on the shape the
+library's memory model is compared with. The prediction earns one point for any plausible value
+(a number above 1: ``Evidence.recorded``), never one for being right; its comparison with the
+measurement is written and graded by hand. Each value is compared by its declared form
 (``course_lib.forms``), which the visible test reads it with too; value items are the student's
 own work (``own_work``: no ``course_lib`` in the answer cell, nor copied from a cell that used
-it).
+it). Every visible test is a property that says *plausible*: none says *right*, so none can be
+searched for the answer.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from functools import cache
 
 from course_grading.judge.items import (
     Between,
-    Digest,
     Evidence,
     Exact,
     Integer,
@@ -149,18 +151,9 @@ def _real_scale() -> dict[str, float]:
     points=1,
     values={name: Sig(3) for name in _real_scale()},
     expected=_real_scale,
-    visible=Digest(
+    visible=Property(
         "real-scale",
-        ("scores_gb_per_layer", "scores_gb_all_layers", "fused_mb_per_layer"),
-        space={
-            "scores_gb_per_layer": (1e-3, 1e6),
-            "scores_gb_all_layers": 1,
-            "fused_mb_per_layer": (1e-3, 1e6),
-        },
-        why=(
-            "a guess at each figure without the arithmetic: any 3-significant-figure number "
-            "from 0.001 to a million; the all-layers figure follows from the per-layer one (× 32)"
-        ),
+        "every positive per-layer and fused figure, with all layers 32 times one layer",
     ),
     own_work=True,
 )

@@ -40,6 +40,7 @@ ITEMS = Lesson("02_padding_and_packing")
 
 #: The lesson's parameters (its first cell), with which the autograder runs it.
 N_EXAMPLES, MAX_LEN, SEED = 2000, 1024, 0
+SHARE = Between(0, 1, low_in=True)  # a share of a batch's slots, from 0 up to (not) 1
 
 
 @ITEMS.item(
@@ -48,9 +49,7 @@ N_EXAMPLES, MAX_LEN, SEED = 2000, 1024, 0
     points=1,
     values={"predicted_waste": Exact()},
     visible=Property(
-        "predicted_waste",
-        "every fraction from 0 up to 1",
-        rules={"predicted_waste": Between(0, 1, low_in=True)},
+        "predicted_waste", "every share from 0 up to 1", rules={"predicted_waste": SHARE}
     ),
     own_work=True,
 )
@@ -181,7 +180,6 @@ class PackedRow(Form):
     ``np.int64(3)`` are 3), ``allowed`` a bool tensor or array of shape ``(capacity,
     capacity)`` (or nested lists of bools); a list is as good as the tuple. Compared exactly."""
 
-    _spec = "packed-row"
     _needs = "exact (every position and every mask entry)"
 
     def value(self, value: object) -> tuple[tuple[int, ...], tuple[bool, ...]]:
@@ -331,7 +329,6 @@ class Logits(Form):
     :func:`course_lib.isolation.check_isolation`, which the visible test uses."""
 
     atol: float = ATOL
-    _spec = "logits"
 
     @property
     def needs(self) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_grading.errors import GradingError
-from course_grading.judge.visible import Digest, Property
+from course_grading.judge.visible import Property
 from course_lib.forms import Form
 
 DECLARATION = "# ITEM:"
@@ -88,7 +88,7 @@ class Item:
     forms: Mapping[str, Form] = field(default_factory=dict)  # value name -> how it is compared
     returns: Form | None = None  # a function item: how each result is compared
     expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None
-    visible: tuple[Property | Digest, ...] | None = None  # what the visible test may say
+    visible: tuple[Property, ...] | None = None  # what the visible test may say
 
     @property
     def name(self) -> str:
@@ -173,7 +173,7 @@ class Lesson:
         function: str | None = None,
         returns: Form | None = None,
         expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None,
-        visible: Property | Digest | tuple[Property | Digest, ...] | None = None,
+        visible: Property | tuple[Property, ...] | None = None,
         allowed: tuple[str, ...] = (),
         forbidden: tuple[str, ...] = (),
         own_work: bool = False,
@@ -190,7 +190,7 @@ class Lesson:
             returns: how each of the function's results is compared (a ``Form``).
             expected: the right values by name, or a function giving them (computed once).
             visible: what the visible test may say (``course_grading.judge.visible``): one
-                ``Property`` or ``Digest``, or several.
+                ``Property`` or several (a prediction's declares its rules).
             allowed: ``course_lib`` modules staged for the graded function.
             forbidden: ``course_lib`` modules its staging must never include.
             own_work: a value item scores 0 when the answer cell's source uses ``course_lib``.
@@ -200,9 +200,8 @@ class Lesson:
 
         Raises:
             ValueError: neither or both of ``values`` and ``function``, a name that is not a Python
-                name, a digest over values without a form, a prediction whose rules do not cover
-                its values or that declares an expected value, or (when decorating) a second check
-                for the same ``grade_id``.
+                name, a prediction whose rules do not cover its values or that declares an expected
+                value, or (when decorating) a second check for the same ``grade_id``.
         """
         if bool(values) == bool(function):
             raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
@@ -210,11 +209,9 @@ class Lesson:
         for name in [*values, *([function] if function else [])]:
             if not _PYTHON_NAME.match(name):
                 raise ValueError(f"{grade_id}: {name!r} is not a Python name")
-        shown = (visible,) if isinstance(visible, (Property, Digest)) else visible
+        shown = (visible,) if isinstance(visible, Property) else visible
         for check in shown or ():
-            if isinstance(check, Digest) and not set(check.names) <= set(forms):
-                raise ValueError(f"{grade_id}: the digest names values without a form")
-            if isinstance(check, Property) and check.rules:
+            if check.rules:
                 if set(check.rules) != set(forms) or expected is not None:
                     raise ValueError(
                         f"{grade_id}: a prediction has one rule per value, each with a form, and "

@@ -34,13 +34,23 @@ import copy
 import json
 import pickle
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attacks
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-from probes import IMPORTS, SHORTCUTS, result_forms, shortcuts, value_forms
+from probes import (
+    IMPORTS,
+    MEASURED,
+    SHORTCUTS,
+    printed_answers,
+    result_forms,
+    shortcuts,
+    value_forms,
+)
 
 from course_grading.errors import GradingError
 from course_grading.judge import items as trusted
@@ -54,6 +64,11 @@ from course_grading.judge.verdicts import (
     decide,
     taken_values,
 )
+from course_grading.review.names import Bindings
+from course_grading.review.uses import bound_names, cells_after
+
+#: The course secret the seed-table shortcut is graded with (any 16 bytes or more will do).
+SECRET = b"assessment-course-secret-0123456789"
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,6 +81,9 @@ class Item:
     # a prediction's wrong values that its rule finds plausible: each earns the completion point,
     # exactly as the right value does (issue 27), and no more
     plausible: dict[str, str] = field(default_factory=dict)
+    # a function item: the grader's reference function with the graded function's signature, in
+    # the lesson's check module (the grader-source shortcut pastes it)
+    grader: str | None = None
     library: str | None = None  # the closest course_lib call, written as an answer cell
     forms: dict[str, str] = field(default_factory=dict)  # more right forms: name -> answer cell
     shown: dict[str, str] = field(default_factory=dict)  # text where an answer may show -> why
@@ -108,6 +126,9 @@ class Probe:
     visible_calls: str | None = None  # a function item: the visible test's calls, pickled
     above: str = ""  # older items: markdown and outputs above the answer cell
     values: dict[str, object] = field(default_factory=dict)  # older items: constants' values
+    visible: str = ""  # the student version's test cell
+    blank: str = ""  # the student version's answer cell
+    not_applicable: dict[str, str] = field(default_factory=dict)  # shortcut -> why not tried
 
     def of(self, kind: str) -> list[Tried]:
         return [t for t in self.tried if t.kind == kind]
@@ -215,27 +236,42 @@ class Pass:
         payload = json.loads(base64.b64decode(encoded)) if not err else {"error": err}
         return taken_values(payload)
 
-    def submitted(self, gid: str, answer: str, added: str | None) -> nbformat.NotebookNode:
-        """The student notebook with ``answer`` in cell ``gid`` and ``added`` just above it."""
+    def submitted(
+        self, gid: str, answer: str, added: str | None, below: str | None = None
+    ) -> nbformat.NotebookNode:
+        """The student notebook with ``answer`` in cell ``gid``, ``added`` just above it and
+        ``below`` just below it."""
         nb = copy.deepcopy(self.nb)
         index = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == gid)
         nb.cells[index].source = answer
+        if below is not None:
+            nb.cells.insert(index + 1, nbformat.v4.new_code_cell(below))
         if added is not None:
             nb.cells.insert(index, nbformat.v4.new_code_cell(added))
         return nb
 
-    def score(self, gid: str, answer: str, added: str | None = None) -> tuple[list, tuple]:
+    def score(
+        self,
+        gid: str,
+        answer: str,
+        added: str | None = None,
+        below: str | None = None,
+        secret: bytes | None = None,
+        spy: list | None = None,
+    ) -> tuple[list, tuple]:
         """The trusted verdicts of every item answered in ``gid`` (values as the kernel holds
-        them now), and the report's review flags about the candidate's cells."""
+        them now), and the report's review flags about the candidate's cells; ``spy`` collects
+        every graded-function call the checks make, with what it returned."""
         found = [item for item in self.items.values() if item.answer == gid]
         values = self.take(sorted({n for item in found for n in item.values}))
-        nb = self.submitted(gid, answer, added)
+        nb = self.submitted(gid, answer, added, below)
         verdicts = []
         for item in found:
             source, earlier = answer_and_earlier(nb, self.spec, item.answer)
-            verdicts.append(
-                decide(item, self.spec, "assessment", values, source, self.sandbox, earlier)
-            )
+            later = cells_after(nb, self.spec, item.answer)
+            with _spying(spy):
+                verdicts.append(decide(item, self.spec, "assessment", values, source, self.sandbox,
+                                       earlier, secret=secret, later=later))  # fmt: skip
         flags = tuple(f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f)
         return verdicts, flags
 
@@ -249,6 +285,28 @@ class Pass:
             return ast.literal_eval(text.strip())
         except (ValueError, SyntaxError):
             return text.strip()
+
+
+@contextmanager
+def _spying(spy: list | None):
+    """While it lasts, every ``Evidence.call`` appends ``(request, returned, raised)`` per call
+    to ``spy`` (the requests as the check wrote them, before the runner took their ``shown``)."""
+    if spy is None:
+        yield
+        return
+    real = trusted.Evidence.call
+
+    def call(self, calls):
+        requests = copy.deepcopy(calls)
+        results = real(self, calls)
+        spy.extend((r, res.returned, res.raised) for r, res in zip(requests, results))
+        return results
+
+    trusted.Evidence.call = call
+    try:
+        yield
+    finally:
+        trusted.Evidence.call = real
 
 
 def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
@@ -278,18 +336,63 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
             texts.append((f"{'test cell' if is_test(cell) else 'cell'} {gid}", text))
             if err and not is_test(cell):
                 errors.append(f"{gid} raised {err}: {text[-300:]}")
+        for gid, probe in probes.items():
+            if probe.migrated:
+                _gate_bypass(p, probe, cells, entries.get(gid, Item()))
     if any(not probe.migrated for probe in probes.values()) and errors:
         raise AssertionError(f"{lesson}: lesson cells raised in the pass: {errors}")
     return Run(lesson, probes, texts, errors)
 
 
-def _try(p: Pass, probe: Probe, kind: str, name: str, code: str, visible: str, added=None):
-    """Hand in ``code`` (after ``added``, a cell of the student's), run the visible test, and
-    score it; record it on ``probe``."""
+GATE = next(s.name for s in SHORTCUTS if s.letter == "B")
+
+
+def _gate_bypass(p: Pass, probe: Probe, cells: list, entry: Item) -> None:
+    """Junk in the answer, every later lesson cell that reads one of its names run again, and
+    what they print read for the right values: the answer handed in is each right value that
+    showed, junk for the rest (after the notebook has run to its end, on a blank notebook)."""
+    found = [item for item in p.items.values() if item.answer == probe.grade_id]
+    if any(item.function for item in found):
+        return
+    names = sorted({n for item in found for n in item.values})
+    forms = {n: f for item in found for n, f in item.forms.items()}
+    start = next(
+        i for i, c in enumerate(cells) if nbgrader_meta(c).get("grade_id") == probe.grade_id
+    )
+    readers = [
+        c.source for c in cells[start + 2:]
+        if c.cell_type == "code" and not is_answer(c) and not is_test(c)
+        and any(re.search(rf"\b{n}\b", c.source) for n in names)
+    ]  # fmt: skip
+    junk = {}
+    for item in found:
+        junk.update(attacks.junk(item, probe.right))
+    p.run(attacks.assigned(junk))
+    printed = "\n".join(p.run(source)[1] for source in readers)
+    printed = MEASURED.sub(" ", printed)
+    for context in entry.shown:
+        printed = printed.replace(context, " ")
+    shows = {n for n in names if printed_answers(probe.right[n], forms.get(n), printed)}
+    typed = {n: probe.right[n] if n in shows else junk[n] for n in names}
+    _try(p, probe, "shortcut", GATE, attacks.assigned(typed), probe.visible)
+    p.run(probe.blank)  # the blank answer again: a name set to ... as before
+
+
+def _try(p: Pass, probe: Probe, kind: str, name: str, code: str, visible: str, added=None,
+         below=None, secret=None, spy=None):  # fmt: skip
+    """Hand in ``code`` (after ``added``, a cell of the student's, and before ``below``), run the
+    visible test, and score it (with ``secret``: as a graded run with a course secret); record
+    it on ``probe``."""
+    bound = sorted(set().union(*(bound_names(c) for c in (added, code, below) if c)))
+    p.run(f"_shapes_kept = {{n: globals()[n] for n in {bound!r} if n in globals()}}")
     ran = p.run(added)[0] if added is not None else None
     ran = p.run(code)[0] or ran
-    verdicts, flags = p.score(probe.grade_id, code, added)
+    if below is not None:
+        p.run(below)
+    verdicts, flags = p.score(probe.grade_id, code, added, below, secret, spy)
     shown = said(*p.run(visible))
+    if kind == "shortcut":  # what it bound goes (a pasted rho_example() shadowed the lesson's)
+        p.run(f"for _n in {bound!r}:\n    globals().pop(_n, None)\nglobals().update(_shapes_kept)")
     points = sum(v.points for v in verdicts)
     tried = Tried(kind, name, code, shown, points, sum(v.max_points for v in verdicts),
                   "; ".join(v.message for v in verdicts), flags, ran)  # fmt: skip
@@ -320,6 +423,7 @@ def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
     probe = Probe(gid, migrated=bool(found) and all(item.migrated for item in found), above=above)
     visible = test_cell.source  # the student version's test cell: no hidden region
     solution = p.solution[gid].source
+    probe.visible, probe.blank = visible, cell.source
     _try(p, probe, "blank", "blank", cell.source, visible)
     for name, code in entry.named_wrong():
         _try(p, probe, "wrong", name, code, visible)
@@ -327,7 +431,8 @@ def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
         _try(p, probe, "plausible", name, code, visible)
     if entry.library is not None:
         _try(p, probe, "library", "closest library call", entry.library, visible)
-    sol = _try(p, probe, "solution", "solution", solution, visible)
+    calls: list = []
+    sol = _try(p, probe, "solution", "solution", solution, visible, spy=calls)
     if sol.ran:
         raise AssertionError(f"{p.lesson}: the solution of {gid} raised {sol.ran}")
     for name in entry.constants:
@@ -350,7 +455,60 @@ def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
                       right=probe.right, visible_calls=probe.visible_calls)  # fmt: skip
     for shortcut, added, code in built:
         _try(p, probe, "shortcut", shortcut.name, code, visible, added)
+    _issue_27(p, probe, found, entry, calls)
     return probe
+
+
+def _issue_27(p: Pass, probe: Probe, found: list, entry: Item, calls: list) -> None:
+    """The shortcut classes issue 27 found (``attacks``), the gate bypass aside (it needs the
+    notebook run to its end: :func:`_gate_bypass`)."""
+    by_letter = {s.letter: s.name for s in SHORTCUTS}
+    visible = probe.visible
+    function = next((item.function for item in found if item.function), None)
+    lesson = Bindings.of_lesson(p.spec.lesson_code).imports
+    junk = {}
+    for item in found:
+        junk.update(attacks.junk(item, probe.right))
+    # G: the grader's source copied
+    copied = [attacks.grader_source(item, probe.right, entry.grader) for item in found]
+    if all(copied):
+        _try(p, probe, "shortcut", by_letter["G"], "".join(copied), visible)  # type: ignore[arg-type]
+    else:
+        prediction = any(item.rules for item in found)
+        probe.not_applicable[by_letter["G"]] = (
+            "the grader holds no reference with the graded function's signature" if function
+            else "a prediction's registration holds no expected value" if prediction
+            else "the registration holds no expected value: the check works its answer out"
+        )  # fmt: skip
+    # T: a table of the practice seed's inputs, graded with a course secret
+    table = attacks.seed_table(function, calls) if function else None
+    if table is not None:
+        practice = sum(v.points for v in p.score(probe.grade_id, table)[0])  # no secret
+        tried = _try(p, probe, "shortcut", by_letter["T"], table, visible, secret=SECRET)
+        tried.review += (f"practice grading (no course secret): {practice:g} point(s)",)
+    elif function:
+        probe.not_applicable[by_letter["T"]] = (
+            "its inputs are built in the sandbox (tensors, models, proxies): no table keys them"
+        )
+    library = entry.library or ""
+    # D: the library's code pasted in place of its import
+    pasted = attacks.pasted_library(library, lesson) if function and library else None
+    if pasted is not None:
+        _try(p, probe, "shortcut", by_letter["D"], pasted, visible)
+        p.run(attacks.reimported(pasted, lesson))  # the lesson's own names, not the pasted copies
+    elif function:
+        probe.not_applicable[by_letter["D"]] = "the library call uses no library function"
+    # O: junk in the answer cell, the library call in a cell below it
+    if not function and library:
+        _try(p, probe, "shortcut", by_letter["O"], attacks.assigned(junk), visible, below=library)
+    # N: the library reached through globals()["name"] of a name the lesson imported
+    looked = attacks.namespace_lookup(library, lesson) if library else None
+    if looked is not None:
+        _try(p, probe, "shortcut", by_letter["N"], looked, visible)
+    else:
+        probe.not_applicable[by_letter["N"]] = (
+            "the library call needs a course_lib name the lesson does not import"
+        )
 
 
 def shortcut_pattern(name: str) -> str:

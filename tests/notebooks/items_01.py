@@ -44,6 +44,7 @@ ITEMS: dict[str, Item] = {
         shown=_SPLITS,
     ),
     "saved-per-token": Item(
+        grader="_library_pair",
         wrong={
             "forgets LayerNorm's statistics": _per_token(
                 "8 * d_model + 2 * d_mlp", "n_heads * seq_len"

@@ -63,6 +63,7 @@ ITEMS: dict[str, Item] = {
         ),
     ),
     "position-ids": Item(
+        grader="_reference_row",
         wrong={
             "positions never reset, a plain causal mask": _row(
                 "    return list(range(capacity)), causal\n"

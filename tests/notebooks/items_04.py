@@ -125,6 +125,7 @@ ITEMS: dict[str, Item] = {
         ),
     ),
     "saved-values-per-token": Item(
+        grader="_reference",
         wrong={
             "forgets that the blocks above a rebuilt one are freed": _NO_WALK,
             "counts the checkpointed blocks with floor division": _FLOOR,

@@ -118,6 +118,7 @@ q5_full_fits = fixed_full + int(reserve * (one_row_full - fixed_full)) + context
 
 ITEMS: dict[str, Item] = {
     "predict-micro-batch": Item(
+        grader="_rows_that_fit",
         wrong={
             "ignores the fixed part": _predict("return memory_budget // row_bytes"),
             "float division (exact only below 2**53)": _predict(

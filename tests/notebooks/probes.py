@@ -227,6 +227,19 @@ SHORTCUTS = [
              "S"),
     Shortcut("hard-coded visible inputs, junk elsewhere", False, True, r"not a plain value", "H"),
     Shortcut("degenerate output (zeros of the right shape)", False, True, r"returned", "Z"),
+    # issue 27 (tests/notebooks/attacks.py)
+    Shortcut("grader-source answer (expected= typed, or the grader's function pasted)", True,
+             True, r"code found in the grader's checks|uses .*course_lib|recorded", "G"),
+    Shortcut("gate bypass (junk, then the value a later cell prints)", True, False,
+             r"\S", "B"),  # its verdict says what is wrong with the value handed in
+    Shortcut("seed table (the practice seed's inputs), graded with a course secret", False, True,
+             r"KeyError", "T"),
+    Shortcut("pasted library code (course_lib's functions in place of their import)", False,
+             True, r"code found in course_lib/|uses .*course_lib", "D"),
+    Shortcut("after-answer overwrite (the library call in a cell below the answer)", True, False,
+             r"set again in", "O"),
+    Shortcut("globals()['name'] lookup of a lesson-imported library name", True, True,
+             r"course_lib\.", "N"),
 ]  # fmt: skip
 
 

@@ -183,19 +183,62 @@ def test_the_closest_library_call_scores_zero(probed):
         assert library.points == 0, f"{lesson} {gid}: the library call scores: {library.message}"
 
 
-def shortcut_problems(probe: Probe, function: bool) -> list[str]:
-    """Shortcuts not tried, scoring, or not named in their verdict or the report."""
+#: A prediction's shortcuts that earn its completion point by design (issue 27): the gate bypass
+#: (junk, then the measurement a later cell prints) and the grader's source hand in a value the
+#: rule finds plausible, which earns what any plausible value earns, and never more.
+prediction_letters = ("B", "G")
+
+#: Shortcuts that score because no grader can tell them from the work, by (lesson, answer cell,
+#: letter), each with its reason; docs/instructors.md section 3.2 lists them. The test fails if
+#: one stops scoring (then drop it here and there) and on any other shortcut that scores.
+_TYPED = (
+    "the right value typed, as the registration's expected= (or the public solution) gives it: "
+    "no grader can tell a typed number's source, so a value item carries one point"
+)
+GAPS: dict[tuple[str, str, str], str] = {
+    ("01", "real-scale", "G"): _TYPED + " (the grader's arithmetic, pasted and called, is 4 lines)",
+    ("01", "target-practice", "G"): _TYPED,
+    ("01", "q1", "G"): _TYPED,
+    ("02", "q3", "G"): _TYPED,
+    ("03", "q2", "G"): _TYPED,
+    ("04", "q1-only-checkpointing", "G"): _TYPED,
+    ("05", "q1", "G"): _TYPED,
+    ("05", "q2", "G"): _TYPED,
+    ("05", "q3", "G"): _TYPED,
+}
+
+
+def shortcut_problems(
+    probe: Probe, function: bool, prediction: bool = False, gaps: frozenset[str] = frozenset()
+) -> list[str]:
+    """Shortcuts not tried (and not said to be inapplicable), scoring, or not named in their
+    verdict or the report; a prediction's gate bypass or grader-source copy earning more than
+    the right value; a listed gap (``gaps``: letters) that no longer scores."""
     expected = {s.name for s in SHORTCUTS if (s.functions if function else s.values)}
     if function and probe.visible_calls is None:
         expected.discard("hard-coded visible inputs, junk elsewhere")
+    expected -= set(probe.not_applicable)
     tried = {t.name: t for t in probe.of("shortcut")}
+    letter = {s.name: s.letter for s in SHORTCUTS}
+    right = max([t.points for t in probe.of("solution")], default=0.0)
     found = [f"not tried: {n}" for n in sorted(expected - set(tried) - _no_right_subclass(probe))]
     for name, t in tried.items():
-        if t.points:
-            found.append(f"'{name}' scores {t.points}: {t.message}")
         said = " || ".join([t.message, *t.review])
+        if letter.get(name) in gaps:
+            if not t.points:
+                found.append(f"'{name}' is listed as a gap but scores 0: drop it from GAPS")
+            continue
+        if prediction and letter.get(name) in prediction_letters:
+            if t.points > right:
+                found.append(f"'{name}' scores {t.points}, more than the right value's {right}")
+        elif t.points:
+            found.append(f"'{name}' scores {t.points}: {t.message}")
         if not re.search(named_by(name), said):
             found.append(f"'{name}' is not named: {said}")
+        if letter.get(name) == "T" and "practice grading (no course secret): 0 " in said:
+            found.append("the seed table scores nothing even in practice: it proves nothing")
+        if not function and t.ran:
+            found.append(f"'{name}' raised {t.ran} in the kernel: its values prove nothing")
     copied = tried.get("library call in an added cell, copied by the answer cell")
     if copied and not function and not any("added by the student" in f for f in copied.review):
         found.append(f"the added cell's course_lib use is not in the report: {copied.review}")
@@ -207,9 +250,17 @@ def test_every_shortcut_scores_zero_and_is_named(probed):
     found = {}
     for gid, probe in _new(run).items():
         function = any(registry(lesson)[t].function for t in _tests_of(lesson, gid))
-        found[gid] = shortcut_problems(probe, function)
+        gaps = frozenset(k[2] for k in GAPS if k[:2] == (lesson[:2], gid))
+        found[gid] = shortcut_problems(probe, function, _prediction(lesson, gid), gaps)
     found = {gid: f for gid, f in found.items() if f}
     assert not found, f"{lesson}: {found}"
+
+
+def test_every_gap_is_of_a_listed_item_and_says_why():
+    for (lesson, gid, letter), why in GAPS.items():
+        full = next(name for name in LESSONS if name.startswith(lesson))
+        assert gid in items_of(full), (lesson, gid)
+        assert letter in {s.letter for s in SHORTCUTS} and len(why) > 20, (lesson, gid, letter)
 
 
 def _tests_of(lesson: str, answer: str) -> list[str]:
@@ -418,6 +469,47 @@ def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
     assert any(f.startswith("not tried: caching") for f in found)
     assert len(form_problems(probe)) == 3  # too few forms, and both forms rejected
     assert lets_wrong_through(probe) == []
+
+
+def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
+    """Each new class fails the check when it scores (the gate bypass on a value that is not a
+    prediction, a seed table with a secret, pasted library code, an overwrite below the answer,
+    a globals() lookup), when it is not tried, or a prediction's bypass pays more than the right
+    value; a listed gap that stops scoring fails too."""
+    name = {s.letter: s.name for s in SHORTCUTS}
+    probe = Probe("q", migrated=True, right={"x": 16.0})
+    probe.tried = [Tried("solution", "solution", "", "plausible", 1, 1, "x: recorded")]
+    found = shortcut_problems(probe, function=False)
+    for letter in "BGON":
+        assert f"not tried: {name[letter]}" in found, (letter, found)
+    found = shortcut_problems(probe, function=True)
+    for letter in "GTDN":
+        assert f"not tried: {name[letter]}" in found, (letter, found)
+    probe.tried += [
+        Tried("shortcut", name["B"], "", "plausible", 1, 1, "x: right"),
+        Tried("shortcut", name["O"], "", "plausible", 1, 1, "x: right"),
+        Tried("shortcut", name["N"], "", "plausible", 1, 1, "x: right"),
+    ]
+    found = shortcut_problems(probe, function=False)
+    assert all(any(f"'{name[c]}' scores 1" in f for f in found) for c in "BON"), found
+    assert all(any(f"'{name[c]}' is not named" in f for f in found) for c in "BON"), found
+    found = shortcut_problems(probe, function=False, prediction=True)
+    assert not any(f"'{name['B']}' scores" in f for f in found), found  # its completion point
+    probe.tried[1] = Tried("shortcut", name["B"], "", "plausible", 2, 1, "x: recorded")
+    found = shortcut_problems(probe, function=False, prediction=True)
+    assert any("more than the right value" in f for f in found), found
+    table = Tried("shortcut", name["T"], "", "failed", 1, 1, "f: right", ("practice grading "
+                  "(no course secret): 1 point(s)",))  # fmt: skip
+    pasted = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right")
+    probe.tried = [probe.tried[0], table, pasted]
+    found = shortcut_problems(probe, function=True)
+    assert any(f"'{name['T']}' scores 1" in f for f in found), found
+    assert any(f"'{name['D']}' scores 1" in f for f in found), found
+    probe.tried[1] = Tried("shortcut", name["T"], "", "failed", 0, 1, "f raised KeyError",
+                           ("practice grading (no course secret): 0 point(s)",))  # fmt: skip
+    assert any("proves nothing" in f for f in shortcut_problems(probe, function=True))
+    found = shortcut_problems(probe, function=True, gaps=frozenset("T"))
+    assert any("listed as a gap but scores 0" in f for f in found), found
 
 
 def test_the_prediction_check_sees_a_prediction_paid_for_being_right():

@@ -370,13 +370,15 @@ def verdict(
     *,
     borrowed: Sequence[str] = (),
     unread: Sequence[str] = (),
+    pasted: str = "",
 ) -> Verdict:
     """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
 
-    An ``own_work`` value item and every function item score 0 with ``uses``. An ``own_work``
-    item also scores 0 when its answer cell copies a name an earlier cell of the student's
-    computed with ``course_lib`` (``borrowed``), or runs code built at run time that the grader
-    cannot read (``unread``).
+    An ``own_work`` value item and every function item score 0 with ``uses``, and when their
+    answer cell is mostly the course's code pasted in (``pasted``). An ``own_work`` item also
+    scores 0 when its answer cell copies a name an earlier cell of the student's computed with
+    ``course_lib`` (``borrowed``), or runs code built at run time that the grader cannot read
+    (``unread``).
 
     Args:
         item: the item.
@@ -386,20 +388,29 @@ def verdict(
         borrowed: names the answer cell takes from earlier cells that computed them with
             ``course_lib`` (``uses.borrowed``).
         unread: code the answer cell builds at run time, which the grader cannot read.
+        pasted: why the answer cell is the course's code pasted in (``review.copies.pasted``);
+            ``""``: it is not.
 
     Returns:
         The check's verdict (full marks with its message, or 0 with the reason it rejected),
         with the wall-clock seconds of the item's function calls.
     """
-    decided = _decided(item, ev, uses, borrowed, unread)
+    decided = _decided(item, ev, uses, borrowed, unread, pasted)
     seconds = sum(wall for _, wall in ev.call_times)
     return replace(decided, seconds=seconds) if seconds else decided
 
 
 def _decided(
-    item: Item, ev: Evidence, uses: list[str], borrowed: Sequence[str], unread: Sequence[str]
+    item: Item,
+    ev: Evidence,
+    uses: list[str],
+    borrowed: Sequence[str],
+    unread: Sequence[str],
+    pasted: str,
 ) -> Verdict:
     try:
+        if (item.own_work or item.function) and pasted:
+            raise Reject(pasted)
         if item.own_work and uses:
             raise Reject(
                 f"your answer cell uses {', '.join(uses[:3])}: this item is worked out by "

@@ -15,6 +15,7 @@ searched for the answer.
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from functools import cache
 
@@ -62,9 +63,31 @@ def predict_ratio(ev: Evidence) -> str:
     return ev.recorded()
 
 
-def _kept_per_token(d_model: int, d_mlp: int, n_heads: int, seq_len: int) -> tuple[int, int]:
-    """(other, scores): values one eager TinyGPT block keeps for backward, per token."""
-    return 8 * d_model + 2 * d_mlp + 4, n_heads * seq_len
+@cache
+def _library_pair(d_model: int, d_mlp: int, n_heads: int, seq_len: int) -> tuple[int, int]:
+    """(other, scores) per token of one eager block, from the library's memory model: what a
+    2-block model saves beyond a 1-block one, over one row of ``seq_len`` fp32 tokens. The grader
+    holds no formula of its own that a student could paste (issue 27); this needs ``course_lib``,
+    which a graded function's sandbox does not have."""
+    from course_lib.memory import activation_bytes
+    from course_lib.model import TinyGPTConfig
+
+    one = TinyGPTConfig(d_model=d_model, n_heads=n_heads, n_layers=1, max_seq_len=seq_len,
+                        mlp_ratio=d_mlp // d_model, attn_impl="eager")  # fmt: skip
+    one_block, two_blocks = (
+        activation_bytes(c, 1, seq_len) for c in (one, replace(one, n_layers=2))
+    )
+    scores = (two_blocks.attention_scores - one_block.attention_scores) // (4 * seq_len)
+    return (two_blocks.saved_total - one_block.saved_total) // (4 * seq_len) - scores, scores
+
+
+def _drawn_shape(rng: random.Random) -> tuple[int, int, int, int]:
+    """A block shape the library's model describes: ``d_model`` up to 4,096 in 1–64 heads of an
+    even size, ``d_mlp`` a multiple of it up to 16,384, ``seq_len`` up to 32,768."""
+    n_heads = rng.randint(1, 64)
+    d_model = n_heads * 2 * rng.randint(1, max(1, 4096 // (2 * n_heads)))
+    d_mlp = d_model * rng.randint(1, max(1, 16384 // d_model))
+    return d_model, d_mlp, n_heads, rng.randint(1, 32768)
 
 
 @cache
@@ -100,8 +123,8 @@ DRAWN = 10  # block shapes drawn for each student, beyond the fixed ones
     ),
 )
 def saved_per_token(ev: Evidence) -> str:
-    """The derived count, right on block shapes drawn for each student (no table holds them) and
-    matching the library's memory model of one block.
+    """The derived count, right on block shapes drawn for each student (no table holds them),
+    compared with what the library's memory model keeps per token for each.
 
     Args:
         ev: the submission's evidence: ``saved_per_token(d_model, d_mlp, n_heads, seq_len)``
@@ -115,20 +138,12 @@ def saved_per_token(ev: Evidence) -> str:
             scores, score values per token)``, or the pair disagrees with the library's model.
     """
     cases = [(64, 256, 4, 64), (16, 16, 1, 7)]
-    for _ in range(DRAWN):
-        cases.append(
-            (
-                ev.rng.randint(1, 4096),
-                ev.rng.randint(1, 16384),
-                ev.rng.randint(1, 64),
-                ev.rng.randint(1, 32768),
-            )
-        )
+    cases += [_drawn_shape(ev.rng) for _ in range(DRAWN)]
     model_case = (48, 96, 3, 300)  # the library's model of one block: 2 rows of 300 tokens
     results = ev.call([call(*c) for c in [*cases, model_case]])
     for case, result in zip(cases, results):
-        ev.returned(result, _kept_per_token(*case), "not what one eager block keeps per token")
-    other, scores = ev.returned(results[-1], _kept_per_token(*model_case))  # type: ignore[misc]
+        ev.returned(result, _library_pair(*case), "not what one eager block keeps per token")
+    other, scores = ev.returned(results[-1], _library_pair(*model_case))  # type: ignore[misc]
     if 4 * 600 * (other + scores) != _library_block(48, 3, 2, 2, 300):
         raise Reject(f"{results[-1].shown} does not match the library's memory model")
     return f"saved_per_token: right on {len(cases) + 1} block shapes, {DRAWN} of them drawn for you"

@@ -59,10 +59,6 @@ class Item(Protocol):
     def visible(self) -> tuple[Property, ...] | None:
         """What the visible test may say."""
 
-    @property
-    def migrated(self) -> bool:
-        """Whether the item declares its comparison and its visible test."""
-
 
 @dataclass(frozen=True)
 class Property:
@@ -97,7 +93,8 @@ class Property:
 
 
 def checks(item: Item) -> tuple[Property, ...]:
-    """The item's visible checks (``()`` for an item not yet declared this way).
+    """The item's visible checks (``()`` for an item that declares none: the fixture lesson's
+    plain asserts).
 
     Args:
         item: a registered item.
@@ -155,8 +152,8 @@ def _text(node: ast.AST) -> str | None:
 def problems_in(item: Item, source: str) -> list[str]:
     """How the visible test cell ``source`` disagrees with ``item``'s registration: a value read
     with another form, a prediction checked by another rule, a declared check missing, a
-    ``check(...)`` that would say "right". ``[]`` when they agree (or the item is not declared
-    this way).
+    ``check(...)`` that would say "right". ``[]`` when they agree (an item that declares no
+    visible check is held to the first and the last only).
 
     The cell is parsed, not run: only the expressions that may build a form or a rule (a value
     assigned to a name, a form or rule argument) are evaluated, against ``course_lib.forms``'
@@ -169,8 +166,6 @@ def problems_in(item: Item, source: str) -> list[str]:
     Returns:
         One message per disagreement, each starting with the item's grade id.
     """
-    if not item.migrated:
-        return []
     gid, found = item.grade_id, []
     allowed = [*item.forms.values(), *([item.returns] if item.returns else [])]
     labels: dict[str, list] = {}
@@ -202,7 +197,7 @@ def problems_in(item: Item, source: str) -> list[str]:
                     f"{gid}: the visible test has {said.count(name)} {kind}({name!r}) calls"
                 )
     read = {label for kind in ("read_answer", "predicted") for label, _, _ in labels.get(kind, [])}
-    for name in item.forms:
+    for name in item.forms if checks(item) else ():
         if name not in read:
             found.append(f"{gid}: the visible test never reads {name} (read_answer or predicted)")
     return found

@@ -259,20 +259,37 @@ def test_tensors_come_back_with_shape_and_dtype():
 # --- evidence helpers ---------------------------------------------------------------------------
 
 
-def _evidence(**values):
+WHOLE = items.Integer()
+
+
+def _evidence(form: items.Form = WHOLE, **values):
+    """Evidence of an item reading every one of ``values`` by ``form``."""
     item = items.items_of(FIXTURE)["test_ratio"]
-    item = items.Item(item.lesson, item.grade_id, item.answer, 1, item.check, tuple(values))
+    item = items.Item(item.lesson, item.grade_id, item.answer, 1, item.check, tuple(values),
+                      forms=dict.fromkeys(values, form))  # fmt: skip
     return Evidence(item, "ann", values=values)
 
 
 def test_evidence_reads_numbers_strictly():
     ev = _evidence(a=4.0, b=4.5, c=True, d="4", e=plain.NotPlain("not a plain value: X"))
-    assert ev.integer("a") == 4 and type(ev.integer("a")) is int
-    for name, why in (("b", "whole number"), ("c", "number"), ("d", "number"), ("e", "X")):
+    assert ev.read("a") == 4 and type(ev.read("a")) is int
+    assert ev.expect("a", 4) == 4
+    with pytest.raises(Reject, match="your value 4.5; the check needs it exact"):
+        ev.expect("b", 4)
+    for name, why in (("c", "number"), ("d", "number"), ("e", "X")):
         with pytest.raises(Reject, match=why):
-            ev.integer(name)
+            ev.read(name)
     with pytest.raises(GradingError, match="not declared"):
-        ev.value("undeclared")
+        ev.read("undeclared")
+
+
+def test_the_older_registration_and_accessors_are_gone():
+    """Issue 27 removed the migration's scaffolding: values come with their forms, and Evidence
+    reads them by those forms only."""
+    with pytest.raises(ValueError, match="with its form"):
+        items.Lesson("x").item("t", answer="a", points=1, values=("v",))(lambda ev: "")
+    assert not {"value", "number", "integer", "text"} & set(dir(Evidence))
+    assert not hasattr(items.Item, "migrated")
 
 
 def test_the_seed_is_per_student_and_item_and_stable():
@@ -630,11 +647,12 @@ def test_a_prediction_is_registered_with_a_rule_per_value_and_no_expected_value(
 
 
 def test_evidence_reads_fractions_and_decimals_as_numbers():
-    ev = _evidence(a=Fraction(4), b=Decimal("4.5"), c=Fraction(1, 3))
-    assert ev.integer("a") == 4 and type(ev.integer("a")) is int
-    assert ev.number("b") == 4.5 and type(ev.number("b")) is float
-    with pytest.raises(Reject, match="whole number"):
-        ev.integer("c")
+    ev = _evidence(items.Exact(), a=Fraction(4), b=Decimal("4.5"), c=Fraction(1, 3))
+    assert ev.read("a") == 4 and type(ev.read("a")) is int
+    assert ev.read("b") == 4.5 and type(ev.read("b")) is float
+    whole = _evidence(c=Fraction(1, 3))
+    with pytest.raises(Reject, match="a whole number"):
+        whole.expect("c", 1)
 
 
 def test_a_function_result_is_read_by_its_form():

@@ -20,11 +20,10 @@ The candidates (``Tried.kind``):
 * ``shortcut``: every way to score without the work (``probes.SHORTCUTS``), built from the
   library call and the solution.
 
-For an item registered with its forms and visible checks (``Item.migrated``) the pass then
-restores the blank answer before running on, so every later cell's output is what a student sees
-on a blank notebook (the spoiler test reads all of it); an older item leaves its solution in
-place, as before (its lesson is checked above each question only). Lessons list their probes in
-``items_NN.py``.
+After each item the pass restores the blank answer before running on, so every later cell's
+output is what a student sees on a blank notebook (the spoiler test reads all of it); once the
+notebook has run to its end, each value item's gate bypass is tried (``_gate_bypass``). Lessons
+list their probes in ``items_NN.py``.
 """
 
 from __future__ import annotations
@@ -87,8 +86,6 @@ class Item:
     library: str | None = None  # the closest course_lib call, written as an answer cell
     forms: dict[str, str] = field(default_factory=dict)  # more right forms: name -> answer cell
     shown: dict[str, str] = field(default_factory=dict)  # text where an answer may show -> why
-    constants: list[str] = field(default_factory=list)  # older items: names kept from above
-    allowed: list[str] = field(default_factory=list)  # older items: printed forms allowed above
 
     def named_wrong(self) -> list[tuple[str, str]]:
         if isinstance(self.wrong, dict):
@@ -120,12 +117,9 @@ class Probe:
     """What happened to one item (its answer cell) during the pass."""
 
     grade_id: str
-    migrated: bool = False
     tried: list[Tried] = field(default_factory=list)
     right: dict[str, object] = field(default_factory=dict)  # the solution's values, plain
     visible_calls: str | None = None  # a function item: the visible test's calls, pickled
-    above: str = ""  # older items: markdown and outputs above the answer cell
-    values: dict[str, object] = field(default_factory=dict)  # older items: constants' values
     visible: str = ""  # the student version's test cell
     blank: str = ""  # the student version's answer cell
     not_applicable: dict[str, str] = field(default_factory=dict)  # shortcut -> why not tried
@@ -275,17 +269,6 @@ class Pass:
         flags = tuple(f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f)
         return verdicts, flags
 
-    def value(self, name: str):
-        err, text = self.run(f"print(repr({name}))")
-        if err:
-            raise AssertionError(f"{self.lesson}: could not read {name} after its solution ran")
-        import ast
-
-        try:
-            return ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            return text.strip()
-
 
 @contextmanager
 def _spying(spy: list | None):
@@ -315,32 +298,25 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
     probes: dict[str, Probe] = {}
     texts: list[tuple[str, str]] = []
     errors: list[str] = []
-    seen: list[str] = []  # older items: what the student has seen so far
     with p.client.setup_kernel():
         p.run("import os; os.environ['CI'] = '1'")
         cells = p.nb.cells
         for i, cell in enumerate(cells):
             gid = nbgrader_meta(cell).get("grade_id") or f"cell {i + 1}"
             if cell.cell_type != "code":
-                seen.append(cell.source)
                 texts.append((f"markdown {gid}", cell.source))
                 continue
             if is_answer(cell):
-                probe = _probe(p, cell, cells[i + 1], entries.get(gid, Item()), "\n".join(seen))
-                probes[gid] = probe
-                err, text = p.run(cell.source if probe.migrated else p.solution[gid].source)
-                texts.append((f"answer cell {gid} (blank)", text)) if probe.migrated else None
+                probes[gid] = _probe(p, cell, cells[i + 1], entries.get(gid, Item()))
+                err, text = p.run(cell.source)
+                texts.append((f"answer cell {gid} (blank)", text))
                 continue
             err, text = p.run(cell.source)
-            seen.append(text)
             texts.append((f"{'test cell' if is_test(cell) else 'cell'} {gid}", text))
             if err and not is_test(cell):
                 errors.append(f"{gid} raised {err}: {text[-300:]}")
         for gid, probe in probes.items():
-            if probe.migrated:
-                _gate_bypass(p, probe, cells, entries.get(gid, Item()))
-    if any(not probe.migrated for probe in probes.values()) and errors:
-        raise AssertionError(f"{lesson}: lesson cells raised in the pass: {errors}")
+            _gate_bypass(p, probe, cells, entries.get(gid, Item()))
     return Run(lesson, probes, texts, errors)
 
 
@@ -417,10 +393,10 @@ def _record_calls(p: Pass, function: str, visible: str) -> str | None:
     return None if err else text.split("CALLS", 1)[1].strip()
 
 
-def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
+def _probe(p: Pass, cell, test_cell, entry: Item) -> Probe:
     gid = nbgrader_meta(cell)["grade_id"]
     found = [item for item in p.items.values() if item.answer == gid]
-    probe = Probe(gid, migrated=bool(found) and all(item.migrated for item in found), above=above)
+    probe = Probe(gid)
     visible = test_cell.source  # the student version's test cell: no hidden region
     solution = p.solution[gid].source
     probe.visible, probe.blank = visible, cell.source
@@ -435,10 +411,6 @@ def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
     sol = _try(p, probe, "solution", "solution", solution, visible, spy=calls)
     if sol.ran:
         raise AssertionError(f"{p.lesson}: the solution of {gid} raised {sol.ran}")
-    for name in entry.constants:
-        probe.values[name] = p.value(name)
-    if not probe.migrated:
-        return probe
     names = sorted({n for item in found for n in item.values})
     function = next((item.function for item in found if item.function), None)
     probe.right = p.take(names)

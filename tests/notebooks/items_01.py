@@ -6,9 +6,6 @@ shortcuts are built by the pass from the registration, the solution and the libr
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
-
 # Where a graded answer's printed form is unavoidable and says nothing about the answer.
 _SPLITS = {
     "16 × 1024": "the worked example's short shape (16 sequences of 1,024): a batch size",

@@ -6,8 +6,6 @@ shortcuts are built by the pass from the registration, the solution and the libr
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _row(body: str) -> str:
     return (

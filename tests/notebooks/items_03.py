@@ -8,8 +8,6 @@ library call below is a *right* answer reached with ``course_lib``: it must scor
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _weights(accum: str, full: str, ratio: str) -> str:
     return f"weight_A_accum = {accum}\nweight_A_full = {full}\ntoken_ratio = {ratio}\n"

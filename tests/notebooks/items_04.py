@@ -8,8 +8,6 @@ because the item is the student's own work, not because the value is wrong.
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _stride_model(body: str) -> str:
     return (

@@ -8,8 +8,6 @@ the card shows; the question is posed so that every one of them gives another an
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _predict(body: str) -> str:
     return f"def predict_micro_batch(memory_budget, fixed_bytes, row_bytes):\n    {body}\n"

@@ -10,9 +10,9 @@ accepted; the visible test never "right" where the grade is 0 and never failing 
 and no answer shown anywhere on the blank notebook. No visible test says right
 (``course_grading.judge.visible``; ``tests/grading/test_items.py`` checks every cell).
 
-Items registered the older way (no forms, no declared visible test) keep the older checks:
-blank, wrong answers and library call 0, solution full, nothing given away above the question.
-A lesson whose ``items_NN.py`` says ``MIGRATED = True`` must have every item the new way.
+Every item of every lesson is registered with its forms and its visible check
+(``test_every_item_declares_its_forms_and_visible_check``): the older registration, and the older
+checks that went with it, are gone (issue 27).
 """
 
 from __future__ import annotations
@@ -38,10 +38,6 @@ def items_of(lesson: str) -> dict:
     return importlib.import_module(f"items_{lesson[:2]}").ITEMS
 
 
-def migrated(lesson: str) -> bool:
-    return bool(getattr(importlib.import_module(f"items_{lesson[:2]}"), "MIGRATED", False))
-
-
 def registry(lesson: str) -> dict[str, trusted.Item]:
     return trusted.items_of(lesson)
 
@@ -50,10 +46,6 @@ def registry(lesson: str) -> dict[str, trusted.Item]:
 def probed(request):
     lesson = request.param
     return lesson, items_of(lesson), run_lesson(lesson, items_of(lesson))
-
-
-def _new(run) -> dict[str, Probe]:
-    return {gid: p for gid, p in run.probes.items() if p.migrated}
 
 
 # --- static: the notebook and the registry ---------------------------------------------------
@@ -96,9 +88,10 @@ def test_every_item_is_listed(lesson):
     assert set(items_of(lesson)) == graded, f"items_{lesson[:2]}.py must list exactly {graded}"
 
 
-@pytest.mark.parametrize("lesson", [lesson for lesson in LESSONS if migrated(lesson)])
-def test_a_migrated_lesson_declares_every_item(lesson):
-    old = [gid for gid, item in registry(lesson).items() if not item.migrated]
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_item_declares_its_forms_and_visible_check(lesson):
+    old = [gid for gid, item in registry(lesson).items()
+           if not item.visible or (item.function and item.returns is None)]  # fmt: skip
     assert not old, f"{lesson}: register forms and visible checks for {old}"
     for gid, entry in items_of(lesson).items():
         assert entry.library, f"{lesson} {gid}: give the closest library call (shortcuts use it)"
@@ -248,7 +241,7 @@ def shortcut_problems(
 def test_every_shortcut_scores_zero_and_is_named(probed):
     lesson, _, run = probed
     found = {}
-    for gid, probe in _new(run).items():
+    for gid, probe in run.probes.items():
         function = any(registry(lesson)[t].function for t in _tests_of(lesson, gid))
         gaps = frozenset(k[2] for k in GAPS if k[:2] == (lesson[:2], gid))
         found[gid] = shortcut_problems(probe, function, _prediction(lesson, gid), gaps)
@@ -284,7 +277,7 @@ def form_problems(probe: Probe) -> list[str]:
 
 def test_every_right_answer_form_is_accepted(probed):
     lesson, _, run = probed
-    found = {gid: form_problems(p) for gid, p in _new(run).items()}
+    found = {gid: form_problems(p) for gid, p in run.probes.items()}
     found = {gid: f for gid, f in found.items() if f}
     assert not found, f"{lesson}: right answers rejected: {found}"
 
@@ -307,7 +300,7 @@ def disagreements(tried: list[Tried]) -> list[str]:
 
 def test_visible_and_trusted_agree_on_every_value_tried(probed):
     lesson, _, run = probed
-    found = {gid: disagreements(p.tried) for gid, p in _new(run).items()}
+    found = {gid: disagreements(p.tried) for gid, p in run.probes.items()}
     found = {gid: d for gid, d in found.items() if d}
     assert not found, f"{lesson}: {found}"
 
@@ -316,7 +309,7 @@ def test_property_checks_are_not_oracles(probed):
     """Every visible test is a property check, and lets some wrong answer through as
     "plausible": it does not determine the answer."""
     lesson, _, run = probed
-    for gid, probe in _new(run).items():
+    for gid, probe in run.probes.items():
         tests = [registry(lesson)[t] for t in _tests_of(lesson, gid)]
         kinds = {c.kind for item in tests for c in visible.checks(item)}
         assert kinds == {"property"}, f"{lesson} {gid}: visible checks {kinds}"
@@ -333,7 +326,7 @@ def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -
     outside the contexts each item allows (``Item.shown``) and measured medians with their range
     (``probes.MEASURED``); ``forms``: answer cell -> value name -> form."""
     found = []
-    for gid, probe in _new(run).items():
+    for gid, probe in run.probes.items():
         answers = dict(probe.right)
         for args, _, result in _calls(probe):
             answers[f"{gid}{args}"] = result
@@ -365,46 +358,7 @@ def test_no_answer_is_shown_on_a_blank_notebook(probed):
 
 def test_lesson_cells_run_on_a_blank_notebook(probed):
     lesson, _, run = probed
-    if _new(run):
-        assert not run.lesson_errors, f"{lesson}: {run.lesson_errors}"
-
-
-def test_older_items_give_nothing_away_above_their_question(probed):
-    lesson, items, run = probed
-    found = {}
-    for gid, probe in run.probes.items():
-        if not probe.migrated:
-            hits = older_spoilers(probe, items[gid].allowed)
-            if hits:
-                found[gid] = hits
-    assert not found, f"{lesson}: answers shown above their question: {found}"
-
-
-def older_printed_forms(value) -> set[str]:
-    """How a constant answer could be shown (the older items' distinctive forms)."""
-    if isinstance(value, bool):
-        return set()
-    if isinstance(value, int):
-        return {str(value), f"{value:,}"} if abs(value) >= 10 else set()
-    if isinstance(value, float):
-        forms = {f"{value:.3g}", f"{value:.2f}", f"{value:.1f}", f"{value:g}"}
-        if 0 < value < 1:
-            forms |= {f"{100 * value:.1f} %", f"{100 * value:.1f}%", f"{100 * value:.0f}%"}
-        return {f for f in forms if len(f.strip("0.%-")) >= 2}
-    if isinstance(value, str):
-        return {value} if len(value) >= 3 else set()
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return set().union(*(older_printed_forms(v) for v in value)) if value else set()
-    return set()
-
-
-def older_spoilers(probe: Probe, allowed: list[str]) -> list[str]:
-    found = []
-    for name, value in probe.values.items():
-        for form in sorted(older_printed_forms(value) - set(allowed)):
-            if re.search(rf"(?<![\w.]){re.escape(form)}(?![\w]|\.\d)", probe.above):
-                found.append(f"{name} = {value!r} shows as {form!r}")
-    return found
+    assert not run.lesson_errors, f"{lesson}: {run.lesson_errors}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -432,7 +386,7 @@ def test_written_answers_have_rubrics_that_add_up(lesson):
 # --- the checks above can fail --------------------------------------------------------------
 
 
-def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
+def test_the_checks_see_a_disagreement_and_a_spoiler():
     wrong_but_right = Tried("wrong", "16.04", "x = 16.04", "right", 0, 1, "your value 16.04")
     right_but_failed = Tried("form", "np.int64", "x = np.int64(16)", "failed: AssertionError", 1, 1)
     method = Tried("shortcut", "library", "x = lib()", "right", 0, 1, "uses course_lib")
@@ -441,7 +395,7 @@ def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
     assert len(found) == 3 and "library" not in " ".join(found), found
 
     class Fake:
-        probes = {"q": Probe("q", migrated=True, right={"predicted_ratio": 16.0})}
+        probes = {"q": Probe("q", right={"predicted_ratio": 16.0})}
         texts = [
             ("cell setup-9", "score ratio: 16×"),
             ("cell setup-3", "16 × 1024 -> 16,384"),
@@ -450,13 +404,10 @@ def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
 
     found = spoilers_of(Fake, {"q": {"16 × 1024": "the worked example"}}, {})
     assert found == ["predicted_ratio shows as '16' in cell setup-9"], found
-    p = Probe("x", above="we expect 16× here", values={"predicted_ratio": 16.0})
-    assert older_spoilers(p, []) == ["predicted_ratio = 16.0 shows as '16'"]
-    assert older_spoilers(p, ["16"]) == []
 
 
 def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
-    probe = Probe("q", migrated=True, right={"x": 16.0})
+    probe = Probe("q", right={"x": 16.0})
     probe.tried = [
         Tried("shortcut", SHORTCUTS[0].name, "", "right", 1, 1, "x: right"),
         Tried("shortcut", "always-equal object", "", "failed", 0, 1, "x: your value 3"),
@@ -477,7 +428,7 @@ def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
     a globals() lookup), when it is not tried, or a prediction's bypass pays more than the right
     value; a listed gap that stops scoring fails too."""
     name = {s.letter: s.name for s in SHORTCUTS}
-    probe = Probe("q", migrated=True, right={"x": 16.0})
+    probe = Probe("q", right={"x": 16.0})
     probe.tried = [Tried("solution", "solution", "", "plausible", 1, 1, "x: recorded")]
     found = shortcut_problems(probe, function=False)
     for letter in "BGON":
@@ -492,7 +443,7 @@ def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
     ]
     found = shortcut_problems(probe, function=False)
     assert all(any(f"'{name[c]}' scores 1" in f for f in found) for c in "BON"), found
-    assert all(any(f"'{name[c]}' is not named" in f for f in found) for c in "BON"), found
+    assert all(any(f"'{name[c]}' is not named" in f for f in found) for c in "ON"), found
     found = shortcut_problems(probe, function=False, prediction=True)
     assert not any(f"'{name['B']}' scores" in f for f in found), found  # its completion point
     probe.tried[1] = Tried("shortcut", name["B"], "", "plausible", 2, 1, "x: recorded")
@@ -515,7 +466,7 @@ def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
 def test_the_prediction_check_sees_a_prediction_paid_for_being_right():
     """The old grading of a prediction (right: 1 point and "right"; a wrong plausible value: 0)
     fails the check, as does a message that judges the value or too few values tried."""
-    probe = Probe("p", migrated=True)
+    probe = Probe("p")
     probe.tried = [
         Tried("solution", "solution", "", "plausible", 1, 1, "x: right"),
         Tried("plausible", "close", "", "plausible", 0, 1, "x: your value 16.04; needs it exact"),

@@ -45,9 +45,8 @@ for full marks (a ``str``) or a :class:`Verdict` (partial credit, review flags).
 item by raising :class:`Reject` (``ev.require(condition, message)`` does), and the item scores
 0 with that message. Messages are the instructor's words for the student: they may quote the
 student's own value, never the expected one. ``Evidence`` gives the values read by their forms
-(``ev.read``, ``ev.expect``, ``ev.expect_all``, ``ev.recorded`` for a prediction; the older
-``ev.value``, ``ev.number``, ``ev.integer``, ``ev.text``: each rejects a missing, blank or
-not-plain value with a message),
+(``ev.read``, ``ev.expect``, ``ev.expect_all``, ``ev.recorded`` for a prediction: each rejects a
+missing, blank or not-plain value with a message),
 the function (``ev.call([call(...), ...])``: one sandboxed run per item, every result plain
 data, compared with ``ev.returned``; see :func:`call` and the input builders :func:`tensor`,
 :func:`new`, :func:`predicate`, :func:`recorder`), a random generator seeded per student and
@@ -55,8 +54,9 @@ item (``ev.rng``: the same grade on every re-grade), and the answer cell's sourc
 ``own_work=True`` on a value item scores 0 an answer cell whose source uses ``course_lib``,
 copies a name an earlier cell of the student's computed with it, or runs code built at run time
 (``uses.py``); any use of ``course_lib`` in the student's cells is also named in the report.
-An item registered with forms and a visible test is ``migrated`` (``docs/instructors.md``, "How
-to write an item"); the older registration (``values`` as a tuple of names) still works.
+Every value is registered with its form (``values={name: Form()}``; a tuple of names, the older
+registration, is refused), and every lesson item with its visible test (``docs/instructors.md``,
+"How to write an item"); only the fixture lesson's plain asserts declare none.
 
 The package's modules: ``model.py`` (``Item``, ``Lesson``, ``Verdict``, ``Reject``, the registry
 ``items_of``), ``calls.py`` (a graded function's calls and their ``Result``), ``checking.py``

@@ -11,8 +11,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import replace
-from decimal import Decimal
-from fractions import Fraction
 
 from course_grading.errors import GradingError
 from course_grading.judge import functions, plain
@@ -20,7 +18,7 @@ from course_grading.judge import secret as course_secret
 from course_grading.judge.items.calls import Result, exception_text
 from course_grading.judge.items.model import Item, Reject, Verdict
 from course_grading.judge.plain import describe
-from course_lib.forms import Exact, Form, Unreadable
+from course_lib.forms import Form, Unreadable
 
 
 def seed_for(lesson: str, grade_id: str, student: str) -> int:
@@ -73,14 +71,8 @@ class Evidence:
         self.call_times: list[tuple[float, float]] = []  # (CPU, wall) seconds of every call
 
     # values
-    def value(self, name: str) -> object:
-        """The student's value of ``name`` as plain data.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            The value as the kernel gave it (decoded plain data).
+    def _raw(self, name: str) -> object:
+        """The student's value of ``name`` as plain data, before its form reads it.
 
         Raises:
             GradingError: the check reads a name its item does not declare (a grader bug).
@@ -92,44 +84,6 @@ class Evidence:
         if isinstance(found, plain.NotPlain):
             raise Reject(f"{name}: {found}")
         return found
-
-    def number(self, name: str) -> int | float:
-        """``name`` as a finite number: ``int``, ``float``, ``Fraction``, ``Decimal``, not ``bool``.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            An ``int`` when the number is whole, a ``float`` otherwise.
-
-        Raises:
-            Reject: the value is missing, not a number, or not finite.
-        """
-        value = self.value(name)
-        if type(value) not in (int, float, Fraction, Decimal):
-            raise Reject(f"{name}: a number is needed, got {_kind(value)}")
-        try:
-            return Exact().value(value)
-        except Unreadable as why:
-            raise Reject(f"{name}: {why}") from None
-
-    def integer(self, name: str) -> int:
-        """``name`` as a whole number: an ``int`` (not ``bool``), or a float, Fraction or Decimal
-        with no fraction.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            The whole number.
-
-        Raises:
-            Reject: the value is missing, not a number, or has a fraction.
-        """
-        value = self.number(name)
-        if isinstance(value, float):
-            raise Reject(f"{name}: a whole number is needed, got {describe(value)}")
-        return value
 
     def form(self, name: str) -> Form:
         """How ``name`` is compared (the registration's ``values``).
@@ -160,7 +114,7 @@ class Evidence:
             Reject: the value is missing, or its form cannot read it (the message gives the form's
                 reason).
         """
-        value = self.value(name)
+        value = self._raw(name)
         try:
             return self.form(name).value(value)
         except Unreadable as why:
@@ -183,9 +137,9 @@ class Evidence:
         got = self.read(name)
         if expected is None:
             expected = self.item.expected_values()[name]
-        if not self.form(name).same(self.value(name), expected):
+        if not self.form(name).same(self._raw(name), expected):
             raise Reject(
-                f"{name}: your value {describe(self.value(name))}; the check needs it "
+                f"{name}: your value {describe(self._raw(name))}; the check needs it "
                 f"{self.form(name).needs}"
             )
         return got
@@ -218,7 +172,7 @@ class Evidence:
         for name in self.item.values:
             if not rules[name].holds(self.read(name)):
                 raise Reject(
-                    f"{name}: your value {describe(self.value(name))} is not {rules[name].words}, "
+                    f"{name}: your value {describe(self._raw(name))} is not {rules[name].words}, "
                     "so it is not a plausible prediction"
                 )
         return (
@@ -256,23 +210,6 @@ class Evidence:
         if not right:
             raise Reject(f"{result.shown} returned {describe(got)}: {wrong}")
         return read
-
-    def text(self, name: str) -> str:
-        """``name`` as a string.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            The string, as given.
-
-        Raises:
-            Reject: the value is missing or not exactly a ``str``.
-        """
-        value = self.value(name)
-        if type(value) is not str:
-            raise Reject(f"{name}: a string is needed, got {_kind(value)}")
-        return value
 
     @staticmethod
     def require(condition: object, message: str) -> None:
@@ -347,10 +284,6 @@ class Evidence:
                 )
             )
         return results
-
-
-def _kind(value: object) -> str:
-    return f"{type(value).__name__} {describe(value, 30)}"
 
 
 def _python_source(source: str) -> str:

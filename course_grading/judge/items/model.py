@@ -107,14 +107,6 @@ class Item:
         shown = [c for c in self.visible or () if isinstance(c, Property)]
         return {name: rule for check in shown for name, rule in check.rules.items()}
 
-    @property
-    def migrated(self) -> bool:
-        """Whether the item declares its comparison and its visible test (issue 20's model)."""
-        compared = (
-            self.returns is not None if self.function else set(self.forms) == set(self.values)
-        )
-        return compared and bool(self.visible)
-
     def expected_values(self) -> Mapping[str, object]:
         """The declared expected values (computed once, for a callable).
 
@@ -169,7 +161,7 @@ class Lesson:
         *,
         answer: str,
         points: float,
-        values: tuple[str, ...] | Mapping[str, Form] = (),
+        values: Mapping[str, Form] | None = None,
         function: str | None = None,
         returns: Form | None = None,
         expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None,
@@ -184,8 +176,8 @@ class Lesson:
             grade_id: the test cell's nbgrader grade id.
             answer: the grade id of the answer cell the item reads.
             points: the item's points, as the test cell's nbgrader metadata gives them.
-            values: the names taken out of the kernel as plain data; as a mapping, also how each is
-                compared (a ``course_lib.forms.Form``). One of ``values`` and ``function``.
+            values: the names taken out of the kernel as plain data, each with how it is compared
+                (a ``course_lib.forms.Form``). One of ``values`` and ``function``.
             function: the name of the graded function re-created from the answer cell.
             returns: how each of the function's results is compared (a ``Form``).
             expected: the right values by name, or a function giving them (computed once).
@@ -199,24 +191,19 @@ class Lesson:
             The decorator: it registers the check and returns it unchanged.
 
         Raises:
-            ValueError: neither or both of ``values`` and ``function``, a name that is not a Python
+            ValueError: neither or both of ``values`` and ``function``, values without their forms
+                (a tuple of names, the older registration), a name that is not a Python
                 name, a prediction whose rules do not cover its values or that declares an expected
                 value, or (when decorating) a second check for the same ``grade_id``.
         """
-        if bool(values) == bool(function):
-            raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
-        forms = dict(values) if isinstance(values, Mapping) else {}
-        for name in [*values, *([function] if function else [])]:
-            if not _PYTHON_NAME.match(name):
-                raise ValueError(f"{grade_id}: {name!r} is not a Python name")
+        forms = _forms(grade_id, values, function)
         shown = (visible,) if isinstance(visible, Property) else visible
         for check in shown or ():
-            if check.rules:
-                if set(check.rules) != set(forms) or expected is not None:
-                    raise ValueError(
-                        f"{grade_id}: a prediction has one rule per value, each with a form, and "
-                        "no expected value (a plausible value earns its point, never a right one)"
-                    )
+            if check.rules and (set(check.rules) != set(forms) or expected is not None):
+                raise ValueError(
+                    f"{grade_id}: a prediction has one rule per value, each with a form, and no "
+                    "expected value (a plausible value earns its point, never a right one)"
+                )
 
         def register(check: Callable) -> Callable:
             if grade_id in self.items:
@@ -227,7 +214,7 @@ class Lesson:
                 answer,
                 float(points),
                 check,
-                tuple(values),
+                tuple(forms),
                 function,
                 tuple(allowed),
                 tuple(forbidden),
@@ -240,6 +227,21 @@ class Lesson:
             return check
 
         return register
+
+
+def _forms(
+    grade_id: str, values: Mapping[str, Form] | None, function: str | None
+) -> dict[str, Form]:
+    """The registration's forms by value name, once its values and function are checked."""
+    if bool(values) == bool(function):
+        raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
+    if values is not None and not isinstance(values, Mapping):
+        raise ValueError(f"{grade_id}: give each value with its form, {{name: Form()}}")
+    forms = dict(values or {})
+    for name in [*forms, *([function] if function else [])]:
+        if not _PYTHON_NAME.match(name):
+            raise ValueError(f"{grade_id}: {name!r} is not a Python name")
+    return forms
 
 
 _COMPUTED: dict[int, Mapping[str, object]] = {}

@@ -36,13 +36,21 @@ KEYS = ("wrong", "wrong scored", "wrong told right", "plausible", "plausible off
 LETTER = {s.name: s.letter for s in SHORTCUTS}
 
 
-def count(lesson: str) -> tuple[dict[str, int], dict[str, list[int]]]:
-    """The assessment pass's tallies for one lesson, and per shortcut letter [tried, scored]."""
+def count(lesson: str) -> tuple[dict[str, int], dict[str, list[int]], list[str]]:
+    """The assessment pass's tallies for one lesson, per shortcut letter [tried, scored], and one
+    line per item: the letters tried (a scoring one with its points) and those not applicable."""
     registry = importlib.import_module(f"items_{lesson[:2]}").ITEMS
     run = run_lesson(lesson, registry)
     tally = dict.fromkeys(KEYS, 0)
     letters = {s.letter: [0, 0] for s in SHORTCUTS}
+    lines = []
     for gid, probe in run.probes.items():
+        tried = [f"{LETTER[t.name]}={t.points:g}" if t.points else LETTER[t.name]
+                 for t in probe.of("shortcut")]  # fmt: skip
+        skipped = [f"{LETTER[n]} ({why})" for n, why in probe.not_applicable.items()]
+        lines.append(
+            f"  {gid}: {' '.join(tried)}" + (f"; n/a: {'; '.join(skipped)}" * bool(skipped))
+        )
         wrong, forms, shortcuts = probe.of("wrong"), probe.of("form"), probe.of("shortcut")
         plausible, solution = probe.of("plausible"), probe.of("solution")[0]
         predicted = any(i.rules for i in trusted.items_of(lesson).values() if i.answer == gid)
@@ -65,7 +73,7 @@ def count(lesson: str) -> tuple[dict[str, int], dict[str, list[int]]]:
                 tally["completion"] += 1
             elif t.points and (lesson[:2], gid, letter) in GAPS:
                 tally["gaps"] += 1
-    return tally, letters
+    return tally, letters, lines
 
 
 def main(prefixes: list[str]) -> None:
@@ -73,10 +81,11 @@ def main(prefixes: list[str]) -> None:
                if not prefixes or any(name.startswith(p) for p in prefixes)]  # fmt: skip
     total = dict.fromkeys(KEYS, 0)
     per_class = {s.letter: [0, 0] for s in SHORTCUTS}
-    rows = []
+    rows, details = [], []
     print("lesson".ljust(34) + "".join(k.rjust(17) for k in KEYS))
     for lesson in lessons:
-        tally, letters = count(lesson)
+        tally, letters, lines = count(lesson)
+        details += [lesson, *lines]
         for key in KEYS:
             total[key] += tally[key]
         for letter, (tried, scored) in letters.items():
@@ -93,6 +102,7 @@ def main(prefixes: list[str]) -> None:
         )
         print(lesson.ljust(34) + cells)
     print("\n" + "\n".join(f"{s.letter}: {s.name}" for s in SHORTCUTS))
+    print("\nper item (letter=points where one scored):\n" + "\n".join(details))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Trusted checks of lesson 2: padding and packing.
 
 A point is earned by producing something that is right *and* that a lookup cannot produce, so
-the three value items (a prediction, a number read off the sliders, a check-yourself question)
-carry one point each and the two functions carry seven: ``packed_row`` is called on rows drawn
+the two value items (a number read off the sliders, a check-yourself question) carry one point
+each, the prediction one for any plausible value (``Evidence.recorded``: a right one earns no
+more; its written comparison with the measurement carries the points), and the two functions
+carry seven: ``packed_row`` is called on rows drawn
 for each student and compared with the library's collator and mask, ``packed_forward`` runs on
 documents and model weights drawn for each student, and every document's logits, packed and
 alone, are compared with a model the grader builds itself (``model(input_ids=doc)``), so an
 output that only agrees with itself (all zeros) fails. Every visible test is a property check:
-none of these answers can be hidden behind a digest that a search over the question's few
-numbers would not find (``docs/instructors.md``, lesson 2's items).
+a search over formulas of the question's few numbers would find any of these answers, so
+nothing may confirm one (``docs/instructors.md``, lesson 2's items).
 """
 
 from __future__ import annotations

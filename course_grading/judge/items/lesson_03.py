@@ -1,11 +1,13 @@
 """Trusted checks of lesson 3: gradient accumulation.
 
 A point is earned by producing something that is right *and* that a lookup cannot produce, so
-the values (a prediction, the noise target, a check-yourself question) carry one point each and
-the two loops four each. The loops run in the function sandbox on a small TinyGPT
-(``course_lib.model`` staged, nothing else of the library) and on windows drawn for each
-student: micro-batches of very different loss tokens, one with full-sequence labels (where the
-unshifted count is off by one a row), one without any loss token, and for the training loop
+the values (the noise target, a check-yourself question) carry one point each, the prediction
+one for any plausible value (``Evidence.recorded``: right ones earn no more; its written
+comparison with the measurement carries the points), and the two loops four each. The loops run
+in the function sandbox on a small TinyGPT (``course_lib.model`` staged, nothing else of the
+library) and on windows drawn for each student: micro-batches of very different loss tokens,
+one with full-sequence labels (where the unshifted count is off by one a row), one without any
+loss token, and for the training loop
 windows whose full-batch gradient is below the clipping norm (where a summed loss shows) and
 above it (where forgetting the clip shows). Their gradients come back as plain data and are
 compared here with one full batch of the same window, on the same model; what they return is

@@ -1,10 +1,12 @@
 """Trusted checks of lesson 4: activation checkpointing, memory against recompute.
 
 A point is earned by producing something that is right *and* that a lookup cannot produce. The
-two predictions and the two short answers carry one point each: each is a value a student could
-work out elsewhere and type in, so its visible test only says *plausible* (a property the right
-answer shares with wrong ones: there is no digest to search), and it is the student's own work
-(``own_work``: no ``course_lib`` in the answer cell, nor copied from a cell that used it). The
+two short answers carry one point each: each is a value a student could work out elsewhere and
+type in, so its visible test only says *plausible* (a property the right answer shares with
+wrong ones), and it is the student's own work (``own_work``: no ``course_lib`` in the answer
+cell, nor copied from a cell that used it). The two predictions carry one point each for any
+plausible value (``Evidence.recorded``): a right one earns no more, and their written comparisons
+with the measurements carry the points. The
 derivation carries five: ``saved_values_per_token`` is re-created from its cell where
 ``course_lib`` is absent and called on depths, widths, head counts and strides drawn for each
 student, which no table of the visible cases answers. Each value is compared by its declared

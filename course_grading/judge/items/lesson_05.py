@@ -8,7 +8,9 @@ The values (a target-practice shape, three check-yourself questions, a plan read
 carry one point each, are the student's own work (``own_work``) and are compared by their
 declared forms (``course_lib.forms``), which the visible tests read them with too. Every visible
 test is a property check: the answers are short whole numbers, choices and a 3-significant-figure
-spare, whose digests would be found by trying candidates.
+spare, and anything that confirmed one would be found by trying candidates. ``predict_micro_batch``
+is compared with the library's own search of each card: the grader holds no formula of its own
+that a student could paste.
 
 What the checks compare with (the memory model's figures, the loss tokens of the logged run, the
 plans on real cards) is computed here by trusted code from the lesson's parameters, as the lesson

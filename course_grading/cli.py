@@ -1,6 +1,6 @@
 """The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
-``python -m course_grading digest NAME VALUE [--sig N]`` (a visible test's digest);
-``export`` (scores into an LMS's file) is ``course_grading.lms.export``.
+``python -m course_grading secret PATH`` (a course secret); ``export`` (scores into an LMS's
+file) is ``course_grading.lms.export``.
 
 This is the only place a ``GradingError`` becomes a message and an exit status: one line on
 stderr, exit status 2.
@@ -9,7 +9,6 @@ stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import sys
 from pathlib import Path
@@ -109,10 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         "notebook in its own bubblewrap sandbox, every point decided by the lessons' trusted "
         "checks outside the student's kernel; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",
-        epilog="Instructors: `python -m course_grading digest NAME VALUE [--sig N]` prints the "
-        "digest a visible test compares an answer with; `python -m course_grading secret PATH` "
-        "makes a course secret; `python -m course_grading export GRADING_OUT --format "
-        "canvas|moodle ...` writes the scores as a file Canvas or Moodle imports.",
+        epilog="Instructors: `python -m course_grading secret PATH` makes a course secret; "
+        "`python -m course_grading export GRADING_OUT --format canvas|moodle ...` writes the "
+        "scores as a file Canvas or Moodle imports.",
     )
     add = parser.add_argument
     add(
@@ -151,6 +149,14 @@ def _add_class_options(parser: argparse.ArgumentParser) -> None:
         help="replace a workspace holding manual grades (with --student: discard that "
         "student's manual grades)",
     )
+    _add_course_options(parser)
+    _add_run_options(parser)
+    return parser
+
+
+def _add_course_options(parser: argparse.ArgumentParser) -> None:
+    """The options about whom and what is graded: one student, due dates, the course secret."""
+    add = parser.add_argument
     add(
         "--student",
         metavar="ID",
@@ -220,44 +226,6 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
-def digest_main(argv: list[str]) -> int:
-    """``digest NAME VALUE [--sig N]``: the digest a visible test checks an answer against;
-    ``digest --item LESSON TEST_ID``: the memory-hard digest of an item's registration.
-
-    Args:
-        argv: the arguments after ``digest``.
-
-    Returns:
-        0, once the digest is printed.
-
-    Raises:
-        GradingError: the value cannot be digested, or (``--item``) the lesson or item is
-            unknown or declares no visible digest.
-    """
-    from course_lib.answers import digest
-
-    if argv[:1] == ["--item"]:
-        return _item_digest(argv[1:])
-    parser = argparse.ArgumentParser(
-        prog="python -m course_grading digest",
-        description="Print the digest of an answer, for a visible test's "
-        "check(NAME, value, DIGEST, sig=N) in a lesson's test cell.",
-    )
-    parser.add_argument("name", help="the answer's variable name (the salt)")
-    parser.add_argument("value", help="a Python literal: 16, 0.635, 'B', (2, 8), {'a', 'c'}")
-    parser.add_argument("--sig", type=int, default=None, help="significant figures compared")
-    args = parser.parse_args(argv)
-    try:
-        value = ast.literal_eval(args.value)
-    except (ValueError, SyntaxError):
-        value = args.value  # a bare word is a string answer
-    try:
-        print(digest(args.name, value, args.sig))
-    except (TypeError, ValueError) as err:
-        raise GradingError(f"cannot make a digest of {args.value!r}: {err}") from None
-    return 0
-
-
 def secret_main(argv: list[str]) -> int:
     """``secret PATH``: write a new course secret to ``PATH`` (mode 600; never overwritten).
 
@@ -282,33 +250,6 @@ def secret_main(argv: list[str]) -> int:
     return 0
 
 
-def _item_digest(argv: list[str]) -> int:
-    """Print ``check(label, values, DIGEST)`` for every visible digest of one registered item."""
-    import importlib
-
-    from course_grading.judge import items, visible
-
-    if len(argv) != 2:
-        raise GradingError("usage: python -m course_grading digest --item LESSON TEST_ID")
-    wanted, grade_id = argv
-    try:
-        module = importlib.import_module(items.module_name(wanted))
-    except ModuleNotFoundError:
-        raise GradingError(f"no trusted checks for lesson {wanted!r}") from None
-    lesson = module.ITEMS.lesson
-    registered = items.items_of(lesson)
-    if grade_id not in registered:
-        raise GradingError(f"{lesson} has no item {grade_id!r}: {', '.join(registered)}")
-    item = registered[grade_id]
-    digests = [c for c in visible.checks(item) if isinstance(c, visible.Digest)]
-    if not digests:
-        raise GradingError(f"{grade_id} declares no visible digest (course_grading.judge.visible)")
-    for found in digests:
-        names = ", ".join(found.names)
-        print(f'check("{found.label}", ({names}), "{visible.digest_of(item, found)}")')
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point.
 
@@ -321,8 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if argv[:1] == ["digest"]:
-            return digest_main(argv[1:])
         if argv[:1] == ["secret"]:
             return secret_main(argv[1:])
         if argv[:1] == ["export"]:

@@ -14,7 +14,7 @@ these included (an ``int`` whose ``__eq__`` always says yes), is "not a plain va
 takes values out of the kernel by the same rules (``course_grading/sandbox/inside/encode.py``).
 
 **Comparing.** A :class:`Form` says how one answer is compared, as the canonical text both sides
-compare (and the visible digest hashes)::
+compare::
 
     Exact()          16, 16.0, Fraction(16), Decimal("16"), np.int64(16)   -> "16"
                      (non-integers to 12 significant figures: float rounding is not an error)
@@ -162,13 +162,7 @@ def _python(x: Fraction | float) -> int | float:
 class Form:
     """How one answer is compared (module docstring); subclasses say how."""
 
-    _spec: ClassVar[str] = ""
     _needs: ClassVar[str] = ""
-
-    @property
-    def spec(self) -> str:
-        """A short name, written in visible digests (``"sig2"``): :func:`form_of` reads it back."""
-        return self._spec
 
     @property
     def needs(self) -> str:
@@ -219,28 +213,11 @@ class Form:
         """
         return self.canonical(value) == self.canonical(expected)
 
-    def candidates(self, low: float, high: float) -> int:
-        """How many distinct canonical answers lie in ``[low, high]`` (a digest's search space).
-
-        Args:
-            low: smallest plausible answer, in the question's units.
-            high: largest plausible answer, in the same units.
-
-        Returns:
-            The count of distinct canonical texts an answer in ``[low, high]`` can have, so a
-            salted digest's brute-force cost can be judged.
-
-        Raises:
-            ValueError: the form has no countable range.
-        """
-        raise ValueError(f"{self.spec}: give the number of candidates explicitly")
-
 
 @dataclass(frozen=True)
 class Exact(Form):
     """The same number; non-integers to 12 significant figures (float rounding aside)."""
 
-    _spec = "exact"
     _needs = "exact"
 
     def canonical(self, value: object) -> str:
@@ -259,27 +236,11 @@ class Exact(Form):
         x = number(value)
         return str(int(x)) if _integral(x) else f"{float(x):.12g}"
 
-    def candidates(self, low: float, high: float) -> int:
-        """See :meth:`Form.candidates`.
-
-        Args:
-            low: smallest plausible answer (positive).
-            high: largest plausible answer.
-
-        Returns:
-            Numbers with 12 significant figures in ``[low, high]`` (as ``Sig(12)``).
-
-        Raises:
-            ValueError: no countable range (give the count explicitly).
-        """
-        return Sig(12).candidates(low, high)
-
 
 @dataclass(frozen=True)
 class Integer(Form):
     """The same whole number (``4.0`` and ``Fraction(4)`` are 4; ``4.5`` is never right)."""
 
-    _spec = "integer"
     _needs = "exact (a whole number)"
 
     def canonical(self, value: object) -> str:
@@ -298,31 +259,12 @@ class Integer(Form):
         x = number(value)
         return str(int(x)) if _integral(x) else f"~{float(x)!r}"
 
-    def candidates(self, low: float, high: float) -> int:
-        """See :meth:`Form.candidates`.
-
-        Args:
-            low: smallest plausible answer.
-            high: largest plausible answer.
-
-        Returns:
-            The number of whole numbers in ``[low, high]`` (0 when there are none).
-
-        Raises:
-            ValueError: no countable range (give the count explicitly).
-        """
-        return max(0, math.floor(high) - math.ceil(low) + 1)
-
 
 @dataclass(frozen=True)
 class Sig(Form):
     """The same number to ``digits`` significant figures (both sides rounded alike)."""
 
     digits: int = 3
-
-    @property
-    def spec(self) -> str:
-        return f"sig{self.digits}"
 
     @property
     def needs(self) -> str:
@@ -342,24 +284,6 @@ class Sig(Form):
             Unreadable: the value cannot be read by this form.
         """
         return f"{float(number(value)):.{self.digits}g}"
-
-    def candidates(self, low: float, high: float) -> int:
-        """Positive numbers with ``digits`` significant figures in ``[low, high]``.
-
-        Args:
-            low: smallest plausible answer (positive: the count walks powers of ten).
-            high: largest plausible answer.
-
-        Returns:
-            The count of positive numbers with ``digits`` significant figures in ``[low, high]``.
-        """
-        count, step = 0, 10 ** (self.digits - 1)
-        for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
-            scale = 10.0**exponent / step
-            first = max(step, math.ceil(low / scale - 1e-9))
-            last = min(10 * step - 1, math.floor(high / scale + 1e-9))
-            count += max(0, last - first + 1)
-        return count
 
 
 def _text(value: object) -> str:
@@ -382,7 +306,6 @@ class Word(Form):
         """
         object.__setattr__(self, "choices", tuple(choices))
 
-    _spec = "word"
     _needs = "the right one (case and spaces aside)"
 
     def canonical(self, value: object) -> str:
@@ -419,23 +342,6 @@ class Word(Form):
         """
         return self.canonical(value)
 
-    def candidates(self, low: float, high: float) -> int:
-        """See :meth:`Form.candidates`.
-
-        Args:
-            low: smallest plausible answer (unused by this form).
-            high: largest plausible answer (unused by this form).
-
-        Returns:
-            The number of ``choices``.
-
-        Raises:
-            ValueError: no countable range (give the count explicitly).
-        """
-        if not self.choices:
-            raise ValueError("word: give the choices, or the number of candidates explicitly")
-        return len(self.choices)
-
 
 @dataclass(frozen=True)
 class Shape(Form):
@@ -452,7 +358,6 @@ class Shape(Form):
         """
         object.__setattr__(self, "choices", tuple(choices))
 
-    _spec = "shape"
     _needs = "the right shape"
 
     def canonical(self, value: object) -> str:
@@ -494,29 +399,11 @@ class Shape(Form):
         """
         return self.canonical(value)
 
-    def candidates(self, low: float, high: float) -> int:
-        """See :meth:`Form.candidates`.
-
-        Args:
-            low: smallest plausible answer (unused by this form).
-            high: largest plausible answer (unused by this form).
-
-        Returns:
-            The number of ``choices``.
-
-        Raises:
-            ValueError: no countable range (give the count explicitly).
-        """
-        if not self.choices:
-            raise ValueError("shape: give the choices, or the number of candidates explicitly")
-        return len(self.choices)
-
 
 @dataclass(frozen=True)
 class Truth(Form):
     """``True`` or ``False`` (a numpy bool too); not 0/1, not text."""
 
-    _spec = "truth"
     _needs = "the right one of True and False"
 
     def canonical(self, value: object) -> str:
@@ -549,21 +436,6 @@ class Truth(Form):
         """
         return self.canonical(value) == "true"
 
-    def candidates(self, low: float, high: float) -> int:
-        """See :meth:`Form.candidates`.
-
-        Args:
-            low: smallest plausible answer (unused by this form).
-            high: largest plausible answer (unused by this form).
-
-        Returns:
-            2: True and False.
-
-        Raises:
-            ValueError: no countable range (give the count explicitly).
-        """
-        return 2
-
 
 @dataclass(frozen=True)
 class Ordered(Form):
@@ -578,10 +450,6 @@ class Ordered(Form):
             *parts: one form per place of the tuple, in order (``Ordered(Integer(), Sig(2))``).
         """
         object.__setattr__(self, "parts", tuple(parts))
-
-    @property
-    def spec(self) -> str:
-        return "seq(" + ";".join(p.spec for p in self.parts) + ")"
 
     @property
     def needs(self) -> str:
@@ -626,31 +494,12 @@ class Ordered(Form):
         """
         return tuple(p.value(v) for p, v in zip(self.parts, self._items(value)))
 
-    def candidates(self, low: float, high: float) -> int:
-        """See :meth:`Form.candidates`.
-
-        Args:
-            low: smallest plausible value of each place.
-            high: largest plausible value of each place.
-
-        Returns:
-            The product of each part's count over ``[low, high]``.
-
-        Raises:
-            ValueError: no countable range (give the count explicitly).
-        """
-        return math.prod(p.candidates(low, high) for p in self.parts)
-
 
 @dataclass(frozen=True)
 class Unordered(Form):
     """A collection whose members compare by ``part``, order and repeats aside."""
 
     part: Form = Word()
-
-    @property
-    def spec(self) -> str:
-        return f"set({self.part.spec})"
 
     @property
     def needs(self) -> str:
@@ -689,49 +538,3 @@ class Unordered(Form):
             Unreadable: the value cannot be read by this form.
         """
         return frozenset(self.part.value(v) for v in self._members(value))
-
-    def candidates(self, low: float, high: float) -> int:
-        """See :meth:`Form.candidates`.
-
-        Args:
-            low: smallest plausible value of a member.
-            high: largest plausible value of a member.
-
-        Returns:
-            ``2 ** n`` for ``n`` candidate members: every subset is a possible answer.
-
-        Raises:
-            ValueError: no countable range (give the count explicitly).
-        """
-        return 2 ** self.part.candidates(low, high)
-
-
-def form_of(spec: str) -> Form:
-    """The form a digest names (``"sig2"``, ``"seq(integer;integer)"``).
-
-    Args:
-        spec: a form's :attr:`Form.spec`, as a visible digest records it.
-
-    Returns:
-        The form that spec names; ``form_of(f.spec) == f`` for every form built here
-        without choices.
-
-    Raises:
-        ValueError: not a form's spec.
-    """
-    simple = {"exact": Exact(), "integer": Integer(), "word": Word(), "shape": Shape()}
-    if spec in simple or spec == "truth":
-        return simple.get(spec, Truth())
-    if re.fullmatch(r"sig\d+", spec):
-        return Sig(int(spec[3:]))
-    if spec.startswith("set(") and spec.endswith(")"):
-        return Unordered(form_of(spec[4:-1]))
-    if spec.startswith("seq(") and spec.endswith(")"):
-        parts, depth, start = [], 0, 4
-        for i, ch in enumerate(spec[4:-1], start=4):
-            depth += (ch == "(") - (ch == ")")
-            if ch == ";" and depth == 0:
-                parts.append(spec[start:i])
-                start = i + 1
-        return Ordered(*(form_of(p) for p in [*parts, spec[start:-1]]))
-    raise ValueError(f"not a form: {spec!r}")

@@ -38,6 +38,7 @@ from course_grading.judge.functions import FunctionSandbox
 from course_grading.judge.items import Verdict
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader.course import course_directory, lesson_paths
+from course_grading.review.copies import pasted
 from course_grading.review.names import Bindings
 from course_grading.review.uses import (
     answer_and_earlier,
@@ -183,8 +184,9 @@ def decide(
     """One item's verdict from its evidence.
 
     A ``course_lib`` use in the answer that the lesson's blank does not hold, outside the item's
-    allowed modules, a name copied from a cell that computed it with ``course_lib``, and code
-    built at run time count against it (``items.verdict``).
+    allowed modules, a name copied from a cell that computed it with ``course_lib``, code built
+    at run time, and an answer cell that is mostly the course's code pasted in
+    (``review.copies.pasted``) count against it (``items.verdict``).
 
     Args:
         item: the item.
@@ -225,7 +227,17 @@ def decide(
             lesson,
         ),
         unread=[u.code for u in mine if not u.definite],
+        pasted=_pasted(item, answer, spec.release_text.get(item.answer, "")),
     )
+
+
+def _pasted(item: trusted.Item, answer: str | None, blank: str) -> str:
+    """Why a graded answer cell is the course's code pasted in; ``""`` when it is not, or when
+    the item does not ask for the student's own work."""
+    if not answer or not (item.own_work or item.function):
+        return ""
+    found = pasted(answer, blank)
+    return found.why() if found else ""
 
 
 # --- the nbgrader step ------------------------------------------------------------------------

@@ -1,35 +1,34 @@
 """What an item's visible test may tell a student, declared beside its trusted check.
 
 The visible test runs in the student's kernel, for instant feedback; it grades nothing, but it
-must not be an oracle: anything it says "right" to could be found by trying candidates. Each
-item declares its visible test as one or more of:
+must not be an oracle: anything it says "right" to could be found by trying candidates. So no
+visible test says "right". Each item declares its visible test as a :class:`Property`
+("plausible"): a check of what the right answer must satisfy that does not determine it
+(``ratio > 1``; a function's scores grow with ``seq_len``, the rest does not).
+``tests/notebooks/test_assessment.py`` shows that wrong candidates pass it.
 
-* :class:`Property` ("plausible"): a check of what the right answer must satisfy that does not
-  determine it (``ratio > 1``; a function's scores grow with ``seq_len``, the rest does not). It
-  never says "right". ``tests/notebooks/test_assessment.py`` shows that wrong candidates pass it.
-* :class:`Digest` ("right"): :func:`course_lib.answers.check` against a memory-hard digest of
-  the right values, each read by the item's form (``course_lib.forms``). Its candidate space is
-  declared here, per name: a range for a number (every number its form tells apart in that
-  range: ``Sig(2)`` over ``[1e-3, 1e6]`` is 811 numbers) or an explicit count; the space of a
-  digest over several names is their product. Searching it must cost at least
-  :data:`MIN_SEARCH_SECONDS` on one core (:func:`search_seconds`, with the per-candidate cost
-  measured by :func:`course_lib.answers.digest_seconds`).
+A prediction's ``Property`` also declares its plausibility rules (``rules``: one
+``course_lib.answers.Between`` per value): the visible test applies them with
+``predicted(name, value, form, rule)`` and the trusted check with ``Evidence.recorded``, the same
+rule on the value read by the same form, and a plausible value earns the point whether or not it
+is right.
 
-The digest in the notebook is made from the registration (:func:`digest_of`, ``python -m
-course_grading digest --item``), so the visible test compares with the same forms and the same
-expected values as the trusted check; ``tests/grading/test_items.py`` checks every visible test
-cell against its registration.
+Lesson 1's real-scale figures were once checked by a memory-hard scrypt digest priced at 5,500
+hours of brute force over a range of numbers; issue 27 found a search over formulas built from
+the question's own numbers confirming it at the 16th candidate, in 33 seconds. A digest is
+priced by the candidates a student would try, and a student tries formulas, not numbers: it was
+removed, with every digest of the course. ``tests/grading/test_items.py`` checks every visible
+test cell against its registration (:func:`problems_in`), and that none calls ``check``.
 """
 
 from __future__ import annotations
 
 import ast
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from course_lib.answers import secret_digest
+from course_lib.answers import Between
 from course_lib.forms import Form
 
 
@@ -57,31 +56,22 @@ class Item(Protocol):
         """How a function item's results are compared."""
 
     @property
-    def visible(self) -> tuple[Property | Digest, ...] | None:
+    def visible(self) -> tuple[Property, ...] | None:
         """What the visible test may say."""
-
-    @property
-    def migrated(self) -> bool:
-        """Whether the item declares its comparison and its visible test."""
-
-    def expected_values(self) -> Mapping[str, object]:
-        """The declared expected values.
-
-        Returns:
-            Value name -> the right value (empty when none was declared).
-        """
-
-
-#: The least time a brute force of one visible digest may take on one core (seconds).
-MIN_SEARCH_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
 class Property:
-    """A visible property check: ``plausible(label, form, ...)`` after its asserts."""
+    """A visible property check: ``plausible(label, form, ...)`` after its asserts.
+
+    With ``rules`` it is a prediction's whole check: one ``predicted(name, value, form, rule)``
+    per value in the visible test, and the same rule, on the value read by the same form, in the
+    trusted check (``Evidence.recorded``), which scores a plausible value and nothing more.
+    """
 
     label: str
     accepts: str  # what it lets through, in words ("every number above 1")
+    rules: Mapping[str, Between] = field(default_factory=dict)  # a prediction: name -> its rule
 
     kind = "property"
 
@@ -90,135 +80,34 @@ class Property:
         never confirm an answer.
 
         Args:
-            item: the item the check belongs to (not read: a property has no search space;
-                taken so every visible check is described the same way).
+            item: the item the check belongs to (not read: taken so every visible check is
+                described the same way).
 
         Returns:
-            ``"property (<accepts>): says plausible, never right"``.
+            ``"property (<accepts>): says plausible, never right"``; for a prediction, that a
+            plausible value is recorded.
         """
+        if self.rules:
+            return f"prediction ({self.accepts}): says plausible and recorded, never right"
         return f"property ({self.accepts}): says plausible, never right"
 
 
-@dataclass(frozen=True)
-class Digest:
-    """A visible digest check of ``names`` (one ``check(label, ...)`` call), and its space."""
-
-    label: str
-    names: tuple[str, ...]
-    # name -> (low, high) of the plausible numbers, or an explicit number of candidates
-    space: dict[str, tuple[float, float] | int] = field(default_factory=dict)
-    why: str = ""  # why this space is the plausible one
-
-    kind = "digest"
-
-    def candidates(self, item: Item) -> int:
-        """How many canonical answers a brute force must try (the product over names).
-
-        For a name given a ``(low, high)`` range the count is what its form tells apart in that
-        range (``item.forms[name].candidates``); an ``int`` entry is taken as the count.
-
-        Args:
-            item: the registration whose forms read each name.
-
-        Returns:
-            The size of the candidate space: the product of the per-name counts.
-
-        Raises:
-            ValueError: a name the digest covers has no entry in ``space``, or its form cannot
-                count a range (give the count explicitly).
-        """
-        total = 1
-        for name in self.names:
-            given = self.space.get(name)
-            if given is None:
-                raise ValueError(f"{item.grade_id}: the digest's space has no entry for {name}")
-            total *= given if isinstance(given, int) else item.forms[name].candidates(*given)
-        return total
-
-    def describe(self, item: Item) -> str:
-        """One line for the assessment table: each name's form and range, and the total space.
-
-        Args:
-            item: the registration whose forms count each range.
-
-        Returns:
-            ``"digest of <name>: <form> in [low, high] (<count>), ...: <total> candidates"``.
-        """
-        parts = []
-        for name in self.names:
-            given = self.space[name]
-            if isinstance(given, int):
-                parts.append(f"{name}: {given:,} candidates")
-            else:
-                low, high = given
-                count = item.forms[name].candidates(low, high)
-                parts.append(f"{name}: {item.forms[name].spec} in [{low:g}, {high:g}] ({count:,})")
-        return f"digest of {', '.join(parts)}: {self.candidates(item):,} candidates"
-
-
-def checks(item: Item) -> tuple[Property | Digest, ...]:
-    """The item's visible checks (``()`` for an item not yet declared this way).
+def checks(item: Item) -> tuple[Property, ...]:
+    """The item's visible checks (``()`` for an item that declares none: the fixture lesson's
+    plain asserts).
 
     Args:
         item: a registered item.
 
     Returns:
-        Its ``Property`` and ``Digest`` declarations, in declaration order.
+        Its ``Property`` declarations, in declaration order.
     """
     return tuple(item.visible or ())
 
 
-def digest_of(item: Item, digest: Digest) -> str:
-    """The digest string the visible test must hold: the registration's expected values, each
-    read by its form.
-
-    What ``python -m course_grading digest --item`` prints; made from the same expected values
-    and forms as the trusted check, so the visible test can never disagree with it.
-
-    Args:
-        item: the registration holding the expected values and forms.
-        digest: one of the item's declared digests.
-
-    Returns:
-        The memory-hard digest (``course_lib.answers.secret_digest``) of the expected values of
-        ``digest.names``, salted with ``digest.label``.
-
-    Raises:
-        ValueError: the registration has no expected value for a name the digest covers.
-    """
-    expected = item.expected_values()
-    missing = [n for n in digest.names if n not in expected]
-    if missing:
-        raise ValueError(f"{item.grade_id}: no expected value for {', '.join(missing)}")
-    return secret_digest(
-        digest.label, [expected[n] for n in digest.names], [item.forms[n] for n in digest.names]
-    )
-
-
-def search_seconds(item: Item, per_candidate: float) -> float:
-    """Seconds a brute force of the item's visible digests takes on one core (``inf`` for an
-    item with property checks only: there is nothing to search for).
-
-    The weakest digest decides: ``min(candidates) * per_candidate``, to be compared with
-    :data:`MIN_SEARCH_SECONDS`.
-
-    Args:
-        item: a registered item.
-        per_candidate: seconds one digest evaluation takes on one core
-            (``course_lib.answers.digest_seconds``).
-
-    Returns:
-        Seconds to search the smallest candidate space among its digests.
-    """
-    digests = [c for c in checks(item) if isinstance(c, Digest)]
-    if not digests:
-        return math.inf
-    return min(d.candidates(item) for d in digests) * per_candidate
-
-
 # --- a visible test cell against its registration ---------------------------------------------
 
-_CALLS = ("check", "read_answer", "plausible")
+_CALLS = ("check", "read_answer", "plausible", "predicted")
 
 
 def _forms_namespace() -> dict[str, object]:
@@ -253,8 +142,6 @@ def _calls(source: str) -> list[tuple[str, list[ast.expr], dict[str, object]]]:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 if node.func.id in _CALLS:
                     found.append((node.func.id, list(node.args), dict(known)))
-                    if any(k.arg == "sig" for k in node.keywords):
-                        found.append(("sig=", [], {}))
     return found
 
 
@@ -262,18 +149,15 @@ def _text(node: ast.AST) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def _names(node: ast.AST) -> tuple[str, ...]:
-    parts = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
-    return tuple(p.id if isinstance(p, ast.Name) else "?" for p in parts)
-
-
 def problems_in(item: Item, source: str) -> list[str]:
-    """How the visible test cell ``source`` disagrees with ``item``'s registration: a digest
-    not made from the registration, a value read with another form, a declared check missing,
-    an older ``sig=`` digest. ``[]`` when they agree (or the item is not declared this way).
+    """How the visible test cell ``source`` disagrees with ``item``'s registration: a value read
+    with another form, a prediction checked by another rule, a declared check missing, a
+    ``check(...)`` that would say "right". ``[]`` when they agree (an item that declares no
+    visible check is held to the first and the last only).
 
-    The cell is parsed, not run: only the expressions that may build a form (a value assigned
-    to a name, a form argument) are evaluated, against ``course_lib.forms``' public names.
+    The cell is parsed, not run: only the expressions that may build a form or a rule (a value
+    assigned to a name, a form or rule argument) are evaluated, against ``course_lib.forms``'
+    public names and ``Between``.
 
     Args:
         item: the registration the cell should match.
@@ -282,17 +166,14 @@ def problems_in(item: Item, source: str) -> list[str]:
     Returns:
         One message per disagreement, each starting with the item's grade id.
     """
-    if not item.migrated:
-        return []
     gid, found = item.grade_id, []
     allowed = [*item.forms.values(), *([item.returns] if item.returns else [])]
     labels: dict[str, list] = {}
     for kind, args, known in _calls(source):
-        if kind == "sig=":
-            found.append(f"{gid}: an older digest compared at sig=: use the item's forms")
-            continue
         label = _text(args[0]) if args else None
         labels.setdefault(kind, []).append((label, args, known))
+        if kind == "check":
+            found.append(f"{gid}: check({label!r}) would say right: a visible test says plausible")
         if kind == "read_answer" and len(args) == 3:
             want = item.forms.get(label or "", item.returns if item.function else None)
             if _form(args[2], known) != want:
@@ -303,22 +184,49 @@ def problems_in(item: Item, source: str) -> list[str]:
                 if _form(node, known) not in allowed:
                     found.append(f"{gid}: plausible({label!r}) names {ast.unparse(node)}, a form "
                                  "the item does not compare with")  # fmt: skip
+        if kind == "predicted":
+            found += _prediction_problems(item, label, args, known)
     for check in checks(item):
-        kind = "check" if isinstance(check, Digest) else "plausible"
-        mine = [args for label, args, _ in labels.get(kind, []) if label == check.label]
-        if len(mine) != 1:
-            found.append(f"{gid}: the visible test has {len(mine)} {kind}({check.label!r}) calls")
-        elif isinstance(check, Digest):
-            written = _text(mine[0][2]) if len(mine[0]) > 2 else None
-            if written != digest_of(item, check):
-                found.append(f"{gid}: check({check.label!r})'s digest is not made from the "
-                             "registration (python -m course_grading digest --item)")  # fmt: skip
-            if _names(mine[0][1]) != check.names:
-                found.append(f"{gid}: check({check.label!r}) is given {_names(mine[0][1])}, "
-                             f"the registration digests {check.names}")  # fmt: skip
-    read = {label for label, _, _ in labels.get("read_answer", [])}
-    digested = {n for c in checks(item) if isinstance(c, Digest) for n in c.names}
-    for name in item.forms:
-        if name not in read | digested:
-            found.append(f"{gid}: the visible test never reads {name} (read_answer or a digest)")
+        kind, names = (
+            ("predicted", list(check.rules)) if check.rules else ("plausible", [check.label])
+        )
+        said = [label for label, _, _ in labels.get(kind, [])]
+        for name in names:
+            if said.count(name) != 1:
+                found.append(
+                    f"{gid}: the visible test has {said.count(name)} {kind}({name!r}) calls"
+                )
+    read = {label for kind in ("read_answer", "predicted") for label, _, _ in labels.get(kind, [])}
+    for name in item.forms if checks(item) else ():
+        if name not in read:
+            found.append(f"{gid}: the visible test never reads {name} (read_answer or predicted)")
     return found
+
+
+def _prediction_problems(
+    item: Item, label: str | None, args: list[ast.expr], known: dict[str, object]
+) -> list[str]:
+    """How one ``predicted(name, value, form, rule)`` call disagrees with the registration: its
+    form is not the one the item reads the value with, or its rule not the one the trusted check
+    applies (``[]`` when both agree)."""
+    rules = {n: r for c in checks(item) if isinstance(c, Property) for n, r in c.rules.items()}
+    if label not in rules or len(args) < 4:
+        return [f"{item.grade_id}: predicted({label!r}) is not one of its declared predictions, "
+                "given as predicted(name, value, form, rule)"]  # fmt: skip
+    found = []
+    if _form(args[2], known) != item.forms.get(label):
+        found.append(f"{item.grade_id}: predicted({label!r}) reads it as {ast.unparse(args[2])}, "
+                     f"the registration as {item.forms.get(label)!r}")  # fmt: skip
+    if _rule(args[3]) != rules[label]:
+        found.append(f"{item.grade_id}: predicted({label!r})'s rule {ast.unparse(args[3])} is not "
+                     f"the trusted check's {rules[label]!r}")  # fmt: skip
+    return found
+
+
+def _rule(node: ast.expr) -> object:
+    """The ``Between`` an expression of a visible test builds (``None`` for anything else)."""
+    try:
+        built = eval(compile(ast.Expression(node), "<test cell>", "eval"), {"Between": Between})
+    except Exception:  # noqa: BLE001 (anything else is not a rule: reported by the caller)
+        return None
+    return built if isinstance(built, Between) else None

@@ -25,6 +25,15 @@ here**: a short function written honestly can look like another, and the instruc
 A cell with fewer than :data:`MIN_KGRAMS` k-grams of its own is too short to judge and is never
 listed.
 
+**Pasted code scores 0** (issue 27): a graded answer cell, a function's or an ``own_work``
+value's, of which :data:`PASTED` or more of its own k-grams (beyond the blank, at least
+:data:`MIN_KGRAMS` of them) are found in ``course_lib`` or in the grader's checks is not the
+student's work (:func:`pasted`; ``judge/verdicts.py`` scores it 0 and names the modules).
+Unlike a pair above, this compares with code no honest answer needs to repeat: the instructor's
+solutions share at most 30 % of their k-grams with all of it (``tests/grading/test_copies.py``),
+so the line is far from any derivation; the classmates and the instructor's solution stay
+review only.
+
 Every k-gram is kept (a winnowing window of 1): copydetect hashes k-grams with Python's
 ``hash``, which is salted per process, so a wider window would keep different fingerprints in
 each run and the same class could be listed differently on a re-grade. Keeping all of them makes
@@ -51,6 +60,7 @@ PASSAGE_LINES = 12  # lines shown of one matching passage
 #: plan and the figures: configs, cards and plots, no batches, windows, blocks or budgets); left
 #: out, they save 40 % of the library's tokenising
 SKIPPED = ("hf", "hf_configs", "finetune", "figures")
+PASTED = 0.8  # share of a graded cell's own k-grams found in the course's code that scores 0
 
 
 @dataclass(frozen=True)
@@ -249,3 +259,59 @@ def _cell_sources(nb: object) -> dict[str, str]:
         for c in nb.cells  # type: ignore[attr-defined]
         if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
     }
+
+
+@dataclass(frozen=True)
+class Pasted:
+    """A graded answer cell that is mostly the course's own code: the share of its own k-grams
+    found in ``course_lib`` and the grader's checks, and the modules holding most of them."""
+
+    share: float
+    sources: tuple[str, ...]
+
+    def why(self) -> str:
+        """The verdict's reason, for the student.
+
+        Returns:
+            ``"your answer cell is 93 % code found in course_lib/accumulation.py: ..."``.
+        """
+        return (
+            f"your answer cell is {self.share:.0%} code found in {' and '.join(self.sources)}: "
+            "a graded answer is your own work, not the course's code pasted in"
+        )
+
+
+def pasted(answer: str, blank: str = "", threshold: float = PASTED) -> Pasted | None:
+    """Whether ``answer`` is mostly code of ``course_lib`` or of the grader's checks (module
+    docstring): a body of the library renamed into a graded function, the grader's reference
+    pasted and called.
+
+    Args:
+        answer: the answer cell's source as submitted.
+        blank: the cell as the student version hands it out (not the student's code).
+        threshold: the share at or above which it counts (the tests measure with 0).
+
+    Returns:
+        A :class:`Pasted` when ``threshold`` or more of the cell's own k-grams (at least
+        :data:`MIN_KGRAMS`) are found in that code; ``None`` otherwise, and for a short cell.
+    """
+    boilerplate = sorted(_Prints(blank).prints.hashes) if blank.strip() else []
+    mine = _Prints(answer, boilerplate)
+    if not mine.judgeable:
+        return None
+    own = set(mine.prints.hashes)
+    modules = _course_hashes()
+    share = len(own & set().union(*modules.values())) / len(own)
+    if share < threshold:
+        return None
+    most = sorted(((len(own & h), name) for name, h in modules.items()), reverse=True)
+    return Pasted(share, tuple(name for count, name in most[:2] if count))
+
+
+@cache
+def _course_hashes() -> dict[str, frozenset[int]]:
+    """Every k-gram of each ``course_lib`` module and grader check module (made once)."""
+    found = {}
+    for ref in course_references():
+        found[ref.name] = frozenset(_source_prints(ref.text).prints.hashes)
+    return found

@@ -19,7 +19,7 @@ system (``apt-get``, ``npm``, ``kubectl``, ``helm``, ``conda``, ``python3 -m ven
 
 **How each is checked** (``KIND``): ``make`` targets by make's own dry run (``make -n``); the
 course's command lines by their real parsers (``course_grading``'s, ``course_lib plan``,
-``secret``, ``digest``: cheap ones are run); nbgrader's subcommands and flags against nbgrader's
+``secret``: the cheap one is run); nbgrader's subcommands and flags against nbgrader's
 own application classes; a script's path and flags against the ``add_argument`` calls in it;
 ``pytest``'s paths; ``pip install -e ".[extra]"`` against ``pyproject.toml``'s extras; a
 ``jupyter`` subcommand by its executable in ``.venv/bin``; a ``dask`` subcommand and its flags

@@ -2,7 +2,7 @@
 
 ``commands.py`` finds them and says what counts; here each is checked by its kind
 (``how_checked``): make's dry run for every ``make`` line, the real parsers of the course's own
-commands (the cheap ones run: ``secret``, ``digest``, ``course_lib plan``), nbgrader's own
+commands (the cheap ones run: ``secret``, ``course_lib plan``), nbgrader's own
 application classes for its subcommands and flags, the ``add_argument`` calls of a script for its
 flags, the paths ``pytest`` is given, ``pyproject.toml`` for an extra, ``.venv/bin`` for a Jupyter
 subcommand; system programs are parsed and their file arguments checked. The expensive commands
@@ -117,8 +117,6 @@ def _course_grading(args: list[str], tmp: Path) -> str:
     if args[:1] == ["secret"]:
         (tmp / "course_secret").unlink(missing_ok=True)
         return "" if cli.main(["secret", str(tmp / "course_secret")]) == 0 else "secret failed"
-    if args[:1] == ["digest"]:
-        return "" if cli.main(args) == 0 else f"digest {args[1:]} failed"
     if args[:1] == ["export"]:
         from course_grading.lms import export
 
@@ -272,7 +270,7 @@ def how_checked(cmd: Command) -> str:
     if program == "make":
         return "make -n (dry run)"
     if program == "python" and args[:2] == ["-m", "course_grading"]:
-        return "run" if args[2:3] in (["secret"], ["digest"]) else "parsed by its parser"
+        return "run" if args[2:3] == ["secret"] else "parsed by its parser"
     if program == "python" and args[:2] == ["-m", "course_lib"]:
         return "run (no torch)" if args[2:] != ["plan"] else "subcommand exists"
     if program == "pytest" or (program == "python" and args[:2] == ["-m", "pytest"]):

@@ -196,3 +196,45 @@ def test_a_regrade_keeps_the_report_whole_when_copies_are_listed(tmp_path):
     refresh_copies(tmp_path, [pair])
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert report.count("## Possible copies, for review") == 1 and "| classmate bob |" in report
+
+
+# --- pasted code scores 0 (issue 27) -----------------------------------------------------------
+
+
+def test_the_library_pasted_into_a_graded_cell_reads_as_pasted_and_honest_code_does_not():
+    found = copies.pasted(pasted_from_the_library(), BLANK)
+    assert found is not None and found.sources[0] == "course_lib/accumulation.py", found
+    assert "course_lib/accumulation.py" in found.why() and found.share >= copies.PASTED
+    for honest in (HONEST, OTHER_HONEST, BLANK):
+        assert copies.pasted(honest, BLANK) is None
+
+
+def _graded_cells():
+    """(lesson, answer id, the instructor's answer, the student's blank) of every item that is
+    the student's own work: every function item and every own_work value item."""
+    from course_grading.judge import items as trusted
+    from course_grading.nbgrader.course import find_lessons
+
+    for lesson in find_lessons(REPO):
+        cells = {}
+        for folder in ("solutions", "notebooks"):
+            nb = nbformat.read(str(REPO / folder / lesson / f"{lesson}.ipynb"), as_version=4)
+            cells[folder] = {
+                c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nb.cells
+            }
+        for item in trusted.items_of(lesson).values():
+            if item.function or item.own_work:
+                solution = re.sub(
+                    r"### (BEGIN|END) SOLUTION\n", "", cells["solutions"][item.answer]
+                )
+                yield lesson, item.answer, solution, cells["notebooks"][item.answer]
+
+
+def test_no_instructors_answer_is_near_the_line_that_scores_pasted_code_0():
+    """The line (80 % of a cell's own k-grams found in the course's code) is far from any honest
+    derivation: every instructor's answer of the course shares at most half of that with it."""
+    shares = {}
+    for lesson, answer, solution, blank in _graded_cells():
+        found = copies.pasted(solution, blank, threshold=0.0)
+        shares[f"{lesson[:2]} {answer}"] = found.share if found else 0.0
+    assert shares and max(shares.values()) <= copies.PASTED / 2, shares

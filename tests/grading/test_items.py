@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import subprocess
 import sys
 from decimal import Decimal
@@ -258,20 +259,37 @@ def test_tensors_come_back_with_shape_and_dtype():
 # --- evidence helpers ---------------------------------------------------------------------------
 
 
-def _evidence(**values):
+WHOLE = items.Integer()
+
+
+def _evidence(form: items.Form = WHOLE, **values):
+    """Evidence of an item reading every one of ``values`` by ``form``."""
     item = items.items_of(FIXTURE)["test_ratio"]
-    item = items.Item(item.lesson, item.grade_id, item.answer, 1, item.check, tuple(values))
+    item = items.Item(item.lesson, item.grade_id, item.answer, 1, item.check, tuple(values),
+                      forms=dict.fromkeys(values, form))  # fmt: skip
     return Evidence(item, "ann", values=values)
 
 
 def test_evidence_reads_numbers_strictly():
     ev = _evidence(a=4.0, b=4.5, c=True, d="4", e=plain.NotPlain("not a plain value: X"))
-    assert ev.integer("a") == 4 and type(ev.integer("a")) is int
-    for name, why in (("b", "whole number"), ("c", "number"), ("d", "number"), ("e", "X")):
+    assert ev.read("a") == 4 and type(ev.read("a")) is int
+    assert ev.expect("a", 4) == 4
+    with pytest.raises(Reject, match="your value 4.5; the check needs it exact"):
+        ev.expect("b", 4)
+    for name, why in (("c", "number"), ("d", "number"), ("e", "X")):
         with pytest.raises(Reject, match=why):
-            ev.integer(name)
+            ev.read(name)
     with pytest.raises(GradingError, match="not declared"):
-        ev.value("undeclared")
+        ev.read("undeclared")
+
+
+def test_the_older_registration_and_accessors_are_gone():
+    """Issue 27 removed the migration's scaffolding: values come with their forms, and Evidence
+    reads them by those forms only."""
+    with pytest.raises(ValueError, match="with its form"):
+        items.Lesson("x").item("t", answer="a", points=1, values=("v",))(lambda ev: "")
+    assert not {"value", "number", "integer", "text"} & set(dir(Evidence))
+    assert not hasattr(items.Item, "migrated")
 
 
 def test_the_seed_is_per_student_and_item_and_stable():
@@ -474,7 +492,8 @@ def _student(root: Path, lesson: str) -> dict[str, str]:
 @pytest.mark.parametrize(("root", "lesson"), LESSONS, ids=[lesson for _, lesson in LESSONS])
 def test_every_visible_test_matches_its_registration(root, lesson):
     """One tolerance per item, in one place: each visible test reads every value with the form
-    the trusted check compares it with, and its digest is made from the registration."""
+    the trusted check compares it with, a prediction's rule is the trusted check's, and no
+    visible test says right."""
     cells = _student(root, lesson)
     found = [
         problem
@@ -490,11 +509,11 @@ LESSON_1 = "01_tokens_and_attention_memory"
 @pytest.mark.parametrize(
     ("gid", "old", "new", "found"),
     [
-        ("test-real-scale", "Sig(3)", "Sig(2)", "reads it as Sig(2)"),
-        ("test-real-scale", "scrypt:sig3;sig3;sig3:c", "scrypt:sig3;sig3;sig3:d", "not made from"),
-        ("test-real-scale", "scores_gb_all_layers, fused", "fused_mb_per_layer, fused", "is given"),
-        ("test-predict-ratio", "Exact())\nassert", "Sig(3))\nassert", "reads it as Sig(3)"),
-        ("test-predict-ratio", 'plausible("predicted_ratio"', 'plausible("ratio"', "0 plausible"),
+        ("test-real-scale", "Sig(3))\n_all", "Sig(2))\n_all", "reads it as Sig(2)"),
+        ("test-real-scale", 'plausible("real-scale"', 'plausible("scale"', "0 plausible"),
+        ("test-predict-ratio", "Exact(), Between(1)", "Sig(3), Between(1)", "reads it as Sig(3)"),
+        ("test-predict-ratio", "Exact(), Between(1)", "Exact(), Between(0)", "trusted check's"),
+        ("test-predict-ratio", 'predicted("predicted_ratio"', 'predicted("ratio"', "0 predicted("),
         ("test-q1", '"2x8192"), Exact())', '"2x8192"), Integer())', "a form the item does not"),
         ("test-saved-per-token", "_pair = Ordered(Integer(), Integer())",
          "_pair = Ordered(Integer(), Exact())", "reads it as _pair"),
@@ -509,10 +528,13 @@ def test_a_visible_test_that_disagrees_with_its_registration_is_found(gid, old, 
     assert any(found in p for p in problems), problems
 
 
-def test_an_older_digest_in_a_migrated_item_is_found():
-    source = _student(REPO, LESSON_1)["test-q1"] + '\ncheck("q1_ratio", q1_ratio, "ab", sig=3)'
-    problems = visible.problems_in(items.items_of(LESSON_1)["test-q1"], source)
-    assert any("sig=" in p for p in problems), problems
+def test_a_visible_test_that_could_say_right_is_found():
+    """Issue 27: a digest check confirmed lesson 1's real-scale figures to a formula search in
+    33 s; no visible test may call ``check`` (which said right) again."""
+    digest = 'check("real-scale", (scores_gb_per_layer,), "scrypt:sig3:c48f")'
+    source = _student(REPO, LESSON_1)["test-real-scale"] + "\n" + digest
+    problems = visible.problems_in(items.items_of(LESSON_1)["test-real-scale"], source)
+    assert any("would say right" in p for p in problems), problems
 
 
 @pytest.mark.parametrize(("root", "lesson"), LESSONS, ids=[lesson for _, lesson in LESSONS])
@@ -573,19 +595,19 @@ def _lesson_1(gid: str, **values) -> tuple[items.Item, Evidence]:
 
 
 @pytest.mark.parametrize(
-    "value", [16, 16.0, Fraction(16), Decimal("16.0"), 16.000000000000004], ids=repr
+    "value", [4, 4.0, Fraction(4), Decimal("4.0"), 4.000000000000001], ids=repr
 )
 def test_every_form_of_a_right_value_scores(value):
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=value)
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio=value)
     assert items.verdict(item, ev, []).full
 
 
 def test_a_failing_check_says_what_it_checked_without_the_answer():
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.04)
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio=4.04)
     got = items.verdict(item, ev, [])
     assert got.points == 0
-    assert got.message == "predicted_ratio: your value 16.04; the check needs it exact"
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio="16")
+    assert got.message == "q1_ratio: your value 4.04; the check needs it exact"
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio="4")
     assert "write it without quotes" in items.verdict(item, ev, []).message
     item, ev = _lesson_1("test-q1", q1_cheaper="8 × 2048", q1_ratio=Decimal("4"))
     assert items.verdict(item, ev, []).full
@@ -594,12 +616,43 @@ def test_a_failing_check_says_what_it_checked_without_the_answer():
     assert "'2 x 8192'; the check needs it the right shape" in message and "8x2048" not in message
 
 
+@pytest.mark.parametrize("value", [16, 16.0, Fraction(16), 256, 16.04, 4, 1.5], ids=repr)
+def test_a_prediction_earns_its_point_for_any_plausible_value_and_says_nothing_of_right(value):
+    """Issue 27: a right prediction earns no more than a wrong plausible one, and the message is
+    the same for both (it says the value was recorded, never whether it was right)."""
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=value)
+    got = items.verdict(item, ev, [])
+    right = items.verdict(item, _lesson_1("test-predict-ratio", predicted_ratio=16)[1], [])
+    assert got.full and got == right
+    assert "recorded" in got.message
+    assert not re.search(r"\bright\b|\bwrong\b|\bexact\b|16", got.message), got.message
+
+
+@pytest.mark.parametrize(("value", "why"), [(1, "above 1"), (1 / 16, "above 1"), ("16", "quotes")])
+def test_an_implausible_prediction_earns_nothing(value, why):
+    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=value)
+    got = items.verdict(item, ev, [])
+    assert got.points == 0 and why in got.message, got.message
+
+
+def test_a_prediction_is_registered_with_a_rule_per_value_and_no_expected_value():
+    lesson = items.Lesson("x")
+    rule = items.Property("p", "above 1", rules={"p": items.Between(1)})
+    with pytest.raises(ValueError, match="no expected value"):
+        lesson.item("t", answer="a", points=1, values={"p": items.Exact()}, visible=rule,
+                    expected={"p": 16})(lambda ev: ev.recorded())  # fmt: skip
+    with pytest.raises(ValueError, match="one rule per value"):
+        lesson.item("t", answer="a", points=1, values={"p": items.Exact(), "q": items.Exact()},
+                    visible=rule)(lambda ev: ev.recorded())  # fmt: skip
+
+
 def test_evidence_reads_fractions_and_decimals_as_numbers():
-    ev = _evidence(a=Fraction(4), b=Decimal("4.5"), c=Fraction(1, 3))
-    assert ev.integer("a") == 4 and type(ev.integer("a")) is int
-    assert ev.number("b") == 4.5 and type(ev.number("b")) is float
-    with pytest.raises(Reject, match="whole number"):
-        ev.integer("c")
+    ev = _evidence(items.Exact(), a=Fraction(4), b=Decimal("4.5"), c=Fraction(1, 3))
+    assert ev.read("a") == 4 and type(ev.read("a")) is int
+    assert ev.read("b") == 4.5 and type(ev.read("b")) is float
+    whole = _evidence(c=Fraction(1, 3))
+    with pytest.raises(Reject, match="a whole number"):
+        whole.expect("c", 1)
 
 
 def test_a_function_result_is_read_by_its_form():
@@ -673,38 +726,6 @@ def test_the_report_writes_student_text_as_text(tmp_path):
     assert csv_text("ok") == "ok" and markdown_text("a\r\nb") == "a  b"
 
 
-def _digest(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_grading", "digest", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def test_the_digest_command_prints_a_lessons_digest_from_its_registration():
-    out = _digest("--item", "01", "test-real-scale")
-    assert out.returncode == 0, out.stderr
-    line = out.stdout.strip()
-    assert line.startswith('check("real-scale", (scores_gb_per_layer, ')
-    made = line.rsplit('"', 2)[1]
-    assert made.startswith("scrypt:sig3;sig3;sig3:")
-    student = REPO / "notebooks" / "01_tokens_and_attention_memory"
-    assert made in (student / "01_tokens_and_attention_memory.ipynb").read_text()
-    none = _digest("--item", "01", "test-predict-ratio")  # a property check: no digest
-    assert none.returncode == 2 and "declares no visible digest" in none.stderr
-    unknown = _digest("--item", "01", "test-nothing")
-    assert unknown.returncode == 2 and "has no item 'test-nothing'" in unknown.stderr
-
-
-def test_the_digest_command_still_makes_older_digests():
-    from course_lib.answers import digest
-
-    out = _digest("predicted_waste", "0.6349", "--sig", "3")
-    assert out.stdout.strip() == digest("predicted_waste", 0.6349, 3)
-    assert _digest("predicted_waste", "0.64", "--sig", "3").stdout.strip() != out.stdout.strip()
-
-
 def test_a_grading_error_is_one_line_and_status_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "course_grading", str(tmp_path / "none"), "--out", str(tmp_path)],
@@ -723,9 +744,9 @@ def test_a_grading_error_is_one_line_and_status_2(tmp_path):
 
 def test_a_near_miss_is_quoted_with_every_digit_that_makes_it_one():
     """``4.0000000001`` is not the exact 4 the check needs: the message must not call it 4."""
-    item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.0000000001)
+    item, ev = _lesson_1("test-q1", q1_cheaper="8x2048", q1_ratio=4.0000000001)
     message = items.verdict(item, ev, []).message
-    assert message == "predicted_ratio: your value 16.0000000001; the check needs it exact"
+    assert message == "q1_ratio: your value 4.0000000001; the check needs it exact"
     assert plain.describe(16.04) == "16.04" and plain.describe(4.0) == "4"
     assert plain.describe(0.1 + 0.2) == "0.30000000000000004"
 

@@ -203,7 +203,6 @@ def test_the_probe_reply_is_read_the_same_way():
 #: Files allowed an ``eval``, and why: neither reads student text.
 EVAL_ALLOWED = {
     "course_grading/judge/visible.py": "the lesson's own visible test cells, from its source",
-    "course_grading/cli.py": "the instructor's command-line argument to `digest`",
 }
 
 

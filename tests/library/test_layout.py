@@ -194,22 +194,18 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         "worker, hand out jobs with their budgets, notice a dead worker and grade its job "
         "again once, record what came back; the worker's side and the resume store are apart",
     ),
-    "course_grading.cli": (
-        293,
-        "the command line: the grading command's parser and how its flags become a run's "
-        "options, the small commands (digest, secret) and the one dispatch that turns a "
-        "GradingError into one line and exit status 2",
-    ),
     "course_grading.judge.items.lesson_02": (
-        328,
+        329,
         "one lesson's trusted checks, one module per lesson: its two function items each need "
-        "an answer form (PackedRow, Logits) and a reference beside their registration",
+        "an answer form (PackedRow, Logits) and a reference beside their registration, and its "
+        "prediction its plausibility rule",
     ),
     "course_grading.judge.items.lesson_03": (
-        297,
+        302,
         "one lesson's trusted checks, one module per lesson: the two graded loops share windows, "
         "a reference model and full-batch gradients; the noise target re-measures the lesson "
-        "and says which side of the target a wrong answer is on",
+        "and says which side of the target a wrong answer is on; the prediction declares a "
+        "plausibility rule per value",
     ),
 }
 

@@ -14,15 +14,16 @@ The candidates (``Tried.kind``):
 * ``form``: the right answer in every other reasonable form (``probes.value_forms``,
   ``probes.result_forms``) and any ``items_NN.py`` adds;
 * ``wrong``: each wrong answer and wrong method ``items_NN.py`` lists, by name;
+* ``plausible``: a prediction's wrong values that its rule finds plausible (each earns the
+  completion point the right value earns, no more);
 * ``library``: the closest library call ``items_NN.py`` gives;
 * ``shortcut``: every way to score without the work (``probes.SHORTCUTS``), built from the
   library call and the solution.
 
-For an item registered with its forms and visible checks (``Item.migrated``) the pass then
-restores the blank answer before running on, so every later cell's output is what a student sees
-on a blank notebook (the spoiler test reads all of it); an older item leaves its solution in
-place, as before (its lesson is checked above each question only). Lessons list their probes in
-``items_NN.py``.
+After each item the pass restores the blank answer before running on, so every later cell's
+output is what a student sees on a blank notebook (the spoiler test reads all of it); once the
+notebook has run to its end, each value item's gate bypass is tried (``_gate_bypass``). Lessons
+list their probes in ``items_NN.py``.
 """
 
 from __future__ import annotations
@@ -32,14 +33,23 @@ import copy
 import json
 import pickle
 import re
-from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attacks
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-from probes import IMPORTS, SHORTCUTS, result_forms, shortcuts, value_forms
+from probes import (
+    IMPORTS,
+    MEASURED,
+    SHORTCUTS,
+    printed_answers,
+    result_forms,
+    shortcuts,
+    value_forms,
+)
 
 from course_grading.errors import GradingError
 from course_grading.judge import items as trusted
@@ -53,12 +63,13 @@ from course_grading.judge.verdicts import (
     decide,
     taken_values,
 )
+from course_grading.review.names import Bindings
+from course_grading.review.uses import bound_names, cells_after
+
+#: The course secret the seed-table shortcut is graded with (any 16 bytes or more will do).
+SECRET = b"assessment-course-secret-0123456789"
 
 ROOT = Path(__file__).resolve().parents[2]
-# Candidates whose verdicts are decided at once, beside the kernel. One: a verdict may build its
-# reference model with ``torch.manual_seed`` (lesson 03's ``_reference_model``), and torch's
-# global generator is one per process, so two verdicts at once could draw each other's weights.
-DECIDING = 1
 
 
 @dataclass
@@ -66,11 +77,15 @@ class Item:
     """What to try against one autograded answer cell (by its nbgrader grade id)."""
 
     wrong: dict[str, str] | list[str] = field(default_factory=dict)  # name -> answer cell
+    # a prediction's wrong values that its rule finds plausible: each earns the completion point,
+    # exactly as the right value does (issue 27), and no more
+    plausible: dict[str, str] = field(default_factory=dict)
+    # a function item: the grader's reference function with the graded function's signature, in
+    # the lesson's check module (the grader-source shortcut pastes it)
+    grader: str | None = None
     library: str | None = None  # the closest course_lib call, written as an answer cell
     forms: dict[str, str] = field(default_factory=dict)  # more right forms: name -> answer cell
     shown: dict[str, str] = field(default_factory=dict)  # text where an answer may show -> why
-    constants: list[str] = field(default_factory=list)  # older items: names kept from above
-    allowed: list[str] = field(default_factory=list)  # older items: printed forms allowed above
 
     def named_wrong(self) -> list[tuple[str, str]]:
         if isinstance(self.wrong, dict):
@@ -82,7 +97,7 @@ class Item:
 class Tried:
     """One candidate handed in for an item, what the visible test said and the points."""
 
-    kind: str  # blank, solution, form, wrong, library, shortcut
+    kind: str  # blank, solution, form, wrong, plausible, library, shortcut
     name: str
     code: str
     visible: str = ""  # right, plausible, silent, or "failed: <exception>"
@@ -102,12 +117,12 @@ class Probe:
     """What happened to one item (its answer cell) during the pass."""
 
     grade_id: str
-    migrated: bool = False
     tried: list[Tried] = field(default_factory=list)
     right: dict[str, object] = field(default_factory=dict)  # the solution's values, plain
     visible_calls: str | None = None  # a function item: the visible test's calls, pickled
-    above: str = ""  # older items: markdown and outputs above the answer cell
-    values: dict[str, object] = field(default_factory=dict)  # older items: constants' values
+    visible: str = ""  # the student version's test cell
+    blank: str = ""  # the student version's answer cell
+    not_applicable: dict[str, str] = field(default_factory=dict)  # shortcut -> why not tried
 
     def of(self, kind: str) -> list[Tried]:
         return [t for t in self.tried if t.kind == kind]
@@ -194,9 +209,6 @@ class Pass:
             self.sandbox = FunctionSandbox.default()
         except GradingError:
             self.sandbox = FunctionSandbox(None)  # no bubblewrap here: the checks still decide
-        # Verdicts are decided beside the kernel (``score``), one at a time (``DECIDING``).
-        self.pool = ThreadPoolExecutor(max_workers=DECIDING)
-        self.scored: list[tuple[Tried, Future]] = []
 
     def run(self, source: str) -> tuple[str | None, str]:
         """Execute ``source``; return (exception name or None, printed text)."""
@@ -218,53 +230,66 @@ class Pass:
         payload = json.loads(base64.b64decode(encoded)) if not err else {"error": err}
         return taken_values(payload)
 
-    def submitted(self, gid: str, answer: str, added: str | None) -> nbformat.NotebookNode:
-        """The student notebook with ``answer`` in cell ``gid`` and ``added`` just above it."""
+    def submitted(
+        self, gid: str, answer: str, added: str | None, below: str | None = None
+    ) -> nbformat.NotebookNode:
+        """The student notebook with ``answer`` in cell ``gid``, ``added`` just above it and
+        ``below`` just below it."""
         nb = copy.deepcopy(self.nb)
         index = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == gid)
         nb.cells[index].source = answer
+        if below is not None:
+            nb.cells.insert(index + 1, nbformat.v4.new_code_cell(below))
         if added is not None:
             nb.cells.insert(index, nbformat.v4.new_code_cell(added))
         return nb
 
-    def score(self, gid: str, answer: str, added: str | None = None) -> Future:
+    def score(
+        self,
+        gid: str,
+        answer: str,
+        added: str | None = None,
+        below: str | None = None,
+        secret: bytes | None = None,
+        spy: list | None = None,
+    ) -> tuple[list, tuple]:
         """The trusted verdicts of every item answered in ``gid`` (values as the kernel holds
-        them now), and the report's review flags about the candidate's cells: a future of
-        ``(verdicts, flags)``.
-
-        The values are taken here, before the kernel runs on; the verdicts are decided in
-        ``self.pool`` (a graded function runs in a fresh sandbox, seconds each), while the
-        kernel runs the visible test and the next candidates. Nothing a verdict reads changes
-        meanwhile: the values are plain data and the submitted notebook is a copy.
-        """
+        them now), and the report's review flags about the candidate's cells; ``spy`` collects
+        every graded-function call the checks make, with what it returned."""
         found = [item for item in self.items.values() if item.answer == gid]
         values = self.take(sorted({n for item in found for n in item.values}))
-        nb = self.submitted(gid, answer, added)
+        nb = self.submitted(gid, answer, added, below)
+        verdicts = []
+        for item in found:
+            source, earlier = answer_and_earlier(nb, self.spec, item.answer)
+            later = cells_after(nb, self.spec, item.answer)
+            with _spying(spy):
+                verdicts.append(decide(item, self.spec, "assessment", values, source, self.sandbox,
+                                       earlier, secret=secret, later=later))  # fmt: skip
+        flags = tuple(f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f)
+        return verdicts, flags
 
-        def decided() -> tuple[list, tuple]:
-            verdicts = []
-            for item in found:
-                source, earlier = answer_and_earlier(nb, self.spec, item.answer)
-                verdicts.append(
-                    decide(item, self.spec, "assessment", values, source, self.sandbox, earlier)
-                )
-            flags = tuple(
-                f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f
-            )
-            return verdicts, flags
 
-        return self.pool.submit(decided)
+@contextmanager
+def _spying(spy: list | None):
+    """While it lasts, every ``Evidence.call`` appends ``(request, returned, raised)`` per call
+    to ``spy`` (the requests as the check wrote them, before the runner took their ``shown``)."""
+    if spy is None:
+        yield
+        return
+    real = trusted.Evidence.call
 
-    def value(self, name: str):
-        err, text = self.run(f"print(repr({name}))")
-        if err:
-            raise AssertionError(f"{self.lesson}: could not read {name} after its solution ran")
-        import ast
+    def call(self, calls):
+        requests = copy.deepcopy(calls)
+        results = real(self, calls)
+        spy.extend((r, res.returned, res.raised) for r, res in zip(requests, results))
+        return results
 
-        try:
-            return ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            return text.strip()
+    trusted.Evidence.call = call
+    try:
+        yield
+    finally:
+        trusted.Evidence.call = real
 
 
 def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
@@ -273,54 +298,82 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
     probes: dict[str, Probe] = {}
     texts: list[tuple[str, str]] = []
     errors: list[str] = []
-    seen: list[str] = []  # older items: what the student has seen so far
-    with p.pool, p.client.setup_kernel():  # the pool's exit waits for every verdict
+    with p.client.setup_kernel():
         p.run("import os; os.environ['CI'] = '1'")
         cells = p.nb.cells
         for i, cell in enumerate(cells):
             gid = nbgrader_meta(cell).get("grade_id") or f"cell {i + 1}"
             if cell.cell_type != "code":
-                seen.append(cell.source)
                 texts.append((f"markdown {gid}", cell.source))
                 continue
             if is_answer(cell):
-                probe = _probe(p, cell, cells[i + 1], entries.get(gid, Item()), "\n".join(seen))
-                probes[gid] = probe
-                err, text = p.run(cell.source if probe.migrated else p.solution[gid].source)
-                texts.append((f"answer cell {gid} (blank)", text)) if probe.migrated else None
+                probes[gid] = _probe(p, cell, cells[i + 1], entries.get(gid, Item()))
+                err, text = p.run(cell.source)
+                texts.append((f"answer cell {gid} (blank)", text))
                 continue
             err, text = p.run(cell.source)
-            seen.append(text)
             texts.append((f"{'test cell' if is_test(cell) else 'cell'} {gid}", text))
             if err and not is_test(cell):
                 errors.append(f"{gid} raised {err}: {text[-300:]}")
-        for tried, scored in p.scored:
-            _fill(tried, *scored.result())  # what a verdict raised is raised here
-    if any(not probe.migrated for probe in probes.values()) and errors:
-        raise AssertionError(f"{lesson}: lesson cells raised in the pass: {errors}")
+        for gid, probe in probes.items():
+            _gate_bypass(p, probe, cells, entries.get(gid, Item()))
     return Run(lesson, probes, texts, errors)
 
 
-def _try(p: Pass, probe: Probe, kind: str, name: str, code: str, visible: str, added=None):
-    """Hand in ``code`` (after ``added``, a cell of the student's), run the visible test, and
-    score it; record it on ``probe``. Its points, message and review flags are filled in when
-    its verdicts are decided (``Pass.score``; ``run_lesson`` waits for every one)."""
+GATE = next(s.name for s in SHORTCUTS if s.letter == "B")
+
+
+def _gate_bypass(p: Pass, probe: Probe, cells: list, entry: Item) -> None:
+    """Junk in the answer, every later lesson cell that reads one of its names run again, and
+    what they print read for the right values: the answer handed in is each right value that
+    showed, junk for the rest (after the notebook has run to its end, on a blank notebook)."""
+    found = [item for item in p.items.values() if item.answer == probe.grade_id]
+    if any(item.function for item in found):
+        return
+    names = sorted({n for item in found for n in item.values})
+    forms = {n: f for item in found for n, f in item.forms.items()}
+    start = next(
+        i for i, c in enumerate(cells) if nbgrader_meta(c).get("grade_id") == probe.grade_id
+    )
+    readers = [
+        c.source for c in cells[start + 2:]
+        if c.cell_type == "code" and not is_answer(c) and not is_test(c)
+        and any(re.search(rf"\b{n}\b", c.source) for n in names)
+    ]  # fmt: skip
+    junk = {}
+    for item in found:
+        junk.update(attacks.junk(item, probe.right))
+    p.run(attacks.assigned(junk))
+    printed = "\n".join(p.run(source)[1] for source in readers)
+    printed = MEASURED.sub(" ", printed)
+    for context in entry.shown:
+        printed = printed.replace(context, " ")
+    shows = {n for n in names if printed_answers(probe.right[n], forms.get(n), printed)}
+    typed = {n: probe.right[n] if n in shows else junk[n] for n in names}
+    _try(p, probe, "shortcut", GATE, attacks.assigned(typed), probe.visible)
+    p.run(probe.blank)  # the blank answer again: a name set to ... as before
+
+
+def _try(p: Pass, probe: Probe, kind: str, name: str, code: str, visible: str, added=None,
+         below=None, secret=None, spy=None):  # fmt: skip
+    """Hand in ``code`` (after ``added``, a cell of the student's, and before ``below``), run the
+    visible test, and score it (with ``secret``: as a graded run with a course secret); record
+    it on ``probe``."""
+    bound = sorted(set().union(*(bound_names(c) for c in (added, code, below) if c)))
+    p.run(f"_shapes_kept = {{n: globals()[n] for n in {bound!r} if n in globals()}}")
     ran = p.run(added)[0] if added is not None else None
     ran = p.run(code)[0] or ran
-    scored = p.score(probe.grade_id, code, added)
+    if below is not None:
+        p.run(below)
+    verdicts, flags = p.score(probe.grade_id, code, added, below, secret, spy)
     shown = said(*p.run(visible))
-    tried = Tried(kind, name, code, shown, ran=ran)
-    p.scored.append((tried, scored))
+    if kind == "shortcut":  # what it bound goes (a pasted rho_example() shadowed the lesson's)
+        p.run(f"for _n in {bound!r}:\n    globals().pop(_n, None)\nglobals().update(_shapes_kept)")
+    points = sum(v.points for v in verdicts)
+    tried = Tried(kind, name, code, shown, points, sum(v.max_points for v in verdicts),
+                  "; ".join(v.message for v in verdicts), flags, ran)  # fmt: skip
     probe.tried.append(tried)
     return tried
-
-
-def _fill(tried: Tried, verdicts: list, flags: tuple) -> None:
-    """``tried``'s points, maximum, message and review flags, from its decided verdicts."""
-    tried.points = sum(v.points for v in verdicts)
-    tried.max_points = sum(v.max_points for v in verdicts)
-    tried.message = "; ".join(v.message for v in verdicts)
-    tried.review = flags
 
 
 def _record_calls(p: Pass, function: str, visible: str) -> str | None:
@@ -340,24 +393,24 @@ def _record_calls(p: Pass, function: str, visible: str) -> str | None:
     return None if err else text.split("CALLS", 1)[1].strip()
 
 
-def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
+def _probe(p: Pass, cell, test_cell, entry: Item) -> Probe:
     gid = nbgrader_meta(cell)["grade_id"]
     found = [item for item in p.items.values() if item.answer == gid]
-    probe = Probe(gid, migrated=bool(found) and all(item.migrated for item in found), above=above)
+    probe = Probe(gid)
     visible = test_cell.source  # the student version's test cell: no hidden region
     solution = p.solution[gid].source
+    probe.visible, probe.blank = visible, cell.source
     _try(p, probe, "blank", "blank", cell.source, visible)
     for name, code in entry.named_wrong():
         _try(p, probe, "wrong", name, code, visible)
+    for name, code in entry.plausible.items():
+        _try(p, probe, "plausible", name, code, visible)
     if entry.library is not None:
         _try(p, probe, "library", "closest library call", entry.library, visible)
-    sol = _try(p, probe, "solution", "solution", solution, visible)
+    calls: list = []
+    sol = _try(p, probe, "solution", "solution", solution, visible, spy=calls)
     if sol.ran:
         raise AssertionError(f"{p.lesson}: the solution of {gid} raised {sol.ran}")
-    for name in entry.constants:
-        probe.values[name] = p.value(name)
-    if not probe.migrated:
-        return probe
     names = sorted({n for item in found for n in item.values})
     function = next((item.function for item in found if item.function), None)
     probe.right = p.take(names)
@@ -374,7 +427,60 @@ def _probe(p: Pass, cell, test_cell, entry: Item, above: str) -> Probe:
                       right=probe.right, visible_calls=probe.visible_calls)  # fmt: skip
     for shortcut, added, code in built:
         _try(p, probe, "shortcut", shortcut.name, code, visible, added)
+    _issue_27(p, probe, found, entry, calls)
     return probe
+
+
+def _issue_27(p: Pass, probe: Probe, found: list, entry: Item, calls: list) -> None:
+    """The shortcut classes issue 27 found (``attacks``), the gate bypass aside (it needs the
+    notebook run to its end: :func:`_gate_bypass`)."""
+    by_letter = {s.letter: s.name for s in SHORTCUTS}
+    visible = probe.visible
+    function = next((item.function for item in found if item.function), None)
+    lesson = Bindings.of_lesson(p.spec.lesson_code).imports
+    junk = {}
+    for item in found:
+        junk.update(attacks.junk(item, probe.right))
+    # G: the grader's source copied
+    copied = [attacks.grader_source(item, probe.right, entry.grader) for item in found]
+    if all(copied):
+        _try(p, probe, "shortcut", by_letter["G"], "".join(copied), visible)  # type: ignore[arg-type]
+    else:
+        prediction = any(item.rules for item in found)
+        probe.not_applicable[by_letter["G"]] = (
+            "the grader holds no reference with the graded function's signature" if function
+            else "a prediction's registration holds no expected value" if prediction
+            else "the registration holds no expected value: the check works its answer out"
+        )  # fmt: skip
+    # T: a table of the practice seed's inputs, graded with a course secret
+    table = attacks.seed_table(function, calls) if function else None
+    if table is not None:
+        practice = sum(v.points for v in p.score(probe.grade_id, table)[0])  # no secret
+        tried = _try(p, probe, "shortcut", by_letter["T"], table, visible, secret=SECRET)
+        tried.review += (f"practice grading (no course secret): {practice:g} point(s)",)
+    elif function:
+        probe.not_applicable[by_letter["T"]] = (
+            "its inputs are built in the sandbox (tensors, models, proxies): no table keys them"
+        )
+    library = entry.library or ""
+    # D: the library's code pasted in place of its import
+    pasted = attacks.pasted_library(library, lesson) if function and library else None
+    if pasted is not None:
+        _try(p, probe, "shortcut", by_letter["D"], pasted, visible)
+        p.run(attacks.reimported(pasted, lesson))  # the lesson's own names, not the pasted copies
+    elif function:
+        probe.not_applicable[by_letter["D"]] = "the library call uses no library function"
+    # O: junk in the answer cell, the library call in a cell below it
+    if not function and library:
+        _try(p, probe, "shortcut", by_letter["O"], attacks.assigned(junk), visible, below=library)
+    # N: the library reached through globals()["name"] of a name the lesson imported
+    looked = attacks.namespace_lookup(library, lesson) if library else None
+    if looked is not None:
+        _try(p, probe, "shortcut", by_letter["N"], looked, visible)
+    else:
+        probe.not_applicable[by_letter["N"]] = (
+            "the library call needs a course_lib name the lesson does not import"
+        )
 
 
 def shortcut_pattern(name: str) -> str:

@@ -6,9 +6,6 @@ shortcuts are built by the pass from the registration, the solution and the libr
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
-
 # Where a graded answer's printed form is unavoidable and says nothing about the answer.
 _SPLITS = {
     "16 × 1024": "the worked example's short shape (16 sequences of 1,024): a batch size",
@@ -28,10 +25,12 @@ def _per_token(other: str, scores: str) -> str:
 
 ITEMS: dict[str, Item] = {
     "predict-ratio": Item(
-        wrong={
-            "seq_len squared alone, forgetting the batch sizes": "predicted_ratio = 256",
+        wrong={  # outside the rule (above 1): 0
             "the token ratio (both shapes hold 2,048 tokens)": "predicted_ratio = 1",
             "inverted: 32 × 64 over 2 × 1024": "predicted_ratio = 1 / 16",
+        },
+        plausible={  # wrong, but above 1: the completion point, as the right 16 earns
+            "seq_len squared alone, forgetting the batch sizes": "predicted_ratio = 256",
             "close, but not the exact factor": "predicted_ratio = 16.04",
             "the square root of the factor": "predicted_ratio = 4",
         },
@@ -42,6 +41,7 @@ ITEMS: dict[str, Item] = {
         shown=_SPLITS,
     ),
     "saved-per-token": Item(
+        grader="_library_pair",
         wrong={
             "forgets LayerNorm's statistics": _per_token(
                 "8 * d_model + 2 * d_mlp", "n_heads * seq_len"

@@ -6,8 +6,6 @@ shortcuts are built by the pass from the registration, the solution and the libr
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _row(body: str) -> str:
     return (
@@ -35,13 +33,15 @@ def _forward(body: str) -> str:
 
 ITEMS: dict[str, Item] = {
     "predict-waste": Item(
-        wrong={
+        wrong={  # outside the rule (a share from 0 up to 1): 0
+            "slots per real token instead of a share": "predicted_waste = 4000 / 1460",
+            "the mean of the rows' padding shares, as a percentage": "predicted_waste = 63.5",
+        },
+        plausible={  # wrong, but a share: the completion point, as the right 0.635 earns
             "the share of real tokens, not of padding": "predicted_waste = 0.365",
             "padded to the mean length, not the longest": (
                 "predicted_waste = 1 - (120 + 250 + 90 + 1000) / (4 * 365)"
             ),
-            "slots per real token instead of a share": "predicted_waste = 4000 / 1460",
-            "the mean of the rows' padding shares, as a percentage": "predicted_waste = 63.5",
             "only the three short rows counted": (
                 "predicted_waste = 1 - (120 + 250 + 90) / (3 * 1000)"
             ),
@@ -61,6 +61,7 @@ ITEMS: dict[str, Item] = {
         ),
     ),
     "position-ids": Item(
+        grader="_reference_row",
         wrong={
             "positions never reset, a plain causal mask": _row(
                 "    return list(range(capacity)), causal\n"

@@ -8,8 +8,6 @@ library call below is a *right* answer reached with ``course_lib``: it must scor
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _weights(accum: str, full: str, ratio: str) -> str:
     return f"weight_A_accum = {accum}\nweight_A_full = {full}\ntoken_ratio = {ratio}\n"
@@ -55,7 +53,12 @@ _TOKEN_WEIGHTED = "model(**mb, num_items_in_batch=total).loss"
 
 ITEMS: dict[str, Item] = {
     "predict-weights": Item(
-        wrong={
+        wrong={  # outside the rules (shares above 0 and at most 1, a ratio above 0): 0
+            "shares as percentages": _weights("50", "10", "9"),
+            "A left out of the step (a share of 0)": _weights("0", "0.1", "9"),
+            "the ratio as a difference of shares, below 0": _weights("0.5", "0.1", "0.1 - 0.5"),
+        },
+        plausible={  # wrong, but within the rules: the completion point, as the right ones earn
             "the two shares swapped": _weights("0.1", "0.5", "9"),
             "the ratio inverted (one of B's tokens against one of A's)": _weights(
                 "0.5", "0.1", "1 / 9"

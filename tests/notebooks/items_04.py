@@ -8,8 +8,6 @@ because the item is the student's own work, not because the value is wrong.
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _stride_model(body: str) -> str:
     return (
@@ -83,7 +81,11 @@ def saved_values_per_token(n_layers, d_model, d_mlp, n_heads, checkpoint_every):
 
 ITEMS: dict[str, Item] = {
     "predict-time-ratio": Item(
-        wrong={
+        wrong={  # outside the rule (between 1 and 2): 0
+            "the recomputation alone, not the whole step": "predicted_time_ratio = 0.5 / 3",
+            "every block run forward and backward twice": "predicted_time_ratio = 2",
+        },
+        plausible={  # wrong, but between 1 and 2: the completion point, as the right 7/6 earns
             "every block recomputed (the stride ignored)": "predicted_time_ratio = 4 / 3",
             "blocks counted with floor division (1 of 4)": "predicted_time_ratio = 13 / 12",
             "k = 3 blocks recomputed": "predicted_time_ratio = 1.25",
@@ -100,15 +102,17 @@ ITEMS: dict[str, Item] = {
         ),
     ),
     "predict-peak-ratio": Item(
-        wrong={
+        wrong={  # outside the rule (between 1 and 4): 0
             "the cut is n_layers": "predicted_peak_ratio = 4",
             "forgets the rebuilt block": "predicted_peak_ratio = 4640 / 256",
+            "inverted": "predicted_peak_ratio = (4 * 64 + 1160) / 4640",
+        },
+        plausible={  # wrong, but between 1 and 4: the completion point, as the right 3.28 earns
             "the rebuilt block's input counted once": "predicted_peak_ratio = 4640 / (3 * 64 + 1160)",
             "the bottom block's rebuild as the worst moment": (
                 "predicted_peak_ratio = 4640 / (64 + 1160)"
             ),
             "the measured cut (full memory model)": "predicted_peak_ratio = 3.24",
-            "inverted": "predicted_peak_ratio = (4 * 64 + 1160) / 4640",
         },
         # S from the library's memory model (one block's saved bytes per token), then the rules
         library=(
@@ -119,6 +123,7 @@ ITEMS: dict[str, Item] = {
         ),
     ),
     "saved-values-per-token": Item(
+        grader="_reference",
         wrong={
             "forgets that the blocks above a rebuilt one are freed": _NO_WALK,
             "counts the checkpointed blocks with floor division": _FLOOR,

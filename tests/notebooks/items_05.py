@@ -8,8 +8,6 @@ the card shows; the question is posed so that every one of them gives another an
 
 from assessment import Item
 
-MIGRATED = True  # every item registers its forms and visible checks (course_grading.judge.items)
-
 
 def _predict(body: str) -> str:
     return f"def predict_micro_batch(memory_budget, fixed_bytes, row_bytes):\n    {body}\n"
@@ -118,6 +116,7 @@ q5_full_fits = fixed_full + int(reserve * (one_row_full - fixed_full)) + context
 
 ITEMS: dict[str, Item] = {
     "predict-micro-batch": Item(
+        grader="_rows_that_fit",
         wrong={
             "ignores the fixed part": _predict("return memory_budget // row_bytes"),
             "float division (exact only below 2**53)": _predict(

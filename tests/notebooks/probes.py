@@ -196,23 +196,50 @@ def _zero(v):
 
 @dataclass(frozen=True)
 class Shortcut:
-    """One way to score without the work (issue 20), and what must name it."""
+    """One way to score without the work (issues 20 and 27), and what must name it."""
 
     name: str
     values: bool  # tried on value items
     functions: bool  # tried on function items
     named: str  # a pattern the verdict's message or the report's flags must match
+    letter: str = ""  # its letter in docs/instructors.md's tables
+
+    def applies(self, item: object) -> bool:
+        """Whether the class is tried on ``item`` (a registered item: a value or function item).
+
+        Args:
+            item: a ``course_grading.judge.items.Item``.
+
+        Returns:
+            ``functions`` for a function item, ``values`` for a value item.
+        """
+        return self.functions if getattr(item, "function", None) else self.values
 
 
 SHORTCUTS = [
     Shortcut("library call in an added cell, copied by the answer cell", True, True,
-             r"takes `_lib_|defined in another cell"),
-    Shortcut("caching answer cell (try: x = _cache / except NameError)", True, True, r"course_lib"),
-    Shortcut("library call skipped when sys.getprofile() is set", True, True, r"course_lib"),
-    Shortcut("always-equal object", True, True, r"not a plain value: .*_Always"),
-    Shortcut("int/float subclass of the right value", True, True, r"not a plain value: .*_Same"),
-    Shortcut("hard-coded visible inputs, junk elsewhere", False, True, r"not a plain value"),
-    Shortcut("degenerate output (zeros of the right shape)", False, True, r"returned"),
+             r"takes `_lib_|defined in another cell", "L"),
+    Shortcut("caching answer cell (try: x = _cache / except NameError)", True, True, r"course_lib",
+             "C"),
+    Shortcut("library call skipped when sys.getprofile() is set", True, True, r"course_lib", "P"),
+    Shortcut("always-equal object", True, True, r"not a plain value: .*_Always", "A"),
+    Shortcut("int/float subclass of the right value", True, True, r"not a plain value: .*_Same",
+             "S"),
+    Shortcut("hard-coded visible inputs, junk elsewhere", False, True, r"not a plain value", "H"),
+    Shortcut("degenerate output (zeros of the right shape)", False, True, r"returned", "Z"),
+    # issue 27 (tests/notebooks/attacks.py)
+    Shortcut("grader-source answer (expected= typed, or the grader's function pasted)", True,
+             True, r"code found in the grader's checks|uses .*course_lib|recorded", "G"),
+    Shortcut("gate bypass (junk, then the value a later cell prints)", True, False,
+             r"\S", "B"),  # its verdict says what is wrong with the value handed in
+    Shortcut("seed table (the practice seed's inputs), graded with a course secret", False, True,
+             r"KeyError", "T"),
+    Shortcut("pasted library code (course_lib's functions in place of their import)", False,
+             True, r"code found in course_lib/|uses .*course_lib", "D"),
+    Shortcut("after-answer overwrite (the library call in a cell below the answer)", True, False,
+             r"set again in", "O"),
+    Shortcut("globals()['name'] lookup of a lesson-imported library name", True, True,
+             r"course_lib\.", "N"),
 ]  # fmt: skip
 
 

@@ -7,12 +7,12 @@ every shortcut of ``probes.SHORTCUTS``; each candidate is scored by the item's t
 the grader scores it. Per item, then: blank 0; solution full; every wrong answer, wrong method,
 library call and shortcut 0, each shortcut named in its verdict or the report; every right form
 accepted; the visible test never "right" where the grade is 0 and never failing a right answer;
-no answer shown anywhere on the blank notebook; and each visible digest costing at least an hour
-of brute force on one core (``course_grading.judge.visible``).
+and no answer shown anywhere on the blank notebook. No visible test says right
+(``course_grading.judge.visible``; ``tests/grading/test_items.py`` checks every cell).
 
-Items registered the older way (no forms, no declared visible test) keep the older checks:
-blank, wrong answers and library call 0, solution full, nothing given away above the question.
-A lesson whose ``items_NN.py`` says ``MIGRATED = True`` must have every item the new way.
+Every item of every lesson is registered with its forms and its visible check
+(``test_every_item_declares_its_forms_and_visible_check``): the older registration, and the older
+checks that went with it, are gone (issue 27).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from probes import MEASURED, SHORTCUTS, printed_answers
 
 from course_grading.judge import items as trusted
 from course_grading.judge import visible
-from course_lib.answers import digest_seconds
 
 LESSONS = sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))
 MIN_WRONG_COVERAGE = 0.9  # share of autograded items tried with a wrong value
@@ -37,10 +36,6 @@ MIN_WRONG_COVERAGE = 0.9  # share of autograded items tried with a wrong value
 
 def items_of(lesson: str) -> dict:
     return importlib.import_module(f"items_{lesson[:2]}").ITEMS
-
-
-def migrated(lesson: str) -> bool:
-    return bool(getattr(importlib.import_module(f"items_{lesson[:2]}"), "MIGRATED", False))
 
 
 def registry(lesson: str) -> dict[str, trusted.Item]:
@@ -51,10 +46,6 @@ def registry(lesson: str) -> dict[str, trusted.Item]:
 def probed(request):
     lesson = request.param
     return lesson, items_of(lesson), run_lesson(lesson, items_of(lesson))
-
-
-def _new(run) -> dict[str, Probe]:
-    return {gid: p for gid, p in run.probes.items() if p.migrated}
 
 
 # --- static: the notebook and the registry ---------------------------------------------------
@@ -97,38 +88,14 @@ def test_every_item_is_listed(lesson):
     assert set(items_of(lesson)) == graded, f"items_{lesson[:2]}.py must list exactly {graded}"
 
 
-@pytest.mark.parametrize("lesson", [lesson for lesson in LESSONS if migrated(lesson)])
-def test_a_migrated_lesson_declares_every_item(lesson):
-    old = [gid for gid, item in registry(lesson).items() if not item.migrated]
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_item_declares_its_forms_and_visible_check(lesson):
+    old = [gid for gid, item in registry(lesson).items()
+           if not item.visible or (item.function and item.returns is None)]  # fmt: skip
     assert not old, f"{lesson}: register forms and visible checks for {old}"
     for gid, entry in items_of(lesson).items():
         assert entry.library, f"{lesson} {gid}: give the closest library call (shortcuts use it)"
         assert len(entry.named_wrong()) >= 2, f"{lesson} {gid}: list at least two wrong ones"
-
-
-@pytest.fixture(scope="session")
-def per_candidate() -> float:
-    """CPU seconds one visible digest costs here (the least of three)."""
-    return digest_seconds(3)
-
-
-@pytest.mark.parametrize("lesson", LESSONS)
-def test_every_visible_digest_costs_an_hour_of_brute_force(lesson, per_candidate):
-    short = {}
-    for gid, item in registry(lesson).items():
-        for found in visible.checks(item):
-            if isinstance(found, visible.Digest):
-                seconds = found.candidates(item) * per_candidate
-                if seconds < visible.MIN_SEARCH_SECONDS:
-                    short[gid] = f"{found.candidates(item):,} candidates, {seconds:.0f} s"
-    assert not short, f"{lesson}: visible digests that are cheap oracles: {short}"
-
-
-def test_a_cheap_digest_is_caught(per_candidate):
-    item = registry("01_tokens_and_attention_memory")["test-real-scale"]
-    small = visible.Digest("x", ("scores_gb_per_layer",), {"scores_gb_per_layer": (1, 10)})
-    assert small.candidates(item) == 901  # 3 significant figures from 1 to 10
-    assert small.candidates(item) * per_candidate < visible.MIN_SEARCH_SECONDS
 
 
 # --- the pass ----------------------------------------------------------------------------------
@@ -163,6 +130,41 @@ def test_wrong_answers_and_wrong_methods_score_zero(probed):
     assert covered >= MIN_WRONG_COVERAGE, f"{lesson}: only {covered:.0%} are tried wrong"
 
 
+def _prediction(lesson: str, answer: str) -> bool:
+    return any(registry(lesson)[t].rules for t in _tests_of(lesson, answer))
+
+
+def prediction_problems(probe: Probe) -> list[str]:
+    """Where a prediction pays for being right (issue 27): a wrong but plausible value earning
+    less than the right one, or another message; the message judging the value; the visible
+    test not saying *plausible*; fewer than two plausible wrong values, or two implausible ones,
+    tried."""
+    (sol,) = probe.of("solution")
+    plausible, implausible = probe.of("plausible"), probe.of("wrong")
+    found = [f"only {len(plausible)} plausible wrong values tried"] if len(plausible) < 2 else []
+    found += [f"only {len(implausible)} implausible values tried"] if len(implausible) < 2 else []
+    for t in plausible:
+        if t.points != sol.points or t.message != sol.message:
+            found.append(f"'{t.name}' scores {t.points} ({t.message}); right: {sol.points}")
+        if t.visible != "plausible":
+            found.append(f"'{t.name}': the visible test says {t.visible}")
+    if re.search(r"\bright\b|\bwrong\b|\bexact\b", sol.message):
+        found.append(f"the message judges the value: {sol.message}")
+    return found
+
+
+def test_a_right_prediction_earns_no_more_than_a_plausible_one(probed):
+    lesson, items, run = probed
+    found = {}
+    for gid, probe in run.probes.items():
+        if _prediction(lesson, gid):
+            found[gid] = prediction_problems(probe)
+        elif items[gid].plausible:
+            found[gid] = ["lists plausible wrong values, but is not a prediction: each scores 0"]
+    found = {gid: f for gid, f in found.items() if f}
+    assert not found, f"{lesson}: {found}"
+
+
 def test_the_closest_library_call_scores_zero(probed):
     lesson, items, run = probed
     unlisted = [gid for gid, item in items.items() if item.library is None]
@@ -174,19 +176,62 @@ def test_the_closest_library_call_scores_zero(probed):
         assert library.points == 0, f"{lesson} {gid}: the library call scores: {library.message}"
 
 
-def shortcut_problems(probe: Probe, function: bool) -> list[str]:
-    """Shortcuts not tried, scoring, or not named in their verdict or the report."""
+#: A prediction's shortcuts that earn its completion point by design (issue 27): the gate bypass
+#: (junk, then the measurement a later cell prints) and the grader's source hand in a value the
+#: rule finds plausible, which earns what any plausible value earns, and never more.
+prediction_letters = ("B", "G")
+
+#: Shortcuts that score because no grader can tell them from the work, by (lesson, answer cell,
+#: letter), each with its reason; docs/instructors.md section 3.2 lists them. The test fails if
+#: one stops scoring (then drop it here and there) and on any other shortcut that scores.
+_TYPED = (
+    "the right value typed, as the registration's expected= (or the public solution) gives it: "
+    "no grader can tell a typed number's source, so a value item carries one point"
+)
+GAPS: dict[tuple[str, str, str], str] = {
+    ("01", "real-scale", "G"): _TYPED + " (the grader's arithmetic, pasted and called, is 4 lines)",
+    ("01", "target-practice", "G"): _TYPED,
+    ("01", "q1", "G"): _TYPED,
+    ("02", "q3", "G"): _TYPED,
+    ("03", "q2", "G"): _TYPED,
+    ("04", "q1-only-checkpointing", "G"): _TYPED,
+    ("05", "q1", "G"): _TYPED,
+    ("05", "q2", "G"): _TYPED,
+    ("05", "q3", "G"): _TYPED,
+}
+
+
+def shortcut_problems(
+    probe: Probe, function: bool, prediction: bool = False, gaps: frozenset[str] = frozenset()
+) -> list[str]:
+    """Shortcuts not tried (and not said to be inapplicable), scoring, or not named in their
+    verdict or the report; a prediction's gate bypass or grader-source copy earning more than
+    the right value; a listed gap (``gaps``: letters) that no longer scores."""
     expected = {s.name for s in SHORTCUTS if (s.functions if function else s.values)}
     if function and probe.visible_calls is None:
         expected.discard("hard-coded visible inputs, junk elsewhere")
+    expected -= set(probe.not_applicable)
     tried = {t.name: t for t in probe.of("shortcut")}
+    letter = {s.name: s.letter for s in SHORTCUTS}
+    right = max([t.points for t in probe.of("solution")], default=0.0)
     found = [f"not tried: {n}" for n in sorted(expected - set(tried) - _no_right_subclass(probe))]
     for name, t in tried.items():
-        if t.points:
-            found.append(f"'{name}' scores {t.points}: {t.message}")
         said = " || ".join([t.message, *t.review])
+        if letter.get(name) in gaps:
+            if not t.points:
+                found.append(f"'{name}' is listed as a gap but scores 0: drop it from GAPS")
+            continue
+        if prediction and letter.get(name) in prediction_letters:
+            if t.points > right:
+                found.append(f"'{name}' scores {t.points}, more than the right value's {right}")
+        elif t.points:
+            found.append(f"'{name}' scores {t.points}: {t.message}")
         if not re.search(named_by(name), said):
             found.append(f"'{name}' is not named: {said}")
+        if letter.get(name) == "T" and "practice grading (no course secret): 0 " in said:
+            found.append("the seed table scores nothing even in practice: it proves nothing")
+        if not function and t.ran:
+            found.append(f"'{name}' raised {t.ran} in the kernel: its values prove nothing")
     copied = tried.get("library call in an added cell, copied by the answer cell")
     if copied and not function and not any("added by the student" in f for f in copied.review):
         found.append(f"the added cell's course_lib use is not in the report: {copied.review}")
@@ -196,11 +241,19 @@ def shortcut_problems(probe: Probe, function: bool) -> list[str]:
 def test_every_shortcut_scores_zero_and_is_named(probed):
     lesson, _, run = probed
     found = {}
-    for gid, probe in _new(run).items():
+    for gid, probe in run.probes.items():
         function = any(registry(lesson)[t].function for t in _tests_of(lesson, gid))
-        found[gid] = shortcut_problems(probe, function)
+        gaps = frozenset(k[2] for k in GAPS if k[:2] == (lesson[:2], gid))
+        found[gid] = shortcut_problems(probe, function, _prediction(lesson, gid), gaps)
     found = {gid: f for gid, f in found.items() if f}
     assert not found, f"{lesson}: {found}"
+
+
+def test_every_gap_is_of_a_listed_item_and_says_why():
+    for (lesson, gid, letter), why in GAPS.items():
+        full = next(name for name in LESSONS if name.startswith(lesson))
+        assert gid in items_of(full), (lesson, gid)
+        assert letter in {s.letter for s in SHORTCUTS} and len(why) > 20, (lesson, gid, letter)
 
 
 def _tests_of(lesson: str, answer: str) -> list[str]:
@@ -224,7 +277,7 @@ def form_problems(probe: Probe) -> list[str]:
 
 def test_every_right_answer_form_is_accepted(probed):
     lesson, _, run = probed
-    found = {gid: form_problems(p) for gid, p in _new(run).items()}
+    found = {gid: form_problems(p) for gid, p in run.probes.items()}
     found = {gid: f for gid, f in found.items() if f}
     assert not found, f"{lesson}: right answers rejected: {found}"
 
@@ -247,24 +300,25 @@ def disagreements(tried: list[Tried]) -> list[str]:
 
 def test_visible_and_trusted_agree_on_every_value_tried(probed):
     lesson, _, run = probed
-    found = {gid: disagreements(p.tried) for gid, p in _new(run).items()}
+    found = {gid: disagreements(p.tried) for gid, p in run.probes.items()}
     found = {gid: d for gid, d in found.items() if d}
     assert not found, f"{lesson}: {found}"
 
 
 def test_property_checks_are_not_oracles(probed):
-    """A visible property check lets some wrong answer through as "plausible": it does not
-    determine the answer (each digest's cost is checked statically above)."""
+    """Every visible test is a property check, and lets some wrong answer through as
+    "plausible": it does not determine the answer."""
     lesson, _, run = probed
-    for gid, probe in _new(run).items():
+    for gid, probe in run.probes.items():
         tests = [registry(lesson)[t] for t in _tests_of(lesson, gid)]
         kinds = {c.kind for item in tests for c in visible.checks(item)}
-        if kinds == {"property"}:
-            assert lets_wrong_through(probe), f"{lesson} {gid}: no wrong answer is plausible"
+        assert kinds == {"property"}, f"{lesson} {gid}: visible checks {kinds}"
+        assert lets_wrong_through(probe), f"{lesson} {gid}: no wrong answer is plausible"
 
 
 def lets_wrong_through(probe: Probe) -> list[str]:
-    return [t.name for t in probe.of("wrong") if t.visible == "plausible"]
+    tried = [*probe.of("wrong"), *probe.of("plausible")]
+    return [t.name for t in tried if t.visible == "plausible"]
 
 
 def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -> list[str]:
@@ -272,7 +326,7 @@ def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -
     outside the contexts each item allows (``Item.shown``) and measured medians with their range
     (``probes.MEASURED``); ``forms``: answer cell -> value name -> form."""
     found = []
-    for gid, probe in _new(run).items():
+    for gid, probe in run.probes.items():
         answers = dict(probe.right)
         for args, _, result in _calls(probe):
             answers[f"{gid}{args}"] = result
@@ -304,46 +358,7 @@ def test_no_answer_is_shown_on_a_blank_notebook(probed):
 
 def test_lesson_cells_run_on_a_blank_notebook(probed):
     lesson, _, run = probed
-    if _new(run):
-        assert not run.lesson_errors, f"{lesson}: {run.lesson_errors}"
-
-
-def test_older_items_give_nothing_away_above_their_question(probed):
-    lesson, items, run = probed
-    found = {}
-    for gid, probe in run.probes.items():
-        if not probe.migrated:
-            hits = older_spoilers(probe, items[gid].allowed)
-            if hits:
-                found[gid] = hits
-    assert not found, f"{lesson}: answers shown above their question: {found}"
-
-
-def older_printed_forms(value) -> set[str]:
-    """How a constant answer could be shown (the older items' distinctive forms)."""
-    if isinstance(value, bool):
-        return set()
-    if isinstance(value, int):
-        return {str(value), f"{value:,}"} if abs(value) >= 10 else set()
-    if isinstance(value, float):
-        forms = {f"{value:.3g}", f"{value:.2f}", f"{value:.1f}", f"{value:g}"}
-        if 0 < value < 1:
-            forms |= {f"{100 * value:.1f} %", f"{100 * value:.1f}%", f"{100 * value:.0f}%"}
-        return {f for f in forms if len(f.strip("0.%-")) >= 2}
-    if isinstance(value, str):
-        return {value} if len(value) >= 3 else set()
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return set().union(*(older_printed_forms(v) for v in value)) if value else set()
-    return set()
-
-
-def older_spoilers(probe: Probe, allowed: list[str]) -> list[str]:
-    found = []
-    for name, value in probe.values.items():
-        for form in sorted(older_printed_forms(value) - set(allowed)):
-            if re.search(rf"(?<![\w.]){re.escape(form)}(?![\w]|\.\d)", probe.above):
-                found.append(f"{name} = {value!r} shows as {form!r}")
-    return found
+    assert not run.lesson_errors, f"{lesson}: {run.lesson_errors}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -371,7 +386,7 @@ def test_written_answers_have_rubrics_that_add_up(lesson):
 # --- the checks above can fail --------------------------------------------------------------
 
 
-def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
+def test_the_checks_see_a_disagreement_and_a_spoiler():
     wrong_but_right = Tried("wrong", "16.04", "x = 16.04", "right", 0, 1, "your value 16.04")
     right_but_failed = Tried("form", "np.int64", "x = np.int64(16)", "failed: AssertionError", 1, 1)
     method = Tried("shortcut", "library", "x = lib()", "right", 0, 1, "uses course_lib")
@@ -380,7 +395,7 @@ def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
     assert len(found) == 3 and "library" not in " ".join(found), found
 
     class Fake:
-        probes = {"q": Probe("q", migrated=True, right={"predicted_ratio": 16.0})}
+        probes = {"q": Probe("q", right={"predicted_ratio": 16.0})}
         texts = [
             ("cell setup-9", "score ratio: 16×"),
             ("cell setup-3", "16 × 1024 -> 16,384"),
@@ -389,13 +404,10 @@ def test_the_checks_see_a_disagreement_a_spoiler_and_an_older_spoiler():
 
     found = spoilers_of(Fake, {"q": {"16 × 1024": "the worked example"}}, {})
     assert found == ["predicted_ratio shows as '16' in cell setup-9"], found
-    p = Probe("x", above="we expect 16× here", values={"predicted_ratio": 16.0})
-    assert older_spoilers(p, []) == ["predicted_ratio = 16.0 shows as '16'"]
-    assert older_spoilers(p, ["16"]) == []
 
 
 def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
-    probe = Probe("q", migrated=True, right={"x": 16.0})
+    probe = Probe("q", right={"x": 16.0})
     probe.tried = [
         Tried("shortcut", SHORTCUTS[0].name, "", "right", 1, 1, "x: right"),
         Tried("shortcut", "always-equal object", "", "failed", 0, 1, "x: your value 3"),
@@ -408,3 +420,67 @@ def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
     assert any(f.startswith("not tried: caching") for f in found)
     assert len(form_problems(probe)) == 3  # too few forms, and both forms rejected
     assert lets_wrong_through(probe) == []
+
+
+def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
+    """Each new class fails the check when it scores (the gate bypass on a value that is not a
+    prediction, a seed table with a secret, pasted library code, an overwrite below the answer,
+    a globals() lookup), when it is not tried, or a prediction's bypass pays more than the right
+    value; a listed gap that stops scoring fails too."""
+    name = {s.letter: s.name for s in SHORTCUTS}
+    probe = Probe("q", right={"x": 16.0})
+    probe.tried = [Tried("solution", "solution", "", "plausible", 1, 1, "x: recorded")]
+    found = shortcut_problems(probe, function=False)
+    for letter in "BGON":
+        assert f"not tried: {name[letter]}" in found, (letter, found)
+    found = shortcut_problems(probe, function=True)
+    for letter in "GTDN":
+        assert f"not tried: {name[letter]}" in found, (letter, found)
+    probe.tried += [
+        Tried("shortcut", name["B"], "", "plausible", 1, 1, "x: right"),
+        Tried("shortcut", name["O"], "", "plausible", 1, 1, "x: right"),
+        Tried("shortcut", name["N"], "", "plausible", 1, 1, "x: right"),
+    ]
+    found = shortcut_problems(probe, function=False)
+    assert all(any(f"'{name[c]}' scores 1" in f for f in found) for c in "BON"), found
+    assert all(any(f"'{name[c]}' is not named" in f for f in found) for c in "ON"), found
+    found = shortcut_problems(probe, function=False, prediction=True)
+    assert not any(f"'{name['B']}' scores" in f for f in found), found  # its completion point
+    probe.tried[1] = Tried("shortcut", name["B"], "", "plausible", 2, 1, "x: recorded")
+    found = shortcut_problems(probe, function=False, prediction=True)
+    assert any("more than the right value" in f for f in found), found
+    table = Tried("shortcut", name["T"], "", "failed", 1, 1, "f: right", ("practice grading "
+                  "(no course secret): 1 point(s)",))  # fmt: skip
+    pasted = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right")
+    probe.tried = [probe.tried[0], table, pasted]
+    found = shortcut_problems(probe, function=True)
+    assert any(f"'{name['T']}' scores 1" in f for f in found), found
+    assert any(f"'{name['D']}' scores 1" in f for f in found), found
+    probe.tried[1] = Tried("shortcut", name["T"], "", "failed", 0, 1, "f raised KeyError",
+                           ("practice grading (no course secret): 0 point(s)",))  # fmt: skip
+    assert any("proves nothing" in f for f in shortcut_problems(probe, function=True))
+    found = shortcut_problems(probe, function=True, gaps=frozenset("T"))
+    assert any("listed as a gap but scores 0" in f for f in found), found
+
+
+def test_the_prediction_check_sees_a_prediction_paid_for_being_right():
+    """The old grading of a prediction (right: 1 point and "right"; a wrong plausible value: 0)
+    fails the check, as does a message that judges the value or too few values tried."""
+    probe = Probe("p")
+    probe.tried = [
+        Tried("solution", "solution", "", "plausible", 1, 1, "x: right"),
+        Tried("plausible", "close", "", "plausible", 0, 1, "x: your value 16.04; needs it exact"),
+        Tried("wrong", "inverted", "", "failed: AssertionError", 0, 1, "x: not above 1"),
+    ]
+    found = prediction_problems(probe)
+    assert any("scores 0" in f for f in found), found
+    assert any("judges the value" in f for f in found), found
+    assert any("only 1 plausible" in f for f in found), found
+    assert any("only 1 implausible" in f for f in found), found
+    recorded = "x: a plausible prediction, recorded"
+    probe.tried = [
+        Tried("solution", "solution", "", "plausible", 1, 1, recorded),
+        *[Tried("plausible", f"p{i}", "", "plausible", 1, 1, recorded) for i in range(2)],
+        *[Tried("wrong", f"w{i}", "", "failed: Assertion", 0, 1, "x: 1") for i in range(2)],
+    ]
+    assert prediction_problems(probe) == []

@@ -19,25 +19,34 @@ The checks live here, one module per lesson (``lesson_01.py`` ... and ``lesson_9
 fixture lesson of the tests), registered by test-cell grade id, each with how its answers are
 compared (a ``course_lib.forms.Form`` per value, or ``returns`` for a function's results: the
 one normalisation the visible test uses too), the expected values, and what the visible test
-may say (``course_grading.judge.visible``: a ``Property`` that says "plausible", or a ``Digest``
-whose candidate space costs at least an hour to search)::
+may say (``course_grading.judge.visible``: a ``Property`` that says "plausible", never "right";
+a prediction's declares the plausibility rule that is its whole check)::
 
     ITEMS = Lesson("01_tokens_and_attention_memory")
 
+    @ITEMS.item("test-q1", answer="q1", points=1,
+                values={"q1_cheaper": Shape("8x2048", "2x8192"), "q1_ratio": Exact()},
+                expected={"q1_cheaper": "8x2048", "q1_ratio": 4},
+                visible=Property("q1", "either shape, with any factor above 1"), own_work=True)
+    def q1(ev: Evidence) -> str:
+        # what earns it: the cheaper shape and the exact factor
+        return ev.expect_all()   # "q1_ratio: your value 4.04; the check needs it exact"
+
     @ITEMS.item("test-predict-ratio", answer="predict-ratio", points=1,
-                values={"predicted_ratio": Exact()}, expected={"predicted_ratio": 16},
-                visible=Property("predicted_ratio", "every number above 1"), own_work=True)
+                values={"predicted_ratio": Exact()},
+                visible=Property("predicted_ratio", "every number above 1",
+                                 rules={"predicted_ratio": Between(1)}), own_work=True)
     def predict_ratio(ev: Evidence) -> str:
-        # what earns it: the exact factor between 2 × 1024 and 32 × 64
-        return ev.expect_all()   # "predicted_ratio: your value 16.04; the check needs it exact"
+        # a prediction: any plausible value earns the point, a right one no more
+        return ev.recorded()     # "predicted_ratio: a plausible prediction, recorded; ..."
 
 **The API of a check.** A check is a function of one :class:`Evidence` and returns the message
 for full marks (a ``str``) or a :class:`Verdict` (partial credit, review flags). It fails an
 item by raising :class:`Reject` (``ev.require(condition, message)`` does), and the item scores
 0 with that message. Messages are the instructor's words for the student: they may quote the
 student's own value, never the expected one. ``Evidence`` gives the values read by their forms
-(``ev.read``, ``ev.expect``, ``ev.expect_all``; the older ``ev.value``, ``ev.number``,
-``ev.integer``, ``ev.text``: each rejects a missing, blank or not-plain value with a message),
+(``ev.read``, ``ev.expect``, ``ev.expect_all``, ``ev.recorded`` for a prediction: each rejects a
+missing, blank or not-plain value with a message),
 the function (``ev.call([call(...), ...])``: one sandboxed run per item, every result plain
 data, compared with ``ev.returned``; see :func:`call` and the input builders :func:`tensor`,
 :func:`new`, :func:`predicate`, :func:`recorder`), a random generator seeded per student and
@@ -45,8 +54,9 @@ item (``ev.rng``: the same grade on every re-grade), and the answer cell's sourc
 ``own_work=True`` on a value item scores 0 an answer cell whose source uses ``course_lib``,
 copies a name an earlier cell of the student's computed with it, or runs code built at run time
 (``uses.py``); any use of ``course_lib`` in the student's cells is also named in the report.
-An item registered with forms and a visible test is ``migrated`` (``docs/instructors.md``, "How
-to write an item"); the older registration (``values`` as a tuple of names) still works.
+Every value is registered with its form (``values={name: Form()}``; a tuple of names, the older
+registration, is refused), and every lesson item with its visible test (``docs/instructors.md``,
+"How to write an item"); only the fixture lesson's plain asserts declare none.
 
 The package's modules: ``model.py`` (``Item``, ``Lesson``, ``Verdict``, ``Reject``, the registry
 ``items_of``), ``calls.py`` (a graded function's calls and their ``Result``), ``checking.py``
@@ -81,7 +91,8 @@ from course_grading.judge.items.notebooks import (
     strip_hidden_tests,
 )
 from course_grading.judge.plain import describe
-from course_grading.judge.visible import Digest, Property
+from course_grading.judge.visible import Property
+from course_lib.answers import Between
 from course_lib.forms import (
     Exact,
     Form,
@@ -97,7 +108,7 @@ from course_lib.forms import (
 __all__ = [
     "seeded_torch",
     "DECLARATION",
-    "Digest",
+    "Between",
     "Evidence",
     "Exact",
     "Form",

@@ -13,8 +13,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from decimal import Decimal
-from fractions import Fraction
 
 from course_grading.errors import GradingError
 from course_grading.judge import functions, plain
@@ -22,7 +20,7 @@ from course_grading.judge import secret as course_secret
 from course_grading.judge.items.calls import Result, exception_text
 from course_grading.judge.items.model import Item, Reject, Verdict
 from course_grading.judge.plain import describe
-from course_lib.forms import Exact, Form, Unreadable
+from course_lib.forms import Form, Unreadable
 
 #: torch's global generator is one per process, and the ``--jobs`` slots decide submissions in
 #: threads of one process: a reference model built from a seed must hold it while it draws
@@ -98,14 +96,8 @@ class Evidence:
         self.call_times: list[tuple[float, float]] = []  # (CPU, wall) seconds of every call
 
     # values
-    def value(self, name: str) -> object:
-        """The student's value of ``name`` as plain data.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            The value as the kernel gave it (decoded plain data).
+    def _raw(self, name: str) -> object:
+        """The student's value of ``name`` as plain data, before its form reads it.
 
         Raises:
             GradingError: the check reads a name its item does not declare (a grader bug).
@@ -117,44 +109,6 @@ class Evidence:
         if isinstance(found, plain.NotPlain):
             raise Reject(f"{name}: {found}")
         return found
-
-    def number(self, name: str) -> int | float:
-        """``name`` as a finite number: ``int``, ``float``, ``Fraction``, ``Decimal``, not ``bool``.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            An ``int`` when the number is whole, a ``float`` otherwise.
-
-        Raises:
-            Reject: the value is missing, not a number, or not finite.
-        """
-        value = self.value(name)
-        if type(value) not in (int, float, Fraction, Decimal):
-            raise Reject(f"{name}: a number is needed, got {_kind(value)}")
-        try:
-            return Exact().value(value)
-        except Unreadable as why:
-            raise Reject(f"{name}: {why}") from None
-
-    def integer(self, name: str) -> int:
-        """``name`` as a whole number: an ``int`` (not ``bool``), or a float, Fraction or Decimal
-        with no fraction.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            The whole number.
-
-        Raises:
-            Reject: the value is missing, not a number, or has a fraction.
-        """
-        value = self.number(name)
-        if isinstance(value, float):
-            raise Reject(f"{name}: a whole number is needed, got {describe(value)}")
-        return value
 
     def form(self, name: str) -> Form:
         """How ``name`` is compared (the registration's ``values``).
@@ -185,7 +139,7 @@ class Evidence:
             Reject: the value is missing, or its form cannot read it (the message gives the form's
                 reason).
         """
-        value = self.value(name)
+        value = self._raw(name)
         try:
             return self.form(name).value(value)
         except Unreadable as why:
@@ -208,9 +162,9 @@ class Evidence:
         got = self.read(name)
         if expected is None:
             expected = self.item.expected_values()[name]
-        if not self.form(name).same(self.value(name), expected):
+        if not self.form(name).same(self._raw(name), expected):
             raise Reject(
-                f"{name}: your value {describe(self.value(name))}; the check needs it "
+                f"{name}: your value {describe(self._raw(name))}; the check needs it "
                 f"{self.form(name).needs}"
             )
         return got
@@ -224,6 +178,33 @@ class Evidence:
         for name in self.item.values:
             self.expect(name)
         return f"{', '.join(self.item.values)}: right"
+
+    def recorded(self) -> str:
+        """A prediction's whole check: every value read by its form and plausible by the item's
+        rule (the visible test's ``predicted`` applies the same), and nothing about being right.
+
+        Returns:
+            The full-marks message, the same for every plausible value: it says the prediction
+            was recorded, never whether it was right.
+
+        Raises:
+            GradingError: the item is not a prediction (a grader bug).
+            Reject: a value is missing, unreadable, or outside its rule.
+        """
+        rules = self.item.rules
+        if set(rules) != set(self.item.values):
+            raise GradingError(f"{self.item.grade_id}: not a prediction (no rule per value)")
+        for name in self.item.values:
+            if not rules[name].holds(self.read(name)):
+                raise Reject(
+                    f"{name}: your value {describe(self._raw(name))} is not {rules[name].words}, "
+                    "so it is not a plausible prediction"
+                )
+        return (
+            f"{', '.join(self.item.values)}: a plausible prediction, recorded; a prediction "
+            "earns this point whether or not the measurement agrees, and your written "
+            "comparison with the measurement carries the points"
+        )
 
     def returned(self, result: Result, expected: object, wrong: str = "not right") -> object:
         """A call's result read by the item's ``returns`` form and compared with ``expected``.
@@ -254,23 +235,6 @@ class Evidence:
         if not right:
             raise Reject(f"{result.shown} returned {describe(got)}: {wrong}")
         return read
-
-    def text(self, name: str) -> str:
-        """``name`` as a string.
-
-        Args:
-            name: one of the item's declared values.
-
-        Returns:
-            The string, as given.
-
-        Raises:
-            Reject: the value is missing or not exactly a ``str``.
-        """
-        value = self.value(name)
-        if type(value) is not str:
-            raise Reject(f"{name}: a string is needed, got {_kind(value)}")
-        return value
 
     @staticmethod
     def require(condition: object, message: str) -> None:
@@ -347,10 +311,6 @@ class Evidence:
         return results
 
 
-def _kind(value: object) -> str:
-    return f"{type(value).__name__} {describe(value, 30)}"
-
-
 def _python_source(source: str) -> str:
     """The cell as Python: IPython's syntax (``%magic``, ``!cmd``) turned into calls."""
     from IPython.core.inputtransformer2 import TransformerManager
@@ -368,13 +328,15 @@ def verdict(
     *,
     borrowed: Sequence[str] = (),
     unread: Sequence[str] = (),
+    pasted: str = "",
 ) -> Verdict:
     """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
 
-    An ``own_work`` value item and every function item score 0 with ``uses``. An ``own_work``
-    item also scores 0 when its answer cell copies a name an earlier cell of the student's
-    computed with ``course_lib`` (``borrowed``), or runs code built at run time that the grader
-    cannot read (``unread``).
+    An ``own_work`` value item and every function item score 0 with ``uses``, and when their
+    answer cell is mostly the course's code pasted in (``pasted``). An ``own_work`` item also
+    scores 0 when its answer cell copies a name an earlier cell of the student's computed with
+    ``course_lib`` (``borrowed``), or runs code built at run time that the grader cannot read
+    (``unread``).
 
     Args:
         item: the item.
@@ -384,20 +346,29 @@ def verdict(
         borrowed: names the answer cell takes from earlier cells that computed them with
             ``course_lib`` (``uses.borrowed``).
         unread: code the answer cell builds at run time, which the grader cannot read.
+        pasted: why the answer cell is the course's code pasted in (``review.copies.pasted``);
+            ``""``: it is not.
 
     Returns:
         The check's verdict (full marks with its message, or 0 with the reason it rejected),
         with the wall-clock seconds of the item's function calls.
     """
-    decided = _decided(item, ev, uses, borrowed, unread)
+    decided = _decided(item, ev, uses, borrowed, unread, pasted)
     seconds = sum(wall for _, wall in ev.call_times)
     return replace(decided, seconds=seconds) if seconds else decided
 
 
 def _decided(
-    item: Item, ev: Evidence, uses: list[str], borrowed: Sequence[str], unread: Sequence[str]
+    item: Item,
+    ev: Evidence,
+    uses: list[str],
+    borrowed: Sequence[str],
+    unread: Sequence[str],
+    pasted: str,
 ) -> Verdict:
     try:
+        if (item.own_work or item.function) and pasted:
+            raise Reject(pasted)
         if item.own_work and uses:
             raise Reject(
                 f"your answer cell uses {', '.join(uses[:3])}: this item is worked out by "

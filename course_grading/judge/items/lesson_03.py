@@ -1,11 +1,13 @@
 """Trusted checks of lesson 3: gradient accumulation.
 
 A point is earned by producing something that is right *and* that a lookup cannot produce, so
-the values (a prediction, the noise target, a check-yourself question) carry one point each and
-the two loops four each. The loops run in the function sandbox on a small TinyGPT
-(``course_lib.model`` staged, nothing else of the library) and on windows drawn for each
-student: micro-batches of very different loss tokens, one with full-sequence labels (where the
-unshifted count is off by one a row), one without any loss token, and for the training loop
+the values (the noise target, a check-yourself question) carry one point each, the prediction
+one for any plausible value (``Evidence.recorded``: right ones earn no more; its written
+comparison with the measurement carries the points), and the two loops four each. The loops run
+in the function sandbox on a small TinyGPT (``course_lib.model`` staged, nothing else of the
+library) and on windows drawn for each student: micro-batches of very different loss tokens,
+one with full-sequence labels (where the unshifted count is off by one a row), one without any
+loss token, and for the training loop
 windows whose full-batch gradient is below the clipping norm (where a summed loss shows) and
 above it (where forgetting the clip shows). Their gradients come back as plain data and are
 compared here with one full batch of the same window, on the same model; what they return is
@@ -28,6 +30,7 @@ from fractions import Fraction
 from functools import cache
 
 from course_grading.judge.items import (
+    Between,
     Evidence,
     Exact,
     Integer,
@@ -54,30 +57,37 @@ NOISE_TARGET = 0.04  # the lesson's target (section 10): rho / (2 × 0.04) = 22.
 TOLERANCE = 1e-5  # a loop's relative gradient error: float32 rounding lands near 1e-7
 
 
+SHARE = Between(0, 1, high_in=True)  # a share of the optimiser step
+
+
 @ITEMS.item(
     "test-predict-weights",
     answer="predict-weights",
     points=1,
     values={"weight_A_accum": Exact(), "weight_A_full": Exact(), "token_ratio": Exact()},
-    expected={"weight_A_accum": Fraction(1, 2), "weight_A_full": Fraction(1, 10), "token_ratio": 9},
-    visible=Property("predict-weights", "two shares between 0 and 1 and a ratio above 0"),
+    visible=Property(
+        "predict-weights",
+        "two shares above 0 and at most 1, and a ratio above 0",
+        rules={"weight_A_accum": SHARE, "weight_A_full": SHARE, "token_ratio": Between(0)},
+    ),
     own_work=True,
 )
 def predict_weights(ev: Evidence) -> str:
-    """A's exact share of the step under ``loss / accum`` and in one big batch, and how many times
-    one of A's tokens counts against one of B's under ``loss / accum``.
+    """A plausible prediction of A's share of the step under ``loss / accum`` and in one big
+    batch, and of how many times one of A's tokens counts against one of B's, recorded; right
+    ones earn no more.
 
     Args:
-        ev: the submission's evidence: ``weight_A_accum`` and ``weight_A_full`` (shares from 0
-            to 1) and ``token_ratio``, each read exactly.
+        ev: the submission's evidence: ``weight_A_accum`` and ``weight_A_full`` (shares above 0,
+            at most 1) and ``token_ratio`` (above 0), each read exactly.
 
     Returns:
-        The full-marks message.
+        The message that the prediction was recorded.
 
     Raises:
-        Reject: a value is missing, unreadable, or not exact.
+        Reject: a value is missing, unreadable, or outside its rule.
     """
-    return ev.expect_all()
+    return ev.recorded()
 
 
 # --- the graded loops ---------------------------------------------------------------------------

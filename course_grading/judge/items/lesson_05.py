@@ -8,7 +8,9 @@ The values (a target-practice shape, three check-yourself questions, a plan read
 carry one point each, are the student's own work (``own_work``) and are compared by their
 declared forms (``course_lib.forms``), which the visible tests read them with too. Every visible
 test is a property check: the answers are short whole numbers, choices and a 3-significant-figure
-spare, whose digests would be found by trying candidates.
+spare, and anything that confirmed one would be found by trying candidates. ``predict_micro_batch``
+is compared with the library's own search of each card: the grader holds no formula of its own
+that a student could paste.
 
 What the checks compare with (the memory model's figures, the loss tokens of the logged run, the
 plans on real cards) is computed here by trusted code from the lesson's parameters, as the lesson
@@ -119,7 +121,11 @@ def loss_tokens_per_example() -> float:
 
 
 def _rows_that_fit(budget: int, fixed: int, row: int) -> int:
-    return 0 if budget < fixed else (budget - fixed) // row
+    """The largest micro-batch whose step fits the card, as the library's search finds it (0 when
+    none does): the grader holds no formula of its own that a student could paste (issue 27)."""
+    from course_lib.fit import largest_or_zero
+
+    return largest_or_zero(lambda n: fixed + n * row <= budget, limit=budget + 1)
 
 
 DRAWN = 10  # cards drawn for each student, beyond the fixed ones

@@ -1,13 +1,14 @@
 """Trusted checks of the fixture lesson (``tests/grading/fixtures/solutions/99_fixture``).
 
-The grading tests' fast lesson: one graded function and one value, no torch.
+The grading tests' fast lesson: one graded function and one value, no torch. Its visible tests
+are plain asserts, declared nowhere (no ``visible=``): the grading tests read them as they are.
 """
 
 from __future__ import annotations
 
 import math
 
-from course_grading.judge.items import Evidence, Lesson, call, describe
+from course_grading.judge.items import Evidence, Exact, Lesson, call, describe
 
 ITEMS = Lesson("99_fixture")
 
@@ -40,14 +41,18 @@ def tokens(ev: Evidence) -> str:
 
 
 @ITEMS.item(
-    "test_ratio", answer="answer_ratio", points=1, values=("attention_ratio",), own_work=True
+    "test_ratio",
+    answer="answer_ratio",
+    points=1,
+    values={"attention_ratio": Exact()},
+    own_work=True,
 )
 def ratio(ev: Evidence) -> str:
     """The attention scores' growth factor, exact (``math.isclose`` at its default 1e-9), worked out
     without ``course_lib`` in the answer cell.
 
     Args:
-        ev: the submission's evidence: ``attention_ratio``, a number.
+        ev: the submission's evidence: ``attention_ratio``, a number (read by ``Exact()``).
 
     Returns:
         The full-marks message.
@@ -55,7 +60,7 @@ def ratio(ev: Evidence) -> str:
     Raises:
         Reject: the value is missing, not a number, or not the factor.
     """
-    got = ev.number("attention_ratio")
+    got = ev.read("attention_ratio")
     ev.require(
         math.isclose(got, 8.0),
         f"attention_ratio: your value {describe(got)}; the check needs the exact factor",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_grading.errors import GradingError
-from course_grading.judge.visible import Digest, Property
+from course_grading.judge.visible import Property
 from course_lib.forms import Form
 
 DECLARATION = "# ITEM:"
@@ -88,19 +88,24 @@ class Item:
     forms: Mapping[str, Form] = field(default_factory=dict)  # value name -> how it is compared
     returns: Form | None = None  # a function item: how each result is compared
     expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None
-    visible: tuple[Property | Digest, ...] | None = None  # what the visible test may say
+    visible: tuple[Property, ...] | None = None  # what the visible test may say
 
     @property
     def name(self) -> str:
         return self.check.__name__
 
     @property
-    def migrated(self) -> bool:
-        """Whether the item declares its comparison and its visible test (issue 20's model)."""
-        compared = (
-            self.returns is not None if self.function else set(self.forms) == set(self.values)
-        )
-        return compared and bool(self.visible)
+    def rules(self) -> dict[str, Any]:
+        """A prediction's plausibility rules (``Evidence.recorded``).
+
+        A prediction item scores a plausible value and nothing more: its visible ``Property``
+        declares one ``course_lib.answers.Between`` per value, and its check applies the same.
+
+        Returns:
+            Value name -> its ``Between``; ``{}`` for an item that is not a prediction.
+        """
+        shown = [c for c in self.visible or () if isinstance(c, Property)]
+        return {name: rule for check in shown for name, rule in check.rules.items()}
 
     def expected_values(self) -> Mapping[str, object]:
         """The declared expected values (computed once, for a callable).
@@ -156,11 +161,11 @@ class Lesson:
         *,
         answer: str,
         points: float,
-        values: tuple[str, ...] | Mapping[str, Form] = (),
+        values: Mapping[str, Form] | None = None,
         function: str | None = None,
         returns: Form | None = None,
         expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None,
-        visible: Property | Digest | tuple[Property | Digest, ...] | None = None,
+        visible: Property | tuple[Property, ...] | None = None,
         allowed: tuple[str, ...] = (),
         forbidden: tuple[str, ...] = (),
         own_work: bool = False,
@@ -171,13 +176,13 @@ class Lesson:
             grade_id: the test cell's nbgrader grade id.
             answer: the grade id of the answer cell the item reads.
             points: the item's points, as the test cell's nbgrader metadata gives them.
-            values: the names taken out of the kernel as plain data; as a mapping, also how each is
-                compared (a ``course_lib.forms.Form``). One of ``values`` and ``function``.
+            values: the names taken out of the kernel as plain data, each with how it is compared
+                (a ``course_lib.forms.Form``). One of ``values`` and ``function``.
             function: the name of the graded function re-created from the answer cell.
             returns: how each of the function's results is compared (a ``Form``).
             expected: the right values by name, or a function giving them (computed once).
             visible: what the visible test may say (``course_grading.judge.visible``): one
-                ``Property`` or ``Digest``, or several.
+                ``Property`` or several (a prediction's declares its rules).
             allowed: ``course_lib`` modules staged for the graded function.
             forbidden: ``course_lib`` modules its staging must never include.
             own_work: a value item scores 0 when the answer cell's source uses ``course_lib``.
@@ -186,20 +191,19 @@ class Lesson:
             The decorator: it registers the check and returns it unchanged.
 
         Raises:
-            ValueError: neither or both of ``values`` and ``function``, a name that is not a Python
-                name, a digest over values without a form, or (when decorating) a second check for
-                the same ``grade_id``.
+            ValueError: neither or both of ``values`` and ``function``, values without their forms
+                (a tuple of names, the older registration), a name that is not a Python
+                name, a prediction whose rules do not cover its values or that declares an expected
+                value, or (when decorating) a second check for the same ``grade_id``.
         """
-        if bool(values) == bool(function):
-            raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
-        forms = dict(values) if isinstance(values, Mapping) else {}
-        for name in [*values, *([function] if function else [])]:
-            if not _PYTHON_NAME.match(name):
-                raise ValueError(f"{grade_id}: {name!r} is not a Python name")
-        shown = (visible,) if isinstance(visible, (Property, Digest)) else visible
+        forms = _forms(grade_id, values, function)
+        shown = (visible,) if isinstance(visible, Property) else visible
         for check in shown or ():
-            if isinstance(check, Digest) and not set(check.names) <= set(forms):
-                raise ValueError(f"{grade_id}: the digest names values without a form")
+            if check.rules and (set(check.rules) != set(forms) or expected is not None):
+                raise ValueError(
+                    f"{grade_id}: a prediction has one rule per value, each with a form, and no "
+                    "expected value (a plausible value earns its point, never a right one)"
+                )
 
         def register(check: Callable) -> Callable:
             if grade_id in self.items:
@@ -210,7 +214,7 @@ class Lesson:
                 answer,
                 float(points),
                 check,
-                tuple(values),
+                tuple(forms),
                 function,
                 tuple(allowed),
                 tuple(forbidden),
@@ -223,6 +227,21 @@ class Lesson:
             return check
 
         return register
+
+
+def _forms(
+    grade_id: str, values: Mapping[str, Form] | None, function: str | None
+) -> dict[str, Form]:
+    """The registration's forms by value name, once its values and function are checked."""
+    if bool(values) == bool(function):
+        raise ValueError(f"{grade_id}: an item takes values or a function, one of them")
+    if values is not None and not isinstance(values, Mapping):
+        raise ValueError(f"{grade_id}: give each value with its form, {{name: Form()}}")
+    forms = dict(values or {})
+    for name in [*forms, *([function] if function else [])]:
+        if not _PYTHON_NAME.match(name):
+            raise ValueError(f"{grade_id}: {name!r} is not a Python name")
+    return forms
 
 
 _COMPUTED: dict[int, Mapping[str, object]] = {}

@@ -150,8 +150,6 @@ def _add_class_options(parser: argparse.ArgumentParser) -> None:
         "student's manual grades)",
     )
     _add_course_options(parser)
-    _add_run_options(parser)
-    return parser
 
 
 def _add_course_options(parser: argparse.ArgumentParser) -> None:

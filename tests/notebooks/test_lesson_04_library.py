@@ -67,10 +67,19 @@ def test_the_library_stride_model_is_right():
     assert [library(*c) for c in cases] == [_reference(*c) for c in cases]
 
 
-def test_a_wrong_library_answer_would_be_caught(lesson_namespace):
-    """The check above can fail: the measured cut, not the simple model's, is not right."""
-    item = replace(trusted.items_of(LESSON)["test-predict-peak-ratio"], own_work=False)
+@pytest.mark.parametrize(
+    ("gid", "code"),
+    [
+        # a prediction earns its point for being plausible: more than the 4 blocks is not
+        ("test-predict-peak-ratio", "predicted_peak_ratio = 4.5"),
+        ("test-predict-time-ratio", "predicted_time_ratio = 0.5"),
+        ("test-q1-only-checkpointing", "q1_answer = 'A'"),
+    ],
+)
+def test_a_wrong_library_answer_would_be_caught(gid, code, lesson_namespace):
+    """The check above can fail: an implausible prediction, a wrong choice score nothing."""
+    item = replace(trusted.items_of(LESSON)[gid], own_work=False)
     namespace = dict(lesson_namespace)
-    exec("predicted_peak_ratio = 3.24", namespace)
-    values = {"predicted_peak_ratio": namespace["predicted_peak_ratio"]}
-    assert not trusted.verdict(item, Evidence(item, "ann", values=values), []).full
+    exec(code, namespace)
+    values = {name: namespace[name] for name in item.values}
+    assert trusted.verdict(item, Evidence(item, "ann", values=values), []).points == 0

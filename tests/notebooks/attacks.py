@@ -30,6 +30,20 @@ from course_lib.forms import Form, Integer, Ordered, Shape, Sig, Truth, Unordere
 # --- G: grader-source answers -------------------------------------------------------------------
 
 
+#: The plain form of a grader helper a pasted reference calls, as a student copying it writes it
+#: (the grader's own holds a lock that only its threads need).
+STAND_INS = {
+    "seeded_torch": (
+        "@contextmanager\n"
+        "def seeded_torch(seed):\n"
+        "    import torch\n"
+        "    with torch.random.fork_rng(devices=[]):\n"
+        "        torch.manual_seed(seed)\n"
+        "        yield\n"
+    ),
+}
+
+
 def _module_sources(function: Callable, seen: set[str]) -> list[str]:
     """``function``'s source, after the sources of the module-level functions and constants it
     uses (what a student pastes so that it runs), each once."""
@@ -44,6 +58,11 @@ def _module_sources(function: Callable, seen: set[str]) -> list[str]:
         if inspect.isfunction(value) and value.__module__ == module.__name__:
             seen.add(node.id)
             found += _module_sources(value, seen)
+        elif inspect.isfunction(value) and value.__module__.startswith("course_grading"):
+            seen.add(node.id)  # a helper of the grader's own: the student pastes its plain form
+            if node.id not in STAND_INS:
+                raise LookupError(f"{node.id} ({value.__module__}): give it a stand-in to paste")
+            found.append(STAND_INS[node.id])
         elif type(value) in (int, float, str, bool) and node.id.isupper():
             seen.add(node.id)
             found.append(f"{node.id} = {value!r}\n")

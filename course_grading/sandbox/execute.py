@@ -133,6 +133,7 @@ def run_job(job: Path) -> tuple[Outcome, int | None]:
         outcome.cpu_stopped, outcome.cpu_seconds = seen.cpu_stopped, seen.cpu_seconds
         outcome.leftovers, outcome.memory_kills = seen.left_running, seen.memory_kills
         outcome.memory, outcome.memory_peak = "watched", seen.memory_peak
+        outcome.memory_over = seen.memory_over
     if cgroup is not None:
         outcome.memory, outcome.memory_peak = "cgroup", cgroup.peak()
         outcome.memory_kills = cgroup.oom_kills()
@@ -193,7 +194,8 @@ def _summary(outcome: Outcome) -> str:
     """One line for the worker's log: what the job cost."""
     return (
         f"{outcome.status}, {outcome.seconds:.1f} s, {outcome.cpu_seconds:.1f} s of CPU, "
-        f"memory {outcome.memory or 'unwatched'} peak {outcome.memory_peak / 2**20:.0f} MiB, "
+        f"memory {outcome.memory or 'unwatched'} peak {outcome.memory_peak / 2**20:.0f} MiB "
+        f"(over its limit {outcome.memory_over} sample(s) in a row), "
         f"worker peak RSS {outcome.grader_rss / 2**20:.0f} MiB"
     )
 

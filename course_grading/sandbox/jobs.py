@@ -91,6 +91,7 @@ class Outcome:
     memory: str = ""  # how the sandbox's memory was bounded: "cgroup" or "watched"
     memory_peak: int = 0  # the most it held at once (bytes; cgroup) or had resident (watched)
     memory_kills: int = 0  # processes killed at its memory limit
+    memory_over: int = 0  # watched: most samples in a row over the limit (the bound's looseness)
     grader_rss: int = 0  # the worker's own peak resident memory so far (bytes)
 
     def save(self, job: Path) -> None:

@@ -36,6 +36,7 @@ class Usage:
     rss: int = 0  # bytes resident, summed over live processes
     pids: list[int] = field(default_factory=list)  # every process of the tree, zombies too
     largest: int | None = None  # the live process holding most memory
+    resident: dict[int, int] = field(default_factory=dict)  # live pid -> its resident bytes
 
 
 def become_subreaper() -> None:
@@ -141,6 +142,7 @@ def usage(root: int) -> Usage:
         found.pids.append(pid)
         if state != "Z":
             found.rss += rss
+            found.resident[pid] = rss
             if rss > most:
                 found.largest, most = pid, rss
     return found

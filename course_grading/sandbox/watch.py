@@ -9,9 +9,12 @@ kernel is interrupted. The wall clock stays, as a generous backstop (``JobSpec.w
 the limit, nbclient's own timeout) for a cell that sleeps or waits without using the CPU.
 
 Memory: where the sandbox has no memory cgroup (``cgroup.py``), the watch sums its processes'
-resident memory and, over ``memory_bytes``, kills the largest process (the kernel itself if it
-is the largest): the bound is loose by what the sandbox can allocate between two samples, and
-tmpfs pages are not resident memory (they are bounded by the tmpfs sizes instead).
+resident memory and, over ``memory_bytes``, kills its largest processes, largest first (the
+kernel itself if it is the largest), until what is left is within the limit: one sample, not
+one kill a sample, so four processes that each allocate 900 MiB between two samples are over a
+2 GiB limit for one sample, not three. The bound is loose by what the sandbox can allocate
+between two samples (``Watched.memory_over`` counts the samples over it in a row), and tmpfs
+pages are not resident memory (they are bounded by the tmpfs sizes instead).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Watched:
     cpu_stopped: list[int] = field(default_factory=list)  # cells stopped at their CPU limit
     memory_kills: int = 0  # processes killed over the memory limit (no cgroup)
     memory_peak: int = 0  # most resident memory seen at once (bytes)
+    memory_over: int = 0  # most samples in a row over the memory limit
     cpu_seconds: float = 0.0  # CPU time of the whole sandbox, last sample
     left_running: int = 0  # processes besides the kernel alive after the last cell
 
@@ -65,6 +69,7 @@ class Watch:
         self.seen = Watched()
         self._cell: tuple[int, float, float] | None = None  # index, limit, CPU at its start
         self._task: asyncio.Task | None = None
+        self._over = 0  # samples in a row over the memory limit, so far
 
     def start(self) -> None:
         """Begin sampling every ``PERIOD`` seconds, as a task on the running event loop."""
@@ -104,8 +109,10 @@ class Watch:
             used = processes.usage(self.root)
             self.seen.cpu_seconds = used.cpu
             self.seen.memory_peak = max(self.seen.memory_peak, used.rss)
-            if self.memory_bytes is not None and used.rss > self.memory_bytes and used.largest:
-                self.seen.memory_kills += processes.kill([used.largest])
+            self._over = self._over + 1 if self._is_over(used) else 0
+            self.seen.memory_over = max(self.seen.memory_over, self._over)
+            if self._over:
+                self.seen.memory_kills += processes.kill(over_limit(used, self.memory_bytes))
             cell = self._cell
             if cell is not None and used.cpu - cell[2] > cell[1]:
                 index = cell[0]
@@ -114,6 +121,9 @@ class Watch:
                 self.stop_extras()
                 await self.interrupt()
             await asyncio.sleep(PERIOD)
+
+    def _is_over(self, used: processes.Usage) -> bool:
+        return self.memory_bytes is not None and used.rss > self.memory_bytes
 
     def finish(self) -> Watched:
         """Stop sampling; count what is still running besides the kernel.
@@ -136,3 +146,25 @@ class Watch:
             found = self.extras()
         self.seen.left_running = len(found)
         return self.seen
+
+
+def over_limit(used: processes.Usage, limit: int | None) -> list[int]:
+    """The processes to kill so that what is left of a sample is within the memory limit.
+
+    Args:
+        used: one sample of the sandbox (``processes.usage``).
+        limit: the sandbox's memory in bytes (``None``: no limit, nothing to kill).
+
+    Returns:
+        Live pids, largest first, whose resident memory brings the sum to ``limit`` or below;
+        empty when the sample is within it.
+    """
+    if limit is None:
+        return []
+    left, chosen = used.rss, []
+    for pid, rss in sorted(used.resident.items(), key=lambda kv: (-kv[1], kv[0])):
+        if left <= limit:
+            break
+        chosen.append(pid)
+        left -= rss
+    return chosen

@@ -672,9 +672,15 @@ def test_memory_stays_bounded(graded, mode):
     cgroup, watched = _logged(run, "memory cgroup peak"), _logged(run, "memory watched peak")
     assert cgroup or watched, run["worker_logs"][-2000:]
     assert all(peak <= limit for peak in cgroup), cgroup  # the kernel's own bound
-    assert all(peak <= 1.25 * limit for peak in watched), watched  # sampled: it can overshoot
+    # sampled: the peak is loose by what the hogs allocate between two samples (4 × 900 MiB at
+    # once on a quiet machine), but each sample over the limit kills enough to be within it, so
+    # a run over it is short (two samples: one hog may start after the first was dealt with)
+    over = _logged(run, r"MiB \(over its limit")
+    assert len(over) == len(cgroup) + len(watched), run["worker_logs"][-2000:]
+    assert max(over, default=0) <= 2, (watched, over)
     if mode == "ordinary":
         assert not cgroup  # cgroup v1 is root's alone: the watch bounds it
+        assert max(over) >= 1, (watched, over)  # the hogs went over: the watch saw them
     # the 100 MiB message was refused before the worker read it (read, it took a worker from
     # about 50 MiB to 351 MiB)
     assert max(_logged(run, "worker peak RSS")) < 150, run["worker_logs"][-2000:]

@@ -309,3 +309,18 @@ def test_a_budget_follows_the_solution_within_floor_and_cap():
     assert budget_of(solution(3.1), 5, 30, 1800).why == budget_of(solution(4.7), 5, 30, 1800).why
     failed = budget_of(Outcome(status="error", reason="NameError: x"), 5, 120, 1800)
     assert failed.seconds == 1800 and failed.problem == "NameError: x"
+
+
+def test_over_its_memory_the_watch_kills_enough_in_one_sample():
+    """Four processes of 900 MiB beside a 200 MiB kernel, over 2 GiB: the two largest go at
+    once (killing only the largest, as the watch once did, left 2.9 GiB for another sample)."""
+    from course_grading.sandbox import processes
+    from course_grading.sandbox.watch import over_limit
+
+    mib = 2**20
+    sizes = {10: 200 * mib, 11: 900 * mib, 12: 901 * mib, 13: 900 * mib, 14: 899 * mib}
+    used = processes.Usage(rss=sum(sizes.values()), resident=sizes)
+    chosen = over_limit(used, 2048 * mib)
+    assert chosen == [12, 11] and used.rss - sum(sizes[p] for p in chosen) <= 2048 * mib
+    assert used.rss - sizes[12] > 2048 * mib  # one kill a sample is not enough
+    assert over_limit(used, used.rss) == [] and over_limit(used, None) == []

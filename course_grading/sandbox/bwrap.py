@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from course_grading.errors import GradingError
+from course_grading.sandbox import seccomp
 
 #: Where the student's folder is inside the sandbox: ``HOME`` and the kernel's working folder.
 HOME = "/home/student"
@@ -170,7 +171,7 @@ def check_available(uid: int | None = None) -> str:
         )
     uid = sandbox_uid(0) if uid is None else uid
     proc = subprocess.run(
-        [bwrap, *_namespaces(uid), *_system_binds(), "--proc", "/proc", "--", "true"],
+        seccomp.wrap([bwrap, *_namespaces(uid), *_system_binds(), "--proc", "/proc", "--", "true"]),
         capture_output=True,
         text=True,
         check=False,
@@ -375,6 +376,7 @@ def kernel_argv(
         args += ["--setenv", name, value]
     script = _start_script(lesson, uid)
     argv = [*args, "--", "/bin/sh", "-c", script, "sh", *_limits_command(limits), *kernel]
+    argv = seccomp.wrap(argv)
     if cgroup_procs is None:
         return argv
     return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *argv]
@@ -425,4 +427,6 @@ def command_argv(
     for name, value in env.items():
         args += ["--setenv", name, value]
     limit = _limits_command(limits)
-    return [*args, "--", *_drop(uid), *limit[:-1], f"--cpu={cpu_seconds}", "--", *argv]
+    return seccomp.wrap(
+        [*args, "--", *_drop(uid), *limit[:-1], f"--cpu={cpu_seconds}", "--", *argv]
+    )

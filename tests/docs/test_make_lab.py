@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -66,6 +67,20 @@ def _stop(proc: subprocess.Popen) -> list[str]:
     return _in_session(proc.pid)
 
 
+def _get(url: str, headers: dict, wait: float = 20) -> dict:
+    """``url``'s JSON; a connection refused is tried again for ``wait`` seconds (the server has
+    printed its URL; under load it may not be answering yet)."""
+    deadline = time.time() + wait
+    while True:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as r:
+                return json.load(r)
+        except urllib.error.URLError as err:
+            if isinstance(err, urllib.error.HTTPError) or time.time() > deadline:
+                raise
+            time.sleep(0.3)
+
+
 def run_make_lab(command: list[str], home: Path, timeout: float = 120) -> dict:
     """Run ``command`` (``make lab`` as someone), read its URL and the Lab settings, stop it.
 
@@ -100,13 +115,9 @@ def run_make_lab(command: list[str], home: Path, timeout: float = 120) -> dict:
             time.sleep(0.2)
         base, token = match.groups()
         headers = {"Authorization": f"token {token}"}
-        with urllib.request.urlopen(urllib.request.Request(base + SETTINGS, headers=headers)) as r:
-            schema = json.load(r)["schema"]["properties"]
+        schema = _get(base + SETTINGS, headers)["schema"]["properties"]
         found["settings"] = {key: value.get("default") for key, value in schema.items()}
-        with urllib.request.urlopen(
-            urllib.request.Request(base + "/lab/api/news", headers=headers)
-        ) as r:
-            found["news"] = json.load(r)
+        found["news"] = _get(base + "/lab/api/news", headers)
     finally:
         found["left"] = _stop(proc)
         reader.join(timeout=5)

@@ -40,6 +40,12 @@ def _argv(tmp_path, uid=None, limits=None):
     )
 
 
+def _script(argv: list[str]) -> str:
+    """The sandbox's start script: the shell command bwrap runs (after its ``--``)."""
+    inside = argv[argv.index("--") + 1 :]
+    return inside[inside.index("-c") + 1]
+
+
 def _binds(argv: list[str]) -> list[tuple[str, str, str]]:
     return [
         (argv[i], argv[i + 1], argv[i + 2])
@@ -85,7 +91,7 @@ def test_every_writable_folder_is_a_private_tmpfs_of_bounded_size(tmp_path):
     shm = argv.index("/dev/shm")
     remount = argv.index("--remount-ro")
     assert argv.index("--dev") < shm < remount and argv[remount + 1] == "/dev"  # all but shm
-    script = argv[argv.index("-c") + 1]
+    script = _script(argv)
     assert f"cp {sandbox.CONNECTION} {sandbox.KERNEL_CONNECTION}" in script
 
 
@@ -100,7 +106,7 @@ def test_a_root_grader_drops_to_the_slot_uid(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
     limits = sandbox.Limits(memory_bytes=2**30, processes=64)
     argv = _argv(tmp_path, uid=2_000_000_123, limits=limits)
-    script = argv[argv.index("-c") + 1]
+    script = _script(argv)
     assert "setpriv --reuid=2000000123" in script and "--no-new-privs" in script
     assert "--unshare-user" not in argv
     assert f"--as={2**30}" in argv and "--nproc=64" in argv
@@ -110,7 +116,7 @@ def test_a_root_grader_drops_to_the_slot_uid(tmp_path, monkeypatch):
 def test_an_ordinary_grader_maps_the_slot_uid_in_a_user_namespace(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 4242)
     argv = _argv(tmp_path, uid=2_000_000_123)
-    assert "setpriv" not in argv[argv.index("-c") + 1]
+    assert "setpriv" not in _script(argv)
     at = argv.index("--unshare-user")
     assert argv[at : at + 6] == [
         "--unshare-user", "--disable-userns", "--uid", "2000000123", "--gid", "2000000123",
@@ -137,7 +143,70 @@ def test_the_memory_cgroup_is_joined_before_bwrap(tmp_path):
         kernel=KERNEL,
         cgroup_procs=procs,
     )
-    assert argv[:5] == ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), "bwrap"]
+    assert argv[:4] == ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs)]
+    assert argv[4:7] == ["/bin/sh", "-c", 'exec "$@" 9<"$0"']  # then the seccomp filter's file
+    assert argv[8:11] == ["bwrap", "--seccomp", "9"]
+
+
+# --- memory that no process maps: refused -----------------------------------------------------
+
+HIDE = """
+import ctypes, json, os
+found = {}
+try:
+    fd = os.memfd_create("hidden")
+    os.posix_fallocate(fd, 0, 2**20)
+    found["memfd"] = "made"
+except OSError as err:
+    found["memfd"] = err.errno
+libc = ctypes.CDLL(None, use_errno=True)
+made = libc.shmget(0, ctypes.c_size_t(2**20), 0o1600) >= 0
+found["shmget"] = "made" if made else ctypes.get_errno()
+with open("/dev/shm/ok", "wb") as fh:  # POSIX shared memory: a bounded tmpfs, still allowed
+    fh.write(b"x" * 4096)
+found["dev_shm"] = os.path.getsize("/dev/shm/ok")
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
+def test_memory_no_process_maps_is_refused_in_the_sandbox(tmp_path):
+    """A memfd file or a System V segment, filled and left unmapped, is counted by no limit
+    without a cgroup (4 × 900 MiB of memfd read 54 MiB to the watch): the sandbox refuses both.
+    The same command without the filter makes both, so the check can tell."""
+    from course_grading.sandbox import seccomp
+
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "kernel.json").write_text("{}")
+    argv = sandbox.kernel_argv(
+        bwrap=shutil.which("bwrap") or "bwrap", stage=tmp_path / "stage",
+        connection=tmp_path / "kernel.json", lesson="l", uid=sandbox.sandbox_uid(0),
+        limits=sandbox.Limits(), kernel=[sys.executable, "-c", HIDE],
+    )  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert json.loads(run.stdout.splitlines()[-1]) == {"memfd": 1, "shmget": 1, "dev_shm": 4096}
+    assert argv[5:7] == ["--seccomp", str(seccomp.FD)]
+    bare = [argv[4], *argv[7:]]  # bwrap and its arguments, without the filter
+    run = subprocess.run(bare, capture_output=True, text=True, check=True)
+    assert json.loads(run.stdout.splitlines()[-1]) == {"memfd": "made", "shmget": "made",
+                                                        "dev_shm": 4096}  # fmt: skip
+
+
+def test_the_filter_refuses_other_abis_and_is_built_only_where_its_numbers_are_known():
+    from course_grading.sandbox import seccomp
+
+    for machine in ("x86_64", "aarch64"):
+        code = seccomp.program(machine)
+        assert code is not None and len(code) == 8 * (8 + len(seccomp.CALLS[machine][1]))
+    assert seccomp.program("riscv64") is None
+    if seccomp.program() is not None:
+        assert seccomp.wrap(["bwrap", "--", "true"])[-5:] == [
+            "bwrap",
+            "--seccomp",
+            "9",
+            "--",
+            "true",
+        ]
 
 
 # --- a regular install: the grader's package is in the venv the kernel reads -------------------

@@ -35,7 +35,6 @@ class Usage:
     cpu: float = 0.0  # seconds of CPU time, the tree's and its reaped children's
     rss: int = 0  # bytes resident, summed over live processes
     pids: list[int] = field(default_factory=list)  # every process of the tree, zombies too
-    largest: int | None = None  # the live process holding most memory
     resident: dict[int, int] = field(default_factory=dict)  # live pid -> its resident bytes
 
 
@@ -129,10 +128,9 @@ def usage(root: int) -> Usage:
         root: the process at the top of the tree.
 
     Returns:
-        The tree's CPU seconds, resident bytes, pids and its largest live process.
+        The tree's CPU seconds, resident bytes (in all, and per live process) and pids.
     """
     found = Usage()
-    most = -1
     for pid in tree(root):
         stat = _stat(pid)
         if stat is None:
@@ -143,8 +141,6 @@ def usage(root: int) -> Usage:
         if state != "Z":
             found.rss += rss
             found.resident[pid] = rss
-            if rss > most:
-                found.largest, most = pid, rss
     return found
 
 

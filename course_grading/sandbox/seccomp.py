@@ -20,9 +20,11 @@ another machine there is none, and ``program`` says so by returning ``None``.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import platform
+import shutil
 import struct
 import tempfile
 from pathlib import Path
@@ -76,7 +78,8 @@ def program(machine: str | None = None) -> bytes | None:
 
 
 def program_file() -> Path | None:
-    """This machine's filter, written once per grader process to a folder only it can read.
+    """This machine's filter, written once per grader process to a folder only it can read
+    (removed when the process ends).
 
     Returns:
         The file's path, or ``None`` where no filter is built for this machine.
@@ -87,6 +90,7 @@ def program_file() -> Path | None:
         return None
     if _path is None or not _path.is_file():
         folder = Path(tempfile.mkdtemp(prefix="shapes-seccomp-"))  # mode 0700, ours
+        atexit.register(shutil.rmtree, folder, True)  # bwrap has read it by then
         path = folder / "filter.bpf"
         path.write_bytes(code)
         os.chmod(path, 0o400)

@@ -1,5 +1,6 @@
 """Shared test helpers: a tiny seeded TinyGPT and padded micro-batches, the answered student
-notebook, and how the browser tests start Chromium (``from helpers import``).
+notebook, how the browser tests start Chromium and wait for their Jupyter server (``from
+helpers import``).
 
 They live here, not in ``conftest.py``: a test module imports them by name, and several
 ``conftest.py`` files (one per test folder) would shadow each other as a module called
@@ -8,9 +9,16 @@ They live here, not in ``conftest.py``: a test module imports them by name, and 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import nbformat
+import pytest
 import torch
 
 from course_lib.batch import IGNORE_INDEX
@@ -86,3 +94,20 @@ def answered(release: Path, solution: Path) -> nbformat.NotebookNode:
         else:
             cell.source = WRITTEN_ANSWER
     return nb
+
+
+def wait_for_jupyter(server: subprocess.Popen, url: str, log: Path, seconds: float) -> None:
+    """Wait until the Jupyter server ``server`` (started in a session of its own) answers at
+    ``url``; if it ends or ``seconds`` pass first, kill its process group and fail with the tail
+    of its ``log``."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status", timeout=2)
+            return
+        except OSError:
+            if server.poll() is not None or time.time() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(server.pid, signal.SIGKILL)
+                pytest.fail(f"Jupyter did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.5)

@@ -40,13 +40,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 from class_builders import FIXTURE, filled, find, fixture_course, sandbox_problem, write
-from helpers import CHROMIUM, CHROMIUM_ARGS
+from helpers import CHROMIUM, CHROMIUM_ARGS, wait_for_jupyter
 from nbconvert.exporters import HTMLExporter
 from nbgrader.api import Gradebook
 
@@ -246,16 +245,8 @@ def instructor_server(course: Path, *extra: str):
         server = subprocess.Popen(
             args, cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    url, deadline = f"http://127.0.0.1:{port}", time.time() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status", timeout=2)
-            break
-        except OSError:
-            if server.poll() is not None or time.time() > deadline:
-                os.killpg(server.pid, signal.SIGKILL)
-                pytest.fail(f"Jupyter did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.5)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_jupyter(server, url, log_path, 120)
     try:
         yield url
     finally:

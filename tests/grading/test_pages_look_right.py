@@ -26,14 +26,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import latex2mathml.converter
 import nbformat
 import pytest
 from class_builders import FIXTURE, filled, find, fixture_course, sandbox_problem, write
-from helpers import CHROMIUM, CHROMIUM_ARGS
+from helpers import CHROMIUM, CHROMIUM_ARGS, wait_for_jupyter
 from nbconvert.exporters import HTMLExporter
 from nbgrader.api import Gradebook
 from traitlets.config import Config
@@ -199,16 +198,9 @@ def formgrader(course: Path):
     with open(log, "w") as out:
         server = subprocess.Popen(args, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT,
                                   start_new_session=True)  # fmt: skip
-    url, deadline = f"http://127.0.0.1:{port}", time.time() + 120
+    url = f"http://127.0.0.1:{port}"
     try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"Jupyter did not start: {log.read_text()[-2000:]}")
-                time.sleep(0.5)
+        wait_for_jupyter(server, url, log, 120)
         yield url
     finally:
         os.killpg(server.pid, signal.SIGTERM)

@@ -23,11 +23,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS
+from helpers import CHROMIUM, CHROMIUM_ARGS, wait_for_jupyter
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "browser"
@@ -92,18 +91,7 @@ def lab(tmp_path_factory):
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status", timeout=2)
-            break
-        except OSError:
-            if server.poll() is not None or time.time() > deadline:
-                server.kill()
-                pytest.fail(
-                    f"JupyterLab did not start: {(root / 'server.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.5)
+    wait_for_jupyter(server, url, root / "server.log", 90)
     try:
         yield url
     finally:

@@ -54,6 +54,30 @@ c.Execute.timeout = 60
 # grader can read, named here from the environment (`make classroom` sets it for the
 # instructor). Unset: practice grading, with inputs anyone holding the repository can compute.
 c.SaveTrustedGrades.secret_file = os.environ.get("SHAPES_COURSE_SECRET_FILE", "")
+# The same secret draws the class's edition: the numbers of the questions answered by a typed
+# number (course_grading/judge/editions.py). generate_assignment renders them first; every other
+# step is nbgrader's default, in its order.
+c.RenderEdition.secret_file = os.environ.get("SHAPES_COURSE_SECRET_FILE", "")
+c.GenerateAssignment.preprocessors = [
+    "course_grading.nbgrader.steps.RenderEdition",
+    *(
+        f"nbgrader.preprocessors.{name}"
+        for name in (
+            "IncludeHeaderFooter",
+            "InstantiateTests",
+            "LockCells",
+            "ClearSolutions",
+            "ClearOutput",
+            "CheckCellMetadata",
+            "ComputeChecksums",
+            "SaveCells",
+            "ClearHiddenTests",
+            "ClearMarkScheme",
+            "ComputeChecksums",
+            "CheckCellMetadata",
+        )
+    ),
+]
 # nbgrader's sanitize steps, with its OverwriteCells quiet about the checksum of a test cell that
 # is exactly as released (its hidden tests differ by design: jupyter/nbgrader#1961); an edited
 # test cell is still reported and restored (course_grading/nbgrader/overwrite.py).

@@ -83,9 +83,15 @@ def _select(
 
 
 def _build_course(
-    course_root: Path, work_dir: Path, lessons: list[str], timeouts: tuple[int, int]
+    course_root: Path,
+    work_dir: Path,
+    lessons: list[str],
+    timeouts: tuple[int, int],
+    secret: bytes | None = None,
 ) -> tuple[wc.WorkCourse, dict[str, LessonSpec]]:
-    """The work course with every lesson released, and each lesson's spec."""
+    """The work course with every lesson released in the class's edition (``secret``'s: what
+    the students were given, so their locked cells are restored as they got them), and each
+    lesson's spec."""
     config = [
         "from course_grading.sandbox.budgets import CellTimeouts",
         f"c.Execute.timeout_func = CellTimeouts({str(work_dir)!r}, student={timeouts[0]}, "
@@ -93,7 +99,12 @@ def _build_course(
         "c.Execute.iopub_timeout = 30  # let an interrupted torch kernel answer",
     ]
     work = wc.make_work_course(
-        course_root, work_dir, lessons, cell_timeout=timeouts[0], extra_config=config
+        course_root,
+        work_dir,
+        lessons,
+        cell_timeout=timeouts[0],
+        extra_config=config,
+        secret=secret,
     )
     if lessons:
         wc.generate_assignments(work)
@@ -244,7 +255,7 @@ def grade(
     prepare_workspace(out, force, cluster.keep if cluster else ())
     subs, skipped, wanted = _select(submissions_dir, all_lessons, lessons)
     timeouts = options.cell_timeout, options.lesson_timeout
-    work, specs = _build_course(course_root, out / "course", wanted, timeouts)
+    work, specs = _build_course(course_root, out / "course", wanted, timeouts, options.secret)
     due_dates.set_due_dates(work, deadlines)
     _stage(work, subs, specs)
     timings["course"], clock = time.perf_counter() - clock, time.perf_counter()

@@ -4,12 +4,18 @@
     python scripts/release.py --check             # exit 1 if notebooks/ is out of date
     python scripts/release.py --strip-solutions   # strip outputs in solutions/ (keeps metadata)
     python scripts/release.py --strip-solutions --check   # exit 1 if a solution is not stripped
+    python scripts/release.py --secret-file S --out DIR    # a class's edition, into a new DIR
 
 Every lesson ``solutions/<lesson>/<lesson>.ipynb`` goes through ``nbgrader generate_assignment``
 in a temporary course folder with its own gradebook (the repository never gets a
 ``gradebook.db``), and the result is written in the normal form of ``nbstripout`` so that
 ``git diff`` is empty when nothing changed. ``--root`` points at another course folder (the
 tests use ``tests/grading/fixtures``).
+
+``notebooks/`` is the *self-study edition*. With the course secret, the check-yourself questions
+that are answered by a typed number are asked with the class's own numbers (drawn from the
+secret: ``course_grading/judge/editions.py``); that release goes into a new folder of its own
+(``--out``), never into ``notebooks/``, and the grader, given the same secret, expects its answers.
 """
 
 from __future__ import annotations
@@ -82,6 +88,28 @@ def release(root: Path, check: bool) -> int:
     return 0
 
 
+def class_release(root: Path, secret_file: Path, out: Path) -> int:
+    """Write the class edition (the secret's numbers) into ``out``; return the exit status."""
+    from course_grading.errors import GradingError
+    from course_grading.judge import secret as course_secret
+
+    try:
+        secret = course_secret.load(secret_file)
+        with tempfile.TemporaryDirectory(prefix="shapes-release-") as tmp:
+            _, expected = rel.build_release(root, Path(tmp) / "course", secret)
+        written = rel.write_class_release(expected, out)
+    except GradingError as err:
+        print(f"release: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        f"released the class edition of {len(wc.find_lessons(root))} lesson(s) into {out}: "
+        "hand these to the class, and grade with the same --secret-file"
+    )
+    return 0
+
+
 def strip_solutions(root: Path, check: bool) -> int:
     """Normalise every ``solutions/*/*.ipynb`` in place (or, with ``check``, only report)."""
     paths = sorted((root / wc.SOURCE_DIR).glob("*/*.ipynb"))
@@ -121,8 +149,21 @@ def main(argv: list[str] | None = None) -> int:
         default=REPO_ROOT,
         help="course root holding solutions/ and notebooks/ (default: the repository)",
     )
+    parser.add_argument(
+        "--secret-file",
+        type=Path,
+        help="the course secret (python -m course_grading secret PATH): release the class's "
+        "edition, its own numbers, into --out instead of notebooks/",
+    )
+    parser.add_argument("--out", type=Path, help="with --secret-file: a new folder to write into")
     args = parser.parse_args(argv)
     root = args.root.resolve()
+    if (args.secret_file is None) != (args.out is None):
+        parser.error(
+            "--secret-file and --out go together: a class edition goes into its own folder"
+        )
+    if args.secret_file is not None:
+        return class_release(root, args.secret_file, args.out)
     if args.strip_solutions:
         return strip_solutions(root, args.check)
     return release(root, args.check)

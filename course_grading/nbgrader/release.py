@@ -138,12 +138,16 @@ def release_files(work: WorkCourse) -> dict[str, str | bytes]:
     return files
 
 
-def build_release(course_root: Path, work_dir: Path) -> tuple[WorkCourse, dict[str, str | bytes]]:
+def build_release(
+    course_root: Path, work_dir: Path, secret: bytes | None = None
+) -> tuple[WorkCourse, dict[str, str | bytes]]:
     """Generate every lesson's student version from ``course_root/solutions`` in ``work_dir``.
 
     Args:
         course_root: the course's root folder (the repository).
         work_dir: an empty or missing folder for the work course.
+        secret: the course secret: the class's edition (``judge/editions.py``); ``None``: the
+            self-study edition, the one ``notebooks/`` holds.
 
     Returns:
         The work course, and its release files as ``release_files`` gives them.
@@ -152,7 +156,7 @@ def build_release(course_root: Path, work_dir: Path) -> tuple[WorkCourse, dict[s
         GradingError: from ``make_work_course`` or ``generate_assignments`` (a folder that is
             not empty, a lesson that cannot be copied or released).
     """
-    work = make_work_course(course_root, work_dir)
+    work = make_work_course(course_root, work_dir, secret=secret)
     generate_assignments(work)
     return work, release_files(work)
 
@@ -233,3 +237,36 @@ def write_release(expected: dict[str, str | bytes], course_root: Path) -> list[s
             (release_dir / key).unlink()
             changed.append(f"{RELEASE_DIR}/{key} (removed)")
     return changed
+
+
+def write_class_release(expected: dict[str, str | bytes], out: Path) -> list[Path]:
+    """Write a class edition's student versions into ``out``, a new folder.
+
+    A class edition never goes into ``notebooks/`` (the self-study edition, public), and never
+    over anything: ``out`` must be missing or empty.
+
+    Args:
+        expected: the release, as ``build_release`` returns it with the course secret.
+        out: the folder to make (``<out>/<lesson>/<lesson>.ipynb``).
+
+    Returns:
+        The files written.
+
+    Raises:
+        GradingError: ``out`` holds anything already.
+    """
+    from course_grading.errors import GradingError
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise GradingError(
+            f"{out} is not an empty folder: a class release is written only into "
+            "a new one (nothing there is overwritten)"
+        )
+    written = []
+    for key, content in expected.items():
+        path = out / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+        written.append(path)
+    return written

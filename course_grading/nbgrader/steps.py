@@ -9,6 +9,10 @@ Autograde button record the same trusted verdicts as ``python -m course_grading`
   process of its own), and the declared values come back as plain data;
 - ``SaveAutoGrades`` -> ``verdicts.SaveTrustedGrades``: the trusted checks score every item.
 
+Its ``generate_assignment`` (and formgrader's Generate button) starts with :class:`RenderEdition`:
+the lesson is released in the class's edition, the numbers the course secret draws
+(``judge/editions.py``), which the trusted checks then expect.
+
 Neither falls back: where bubblewrap cannot run, autograding stops with the reason (set
 ``SandboxedExecute.sandbox = False`` and ``SaveTrustedGrades.sandbox = False`` to grade trusted
 notebooks unsandboxed, knowingly).
@@ -25,12 +29,13 @@ from pathlib import Path
 import nbformat
 from nbconvert.exporters.exporter import ResourcesDict
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute
-from traitlets import Bool, Float, Integer
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Bool, Float, Integer, Unicode
 
 from course_grading.errors import GradingError
 from course_grading.job_folder import write_job
-from course_grading.judge import items
+from course_grading.judge import editions, items
+from course_grading.judge import secret as course_secret
 from course_grading.judge.verdicts import payload_of
 from course_grading.nbgrader.course import course_directory, lesson_paths
 from course_grading.sandbox import bwrap as sandbox
@@ -150,3 +155,35 @@ class SandboxedExecute(Execute):
             )
         if outcome.status != "ok":
             raise GradingError(f"{who}: could not grade it: {outcome.reason}")
+
+
+class RenderEdition(NbGraderPreprocessor):
+    """``generate_assignment``'s first step: the lesson in the class's edition (module docstring).
+
+    The templates of the instructor notebook are rendered with the numbers the course secret
+    draws (``SHAPES_COURSE_SECRET_FILE``, as ``SaveTrustedGrades`` reads it) and removed; without
+    a secret, with the self-study edition's. A notebook without templates passes unchanged.
+    """
+
+    secret_file = Unicode(
+        "", help="the course secret's file (judge/secret.py); empty: the self-study edition"
+    ).tag(config=True)
+
+    def preprocess(
+        self, nb: NotebookNode, resources: ResourcesDict
+    ) -> tuple[NotebookNode, ResourcesDict]:
+        """Render the lesson's edition templates in place.
+
+        Args:
+            nb: the instructor notebook being released.
+            resources: nbgrader's resources (``resources["nbgrader"]["assignment"]``: the lesson).
+
+        Returns:
+            The notebook, rendered, and ``resources`` unchanged.
+
+        Raises:
+            GradingError: the secret cannot be used, or a template does not render.
+        """
+        secret = course_secret.load(self.secret_file or None)
+        editions.render_lesson(nb, resources["nbgrader"]["assignment"], secret)
+        return nb, resources

@@ -200,6 +200,12 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         "an answer form (PackedRow, Logits) and a reference beside their registration, and its "
         "prediction its plausibility rule",
     ),
+    "course_grading.judge.items.lesson_05": (
+        264,
+        "one lesson's trusted checks, one module per lesson: two function items drawn on cards "
+        "with the memory model beside them, the plans read off real cards, and the class "
+        "edition's numbers beside the three questions that read them",
+    ),
     "course_grading.judge.items.lesson_03": (
         302,
         "one lesson's trusted checks, one module per lesson: the two graded loops share windows, "

@@ -91,6 +91,8 @@ class Evidence:
         self.answer_source = answer_source
         self._sandbox = sandbox
         self.seed = course_secret.seed(secret, item.lesson, item.grade_id, student, answer_source)
+        #: the class's numbers of an edition-bound item (``judge/editions.py``), else ``{}``
+        self.numbers = item.edition.draw(secret) if item.edition is not None else {}
         self.rng = random.Random(self.seed)
         self.review: list[str] = []
         self.call_times: list[tuple[float, float]] = []  # (CPU, wall) seconds of every call
@@ -161,7 +163,7 @@ class Evidence:
         """
         got = self.read(name)
         if expected is None:
-            expected = self.item.expected_values()[name]
+            expected = self.item.expected_values(self.numbers or None)[name]
         if not self.form(name).same(self._raw(name), expected):
             raise Reject(
                 f"{name}: your value {describe(self._raw(name))}; the check needs it "

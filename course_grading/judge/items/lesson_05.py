@@ -23,6 +23,7 @@ import math
 import warnings
 from functools import cache
 
+from course_grading.judge.editions import choices
 from course_grading.judge.items import (
     Evidence,
     Integer,
@@ -37,7 +38,20 @@ from course_grading.judge.items import (
     predicate,
 )
 
-ITEMS = Lesson("05_choosing_the_numbers")
+#: The check-yourself questions' numbers (``judge/editions.py``): a class is asked with its own.
+#: Question 3's per-micro-batch loss tokens stay whole (``q3_logged`` a multiple of 8), so a
+#: float division in a student's formula is exact; the 4,000-token threshold and the 25 steps
+#: are the recipe's and the course's rules, the same in every edition.
+EDITION = {
+    "q1_rows": choices(4, (2, 3, 4, 5, 6, 8)),
+    "q1_accum": choices(6, (2, 3, 4, 5, 6, 7, 8, 10, 12)),
+    "q1_devices": choices(2, (2, 3, 4, 8)),
+    "q1_row_tokens": choices(1024, (512, 1024, 2048, 4096)),
+    "q2_examples": choices(1500, tuple(range(1200, 4001, 100))),
+    "q3_logged": choices(900, tuple(range(560, 1201, 80))),
+    "q3_accum": choices(4, (2, 4, 8)),
+}
+ITEMS = Lesson("05_choosing_the_numbers", edition=EDITION)
 
 #: The lesson's parameters (its first cell), with which the autograder runs it.
 MEMORY_BUDGET_MIB, SEQ_LEN, DATASET_SIZE, MIN_TOKENS_PER_STEP = 24, 128, 800, 4000
@@ -314,12 +328,16 @@ def target_practice(ev: Evidence) -> str:
     answer="q1",
     points=1,
     values={"q1_effective": Integer(), "q1_tokens": Integer()},
-    expected={"q1_effective": 4 * 6 * 2, "q1_tokens": 4 * 6 * 2 * 1024},
-    visible=Property("q1", "whole windows of 4 x 6 rows, and 1,024 tokens per example"),
+    expected=lambda n: {
+        "q1_effective": n["q1_rows"] * n["q1_accum"] * n["q1_devices"],
+        "q1_tokens": n["q1_rows"] * n["q1_accum"] * n["q1_devices"] * n["q1_row_tokens"],
+    },
+    visible=Property("q1", "whole windows of rows x micro-batches, and whole rows of tokens"),
     own_work=True,
+    edition=True,
 )
 def q1(ev: Evidence) -> str:
-    """The effective batch of 4 rows × 6 micro-batches on two GPUs, and its tokens per step.
+    """The effective batch of the class's rows × micro-batches × GPUs, and its tokens per step.
 
     Args:
         ev: the submission's evidence: ``q1_effective`` (examples per step) and ``q1_tokens``
@@ -339,12 +357,17 @@ def q1(ev: Evidence) -> str:
     answer="q2",
     points=1,
     values={"q2_max_effective": Integer(), "q2_steps_at_64": Integer()},
-    expected={"q2_max_effective": 1500 // 25, "q2_steps_at_64": 1500 // 64},
-    visible=Property("q2", "an effective batch and a step count that fit in 1,500 examples"),
+    expected=lambda n: {
+        "q2_max_effective": n["q2_examples"] // 25,
+        "q2_steps_at_64": n["q2_examples"] // 64,
+    },
+    visible=Property("q2", "an effective batch and a step count that fit in the dataset"),
     own_work=True,
+    edition=True,
 )
 def q2(ev: Evidence) -> str:
-    """The largest effective batch with 25 full steps of 1,500 examples, and the full steps at 64.
+    """The largest effective batch with 25 full steps of the class's dataset, and the full steps
+    at an effective batch of 64.
 
     Args:
         ev: the submission's evidence: ``q2_max_effective`` (examples) and ``q2_steps_at_64``
@@ -367,9 +390,13 @@ LETTERS = Unordered(Word(*"abcdef"))
     answer="q3",
     points=1,
     values={"q3_accum": Integer(), "q3_changes": LETTERS},
-    expected={"q3_accum": math.ceil(4000 / (900 / 4)), "q3_changes": {"b", "c", "d", "f"}},
+    expected=lambda n: {
+        "q3_accum": -(-4000 * n["q3_accum"] // n["q3_logged"]),  # ceil, in whole numbers
+        "q3_changes": {"b", "c", "d", "f"},
+    },
     visible=Property("q3", "an accumulation reaching 4,000 loss tokens, and letters a to f"),
     own_work=True,
+    edition=True,
 )
 def q3(ev: Evidence) -> str:
     """The smallest accumulation for 4,000 loss tokens, and exactly the statements that hold.

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_grading.errors import GradingError
+from course_grading.judge.editions import Edition, Number
 from course_grading.judge.visible import Property
 from course_lib.forms import Form
 
@@ -87,8 +88,9 @@ class Item:
     own_work: bool = False  # a value item: 0 if the answer cell's source uses course_lib
     forms: Mapping[str, Form] = field(default_factory=dict)  # value name -> how it is compared
     returns: Form | None = None  # a function item: how each result is compared
-    expected: Mapping[str, object] | Callable[[], Mapping[str, object]] | None = None
+    expected: Mapping[str, object] | Callable[..., Mapping[str, object]] | None = None
     visible: tuple[Property, ...] | None = None  # what the visible test may say
+    edition: Edition | None = None  # its numbers are the class's: ``expected(numbers)``
 
     @property
     def name(self) -> str:
@@ -107,15 +109,22 @@ class Item:
         shown = [c for c in self.visible or () if isinstance(c, Property)]
         return {name: rule for check in shown for name, rule in check.rules.items()}
 
-    def expected_values(self) -> Mapping[str, object]:
+    def expected_values(self, numbers: Mapping[str, object] | None = None) -> Mapping[str, object]:
         """The declared expected values (computed once, for a callable).
+
+        Args:
+            numbers: an edition-bound item's numbers (``editions.Edition.draw``); ``None``: the
+                self-study edition's. Other items ignore it.
 
         Returns:
             Value name -> the right value, as the registration gave it or as its function computed
-            it on first use (the same mapping every later call); empty when none was declared.
+            it on first use (the same mapping every later call); an edition-bound item's, from
+            its edition's numbers; empty when none was declared.
         """
         if self.expected is None:
             return {}
+        if self.edition is not None and callable(self.expected):
+            return dict(self.expected(self.edition.public() if numbers is None else numbers))
         if callable(self.expected):
             return _expected_once(self.expected)
         return self.expected
@@ -146,14 +155,17 @@ class Item:
 class Lesson:
     """The items of one lesson, registered with :meth:`item` in its module."""
 
-    def __init__(self, lesson: str) -> None:
+    def __init__(self, lesson: str, edition: Mapping[str, Number] | None = None) -> None:
         """An empty registry for ``lesson``.
 
         Args:
             lesson: the lesson's folder name (``"01_tokens_and_attention_memory"``).
+            edition: the numbers its edition-bound questions are asked with (``editions.py``),
+                by the names its cells' templates use; ``None``: none.
         """
         self.lesson = lesson
         self.items: dict[str, Item] = {}
+        self.edition = Edition(lesson, dict(edition)) if edition else None
 
     def item(
         self,
@@ -169,6 +181,7 @@ class Lesson:
         allowed: tuple[str, ...] = (),
         forbidden: tuple[str, ...] = (),
         own_work: bool = False,
+        edition: bool = False,
     ) -> Callable:
         """Register the decorated check for the test cell ``grade_id`` (the package's docstring).
 
@@ -186,6 +199,9 @@ class Lesson:
             allowed: ``course_lib`` modules staged for the graded function.
             forbidden: ``course_lib`` modules its staging must never include.
             own_work: a value item scores 0 when the answer cell's source uses ``course_lib``.
+            edition: the item's numbers are the class's (``editions.py``): ``expected`` is a
+                function of the lesson's edition numbers, and a draw is kept only when it
+                changes this item's answers.
 
         Returns:
             The decorator: it registers the check and returns it unchanged.
@@ -223,7 +239,10 @@ class Lesson:
                 returns,
                 expected,
                 tuple(shown) if shown else None,
+                self.edition if edition else None,
             )
+            if edition:
+                _bound(self, self.items[grade_id])
             return check
 
         return register
@@ -242,6 +261,28 @@ def _forms(
         if not _PYTHON_NAME.match(name):
             raise ValueError(f"{grade_id}: {name!r} is not a Python name")
     return forms
+
+
+def _bound(lesson: Lesson, item: Item) -> None:
+    """Bind an edition-bound item to its lesson's edition: a draw must change its answers."""
+    if lesson.edition is None or not callable(item.expected):
+        raise ValueError(
+            f"{item.grade_id}: an edition-bound item needs the lesson's edition and "
+            "expected=function(numbers)"
+        )
+    lesson.edition.answers.append(_changes(item))
+
+
+def _changes(item: Item) -> Callable[[dict], bool]:
+    """Whether a draw changes ``item``'s answers: some value's public answer, compared by its
+    form, is not the drawn edition's."""
+    public = item.expected_values()
+
+    def changes(numbers: dict) -> bool:
+        drawn = item.expected_values(numbers)
+        return not all(item.forms[n].same(public[n], drawn[n]) for n in item.forms)
+
+    return changes
 
 
 _COMPUTED: dict[int, Mapping[str, object]] = {}
@@ -263,6 +304,26 @@ def module_name(lesson: str) -> str:
         ``course_grading.judge.items.lesson_01``: ``lesson_`` and the lesson's number.
     """
     return f"{PACKAGE}.lesson_{lesson.split('_', 1)[0]}"
+
+
+def lesson_of(lesson: str) -> Lesson | None:
+    """The registry of ``lesson``, or ``None`` when it has no module of checks.
+
+    Args:
+        lesson: the lesson's folder name.
+
+    Returns:
+        Its :class:`Lesson` (items and edition), or ``None``.
+
+    Raises:
+        ModuleNotFoundError: the lesson's module exists but imports one that does not.
+    """
+    try:
+        return importlib.import_module(module_name(lesson)).ITEMS
+    except ModuleNotFoundError as err:
+        if err.name != module_name(lesson):
+            raise
+        return None
 
 
 def items_of(lesson: str) -> dict[str, Item]:

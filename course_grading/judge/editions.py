@@ -1,0 +1,267 @@
+"""Class editions: the numbers a lesson's typed questions are asked with, drawn from the secret.
+
+A question answered by a typed number ("the effective batch of 4 rows x 6 micro-batches on two
+GPUs") has one right value, and a public repository holds it: in the solution, in the grader's
+registration, in any classmate's notebook from last year. No check can tell a typed number's
+source, so a class grades these questions with its **own numbers**: the instructor's course
+secret draws them at release (``scripts/release.py --secret-file``, the grading workspace, and
+nbgrader's own ``generate_assignment`` through :class:`RenderEdition`), and the trusted check
+computes the right values from the same draw. Without a secret the numbers are the public ones
+(the *self-study edition*, the one in ``notebooks/``).
+
+**Where the numbers go.** A lesson declares its numbers once (:class:`Edition`: each with its
+public value and the values a class may get), and every cell whose text uses them carries a
+template in its metadata (``metadata.shapes.edition``): the cell's source with each number
+written ``«expression»`` or ``«expression:format»`` (``«rows * accum»``, ``«row_tokens:,»``), an
+expression of the edition's names (``«edition_name»`` is the edition's own name: "self-study
+edition" or "class edition" and 8 hex digits). Rendered with the public numbers, a template must
+give the cell's source exactly (``tests/grading/test_editions.py`` reads every lesson): the
+source stays the readable, runnable notebook, and the template says which of its numbers an
+edition changes.
+The release renders each template and removes it, so a student version holds neither the
+template (its solution region) nor any other edition's numbers.
+
+**The draw.** ``HMAC-SHA256(secret, "edition" NUL lesson)`` seeds the generator: every notebook
+of one class gets the same numbers (classmates can discuss the questions), a re-grade draws them
+again exactly, and nobody without the secret predicts them. A draw is kept only when every item
+that depends on it has answers that differ from the self-study edition's, each by its own form
+(:meth:`Edition.draw`): a public answer typed into a class edition earns nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from course_grading.errors import GradingError
+
+#: Where a cell keeps its template: ``cell.metadata["shapes"]["edition"]``.
+METADATA, KEY = "shapes", "edition"
+#: Notebook metadata naming the edition a student version was rendered for.
+LABEL_KEY = "edition"
+SELF_STUDY = "self-study edition"
+#: The name a template writes the edition's own name with (``«edition_name»``).
+NAME = "edition_name"
+_MARK = re.compile(r"«([^«»]+)»")
+_SPEC = re.compile(r"(.*?):([<>^=]?[+ -]?[0-9]*[,_]?(?:\.[0-9]+)?[bdefgnoxX%]?)")
+_TRIES = 1000
+
+Numbers = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Number:
+    """One number of an edition: its self-study value and the values a class may be asked with."""
+
+    public: int | float
+    choices: tuple[int | float, ...]
+
+
+@dataclass
+class Edition:
+    """The numbers one lesson's edition-bound items are asked with (module docstring).
+
+    ``answers`` are the items that depend on the numbers, registered by the lesson
+    (``Lesson.item(..., edition=True)``): a draw is kept only when each of them has answers
+    that differ from the public ones.
+    """
+
+    lesson: str
+    numbers: Mapping[str, Number]
+    answers: list[Callable[[Numbers], bool]] = field(default_factory=list)
+
+    def public(self) -> Numbers:
+        """The self-study edition's numbers.
+
+        Returns:
+            Name -> its public value.
+        """
+        return {name: n.public for name, n in self.numbers.items()}
+
+    def draw(self, secret: bytes | None) -> Numbers:
+        """The class's numbers: drawn from ``secret``, the public ones without.
+
+        Args:
+            secret: the course secret (``judge/secret.py``); ``None``: the self-study edition.
+
+        Returns:
+            Name -> its value in this class's edition.
+
+        Raises:
+            GradingError: no draw within 1,000 tries changes every item's answers (the choices
+                are too narrow: a bug in the lesson's declaration).
+        """
+        if secret is None:
+            return self.public()
+        message = f"edition\0{self.lesson}".encode()
+        rng = random.Random(hmac.new(secret, message, hashlib.sha256).digest())
+        for _ in range(_TRIES):
+            drawn = {name: rng.choice(n.choices) for name, n in sorted(self.numbers.items())}
+            if all(differs(drawn) for differs in self.answers):
+                return drawn
+        raise GradingError(f"{self.lesson}: no edition changes every answer; widen its choices")
+
+    def label(self, secret: bytes | None) -> str:
+        """The edition's name as a student version records it (``metadata.shapes.edition``).
+
+        Args:
+            secret: the course secret, or ``None``.
+
+        Returns:
+            ``"self-study edition"``, or ``"class edition "`` and 8 hex digits that name the
+            secret's edition of this lesson without revealing anything of it.
+        """
+        if secret is None:
+            return SELF_STUDY
+        digest = hmac.new(secret, f"label\0{self.lesson}".encode(), hashlib.sha256).hexdigest()
+        return f"class edition {digest[:8]}"
+
+
+def render(template: str, numbers: Mapping[str, Any]) -> str:
+    """A template with each ``«expression»`` or ``«expression:format»`` replaced.
+
+    Args:
+        template: the cell's template (module docstring).
+        numbers: the edition's numbers, the names an expression may use.
+
+    Returns:
+        The cell's source in this edition.
+
+    Raises:
+        GradingError: an expression uses a name the edition lacks, or does not evaluate.
+    """
+
+    def one(match: re.Match) -> str:
+        text = match.group(1)
+        spec = _SPEC.fullmatch(text)
+        expression, form = (spec.group(1), spec.group(2)) if spec else (text, "")
+        try:
+            value = eval(expression, {"__builtins__": {}}, dict(numbers))  # noqa: S307 - course's own
+        except Exception as err:  # any error of the instructor's expression, named
+            raise GradingError(f"edition template «{text}»: {type(err).__name__}: {err}") from None
+        return format(value, form)
+
+    return _MARK.sub(one, template)
+
+
+def template_of(cell: Mapping) -> str | None:
+    """A cell's edition template, if it has one.
+
+    Args:
+        cell: a notebook cell.
+
+    Returns:
+        The template text, or ``None``.
+    """
+    found = cell.get("metadata", {}).get(METADATA, {}).get(KEY)
+    return "".join(found) if isinstance(found, list) else found
+
+
+def render_notebook(nb: Any, numbers: Mapping[str, Any], label: str) -> int:
+    """Render every templated cell of ``nb`` in place and drop the templates.
+
+    Args:
+        nb: an ``nbformat`` notebook (the instructor's, before the release).
+        numbers: the edition's numbers.
+        label: the edition's name, recorded in the notebook's metadata (``shapes.edition``).
+
+    Returns:
+        How many cells were rendered (0: the notebook has no templates, it is left as it was).
+    """
+    rendered = 0
+    for cell in nb.cells:
+        template = template_of(cell)
+        if template is None:
+            continue
+        cell.source = render(template, {**numbers, NAME: label})
+        del cell.metadata[METADATA][KEY]
+        if not cell.metadata[METADATA]:
+            del cell.metadata[METADATA]
+        rendered += 1
+    if rendered:
+        nb.metadata.setdefault(METADATA, {})[LABEL_KEY] = label
+    return rendered
+
+
+def template_problems(nb: Any, numbers: Mapping[str, Any]) -> list[str]:
+    """Templates that do not give their cell's source with the self-study numbers.
+
+    Args:
+        nb: an instructor notebook (``solutions/``).
+        numbers: the self-study edition's numbers.
+
+    Returns:
+        One line per cell whose template renders to another text, or does not render.
+    """
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        template = template_of(cell)
+        if template is None:
+            continue
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", f"cell {index}")
+        try:
+            text = render(template, {**numbers, NAME: SELF_STUDY})
+        except GradingError as err:
+            problems.append(f"{grade_id}: {err}")
+            continue
+        if text != cell.source:
+            lines = zip(text.splitlines(), cell.source.splitlines())
+            first = next(((a, b) for a, b in lines if a != b), (text[-60:], cell.source[-60:]))
+            problems.append(f"{grade_id}: the template gives {first[0]!r}, the cell {first[1]!r}")
+    return problems
+
+
+def edition_of(lesson: str) -> Edition | None:
+    """The edition a lesson declares (its items module's ``Lesson``), if any.
+
+    Args:
+        lesson: the lesson's folder name.
+
+    Returns:
+        Its :class:`Edition`, or ``None`` when its questions have no edition-bound numbers (or
+        the lesson has no trusted checks).
+    """
+    from course_grading.judge.items.model import lesson_of
+
+    found = lesson_of(lesson)
+    return found.edition if found is not None else None
+
+
+def render_lesson(nb: Any, lesson: str, secret: bytes | None) -> int:
+    """Render a lesson's instructor notebook in the edition ``secret`` draws.
+
+    Args:
+        nb: the lesson's instructor notebook, changed in place.
+        lesson: its folder name.
+        secret: the course secret, or ``None`` for the self-study edition.
+
+    Returns:
+        How many cells were rendered.
+
+    Raises:
+        GradingError: the notebook has templates and its lesson declares no edition.
+    """
+    edition = edition_of(lesson)
+    if edition is None:
+        if any(template_of(cell) is not None for cell in nb.cells):
+            raise GradingError(f"{lesson}: cells carry edition templates, the lesson no Edition")
+        return 0
+    return render_notebook(nb, edition.draw(secret), edition.label(secret))
+
+
+def choices(public: int | float, values: Sequence[int | float]) -> Number:
+    """A :class:`Number` (shorthand for a lesson's declaration).
+
+    Args:
+        public: the self-study value.
+        values: the values a class may get (the public one among them or not).
+
+    Returns:
+        The number.
+    """
+    return Number(public, tuple(values))

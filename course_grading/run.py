@@ -46,6 +46,7 @@ from course_grading.errors import GradingError
 from course_grading.judge.items import check_notebook
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader import course as wc
+from course_grading.nbgrader.steps import render_editions
 from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.pages.feedback import WITHHELD, withheld_record
 from course_grading.report import Row, csv_text, rows_of, write_reports
@@ -104,8 +105,8 @@ def _build_course(
         lessons,
         cell_timeout=timeouts[0],
         extra_config=config,
-        secret=secret,
     )
+    render_editions(work, secret)
     if lessons:
         wc.generate_assignments(work)
     specs = {}

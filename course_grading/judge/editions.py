@@ -216,44 +216,6 @@ def template_problems(nb: Any, numbers: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def edition_of(lesson: str) -> Edition | None:
-    """The edition a lesson declares (its items module's ``Lesson``), if any.
-
-    Args:
-        lesson: the lesson's folder name.
-
-    Returns:
-        Its :class:`Edition`, or ``None`` when its questions have no edition-bound numbers (or
-        the lesson has no trusted checks).
-    """
-    from course_grading.judge.items.model import lesson_of
-
-    found = lesson_of(lesson)
-    return found.edition if found is not None else None
-
-
-def render_lesson(nb: Any, lesson: str, secret: bytes | None) -> int:
-    """Render a lesson's instructor notebook in the edition ``secret`` draws.
-
-    Args:
-        nb: the lesson's instructor notebook, changed in place.
-        lesson: its folder name.
-        secret: the course secret, or ``None`` for the self-study edition.
-
-    Returns:
-        How many cells were rendered.
-
-    Raises:
-        GradingError: the notebook has templates and its lesson declares no edition.
-    """
-    edition = edition_of(lesson)
-    if edition is None:
-        if any(template_of(cell) is not None for cell in nb.cells):
-            raise GradingError(f"{lesson}: cells carry edition templates, the lesson no Edition")
-        return 0
-    return render_notebook(nb, edition.draw(secret), edition.label(secret))
-
-
 def choices(public: int | float, values: Sequence[int | float]) -> Number:
     """A :class:`Number` (shorthand for a lesson's declaration).
 

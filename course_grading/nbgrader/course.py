@@ -24,7 +24,6 @@ from nbconvert.preprocessors import Preprocessor
 from nbgrader.coursedir import CourseDirectory
 
 from course_grading.errors import GradingError
-from course_grading.judge import editions
 
 SOURCE_DIR = "solutions"
 RELEASE_DIR = "notebooks"
@@ -229,7 +228,6 @@ def make_work_course(
     *,
     cell_timeout: int | None = None,
     extra_config: list[str] | None = None,
-    secret: bytes | None = None,
 ) -> WorkCourse:
     """Create a work course in ``work_dir`` (which must not exist or be empty).
 
@@ -245,16 +243,13 @@ def make_work_course(
         cell_timeout: seconds per cell for nbgrader's ``Execute.timeout``; nbgrader's own
             default (or the course config's) when ``None``.
         extra_config: Python lines appended to the work course's ``nbgrader_config.py``.
-        secret: the course secret: each lesson's notebook is rendered in the class's edition
-            (``judge/editions.py``); ``None``: the self-study edition.
 
     Returns:
-        The work course, with ``source/`` filled (every edition template rendered) and its
-        config written; nothing is generated yet.
+        The work course, with ``source/`` filled and its config written; nothing is
+        generated yet (``steps.render_editions`` renders a class's edition).
 
     Raises:
-        GradingError: ``work_dir`` is not empty, or a lesson folder cannot be copied or
-            rendered.
+        GradingError: ``work_dir`` is not empty, or a lesson folder cannot be copied.
     """
     course_root = Path(course_root).resolve()
     work_dir = Path(work_dir).resolve()
@@ -273,7 +268,6 @@ def make_work_course(
             )
         except (OSError, shutil.Error) as err:
             raise GradingError(f"cannot copy lesson {lesson} into {work.source}: {err}") from None
-        render_edition(work.source_notebook(lesson), lesson, secret)
 
     lines = ["c = get_config()  # noqa: F821", ""]
     base_config = course_root / CONFIG_FILE
@@ -290,32 +284,6 @@ def make_work_course(
     lines += extra_config or []
     (work_dir / CONFIG_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return work
-
-
-def render_edition(path: Path, lesson: str, secret: bytes | None) -> int:
-    """Render a copied instructor notebook in the edition ``secret`` draws, in place.
-
-    Args:
-        path: the lesson's notebook in a work course's ``source/``.
-        lesson: its folder name.
-        secret: the course secret, or ``None`` (the self-study edition).
-
-    Returns:
-        How many cells were rendered (the file is left untouched when none).
-
-    Raises:
-        GradingError: the notebook cannot be read, or its templates do not render.
-    """
-    if not path.is_file():
-        return 0
-    try:
-        nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
-    except Exception as err:  # nbformat raises several types for a damaged notebook
-        raise GradingError(f"cannot read {path} ({type(err).__name__}: {err})") from None
-    rendered = editions.render_lesson(nb, lesson, secret)
-    if rendered:
-        nbformat.write(nb, str(path))
-    return rendered
 
 
 def generate_assignments(work: WorkCourse) -> None:

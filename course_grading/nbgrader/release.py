@@ -25,6 +25,7 @@ from course_grading.nbgrader.course import (
     ignored,
     make_work_course,
 )
+from course_grading.nbgrader.steps import render_editions
 
 #: Metadata removed: ``nbstripout``'s built-in list plus the pre-commit hook's extra keys.
 STRIP_KEYS = [
@@ -156,7 +157,8 @@ def build_release(
         GradingError: from ``make_work_course`` or ``generate_assignments`` (a folder that is
             not empty, a lesson that cannot be copied or released).
     """
-    work = make_work_course(course_root, work_dir, secret=secret)
+    work = make_work_course(course_root, work_dir)
+    render_editions(work, secret)
     generate_assignments(work)
     return work, release_files(work)
 

@@ -36,8 +36,9 @@ from course_grading.errors import GradingError
 from course_grading.job_folder import write_job
 from course_grading.judge import editions, items
 from course_grading.judge import secret as course_secret
+from course_grading.judge.items.model import lesson_of
 from course_grading.judge.verdicts import payload_of
-from course_grading.nbgrader.course import course_directory, lesson_paths
+from course_grading.nbgrader.course import WorkCourse, course_directory, lesson_paths
 from course_grading.sandbox import bwrap as sandbox
 from course_grading.sandbox.bwrap import Limits
 from course_grading.sandbox.jobs import WORKER_GRACE, JobSpec, Outcome
@@ -157,6 +158,73 @@ class SandboxedExecute(Execute):
             raise GradingError(f"{who}: could not grade it: {outcome.reason}")
 
 
+def render_lesson(nb: nbformat.NotebookNode, lesson: str, secret: bytes | None) -> int:
+    """Render a lesson's instructor notebook in the edition ``secret`` draws
+    (``judge/editions.py``), in place.
+
+    Args:
+        nb: the lesson's instructor notebook, changed in place.
+        lesson: its folder name.
+        secret: the course secret, or ``None`` for the self-study edition.
+
+    Returns:
+        How many cells were rendered.
+
+    Raises:
+        GradingError: the notebook has templates and its lesson declares no edition, or a
+            template does not render.
+    """
+    registry = lesson_of(lesson)
+    edition = registry.edition if registry is not None else None
+    if edition is None:
+        if any(editions.template_of(cell) is not None for cell in nb.cells):
+            raise GradingError(f"{lesson}: cells carry edition templates, the lesson no Edition")
+        return 0
+    return editions.render_notebook(nb, edition.draw(secret), edition.label(secret))
+
+
+def _render_file(path: Path, lesson: str, secret: bytes | None) -> int:
+    """Render a copied instructor notebook in the edition ``secret`` draws, in place.
+
+    Args:
+        path: the lesson's notebook in a work course's ``source/``.
+        lesson: its folder name.
+        secret: the course secret, or ``None`` (the self-study edition).
+
+    Returns:
+        How many cells were rendered (the file is left untouched when none).
+
+    Raises:
+        GradingError: the notebook cannot be read, or its templates do not render.
+    """
+    if not path.is_file():
+        return 0
+    try:
+        nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
+    except Exception as err:  # nbformat raises several types for a damaged notebook
+        raise GradingError(f"cannot read {path} ({type(err).__name__}: {err})") from None
+    rendered = render_lesson(nb, lesson, secret)
+    if rendered:
+        nbformat.write(nb, str(path))
+    return rendered
+
+
+def render_editions(work: WorkCourse, secret: bytes | None) -> None:
+    """Render every lesson of a work course in the edition ``secret`` draws, before
+    ``generate_assignments``: the release, the grading workspace (so locked cells are restored
+    as the class got them) and the checks then agree on the numbers.
+
+    Args:
+        work: a work course, ``source/`` filled (``make_work_course``).
+        secret: the course secret, or ``None`` for the self-study edition.
+
+    Raises:
+        GradingError: a notebook cannot be read, or its templates do not render.
+    """
+    for lesson in work.lessons:
+        _render_file(work.source_notebook(lesson), lesson, secret)
+
+
 class RenderEdition(NbGraderPreprocessor):
     """``generate_assignment``'s first step: the lesson in the class's edition (module docstring).
 
@@ -185,5 +253,5 @@ class RenderEdition(NbGraderPreprocessor):
             GradingError: the secret cannot be used, or a template does not render.
         """
         secret = course_secret.load(self.secret_file or None)
-        editions.render_lesson(nb, resources["nbgrader"]["assignment"], secret)
+        render_lesson(nb, resources["nbgrader"]["assignment"], secret)
         return nb, resources

@@ -27,6 +27,7 @@ from course_grading.judge import editions, items
 from course_grading.judge.items import Evidence
 from course_grading.judge.items.model import lesson_of
 from course_grading.nbgrader import course as wc
+from course_grading.nbgrader.steps import render_editions, render_lesson
 
 SECRETS = [b"edition-test-secret-0123456789", b"another class's secret, 32 bytes", b"k" * 16]
 LESSONS = wc.find_lessons(REPO)
@@ -61,7 +62,7 @@ def _points(item: items.Item, values: dict, secret: bytes | None) -> float:
 
 def _class_solution(lesson: str, secret: bytes | None) -> nbformat.NotebookNode:
     nb = _solution(lesson)
-    editions.render_lesson(nb, lesson, secret)
+    render_lesson(nb, lesson, secret)
     return nb
 
 
@@ -159,6 +160,33 @@ def test_a_class_release_holds_no_template_and_goes_only_into_a_new_folder(tmp_p
     assert alone.returncode == 2 and "go together" in alone.stderr
 
 
+def test_nbgraders_own_generate_assignment_releases_the_secrets_edition(tmp_path):
+    """The classroom's path: ``nbgrader generate_assignment`` in a course folder made from the
+    repository, with the secret in ``SHAPES_COURSE_SECRET_FILE``, releases what the grading
+    command's workspace releases; without it, the self-study edition."""
+    lesson = "05_choosing_the_numbers"
+    for secret in (SECRETS[1], None):
+        root = tmp_path / ("class" if secret else "self-study")
+        shutil.copytree(REPO / wc.SOURCE_DIR / lesson, root / wc.SOURCE_DIR / lesson)
+        shutil.copy(REPO / wc.CONFIG_FILE, root / wc.CONFIG_FILE)
+        env = wc.nbgrader_env()
+        env.pop("SHAPES_COURSE_SECRET_FILE", None)
+        if secret:
+            (root / "secret").write_bytes(secret)
+            (root / "secret").chmod(0o600)
+            env["SHAPES_COURSE_SECRET_FILE"] = str(root / "secret")
+        command = [sys.executable, "-m", "nbgrader", "generate_assignment", lesson, "--force"]
+        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got = nbformat.read(str(root / wc.RELEASE_DIR / lesson / f"{lesson}.ipynb"), 4)
+        want = _class_solution(lesson, secret)
+        for gid in ("intro-31", "test-q1", "intro-33", "test-q3"):
+            visible = find(want, gid).source.split("### BEGIN HIDDEN TESTS")[0]
+            assert find(got, gid).source.rstrip() == visible.rstrip(), (secret, gid)
+        assert got.metadata["shapes"]["edition"] == lesson_of(lesson).edition.label(secret)
+        assert not any(editions.template_of(c) for c in got.cells)
+
+
 # --- one lesson through the grading command -------------------------------------------------
 
 LESSON = "05_choosing_the_numbers"
@@ -176,7 +204,8 @@ def graded(tmp_path_factory):
     secret_file = tmp / "secret"
     secret_file.write_bytes(SECRETS[0])
     secret_file.chmod(0o600)
-    work = wc.make_work_course(root, tmp / "release", secret=SECRETS[0])
+    work = wc.make_work_course(root, tmp / "release")
+    render_editions(work, SECRETS[0])
     wc.generate_assignments(work)
     release = work.release_notebook(LESSON)
     rendered = work.source_notebook(LESSON)  # the class edition's solutions

@@ -195,10 +195,10 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         "again once, record what came back; the worker's side and the resume store are apart",
     ),
     "course_grading.judge.items.lesson_02": (
-        329,
+        343,
         "one lesson's trusted checks, one module per lesson: its two function items each need "
-        "an answer form (PackedRow, Logits) and a reference beside their registration, and its "
-        "prediction its plausibility rule",
+        "an answer form (PackedRow, Logits) and a reference beside their registration, its "
+        "prediction its plausibility rule, and question 3 its class edition's numbers",
     ),
     "course_grading.judge.items.lesson_05": (
         264,
@@ -207,11 +207,11 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         "edition's numbers beside the three questions that read them",
     ),
     "course_grading.judge.items.lesson_03": (
-        302,
+        310,
         "one lesson's trusted checks, one module per lesson: the two graded loops share windows, "
         "a reference model and full-batch gradients; the noise target re-measures the lesson "
         "and says which side of the target a wrong answer is on; the prediction declares a "
-        "plausibility rule per value",
+        "plausibility rule per value; question 2 reads its class edition's accumulation",
     ),
 }
 

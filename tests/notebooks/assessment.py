@@ -444,7 +444,17 @@ def _issue_27(p: Pass, probe: Probe, found: list, entry: Item, calls: list) -> N
     # G: the grader's source copied
     copied = [attacks.grader_source(item, probe.right, entry.grader) for item in found]
     if all(copied):
-        _try(p, probe, "shortcut", by_letter["G"], "".join(copied), visible)  # type: ignore[arg-type]
+        code = "".join(copied)  # type: ignore[arg-type]
+        if any(item.edition is not None for item in found):  # handed in to a class edition
+            p.run(f"_shapes_was = {{n: globals()[n] for n in {sorted(bound_names(code))!r} "
+                  "if n in globals()}")  # fmt: skip
+            p.run(code)
+            practice = sum(v.points for v in p.score(probe.grade_id, code)[0])
+            p.run("globals().update(_shapes_was)")
+            tried = _try(p, probe, "shortcut", by_letter["G"], code, visible, secret=SECRET)
+            tried.review += (f"self-study edition (no course secret): {practice:g} point(s)",)
+        else:
+            _try(p, probe, "shortcut", by_letter["G"], code, visible)
     else:
         prediction = any(item.rules for item in found)
         probe.not_applicable[by_letter["G"]] = (

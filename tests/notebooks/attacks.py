@@ -82,7 +82,8 @@ def grader_source(item, right: dict[str, object], reference: str | None) -> str 
     """The answer cell copying the grader: for a function item, the grader's reference
     ``reference`` (a function of the lesson's check module with the graded function's signature)
     pasted under the graded function's name; for a value item, its ``expected=`` function pasted
-    and called (with the module's imports it needs), or its ``expected=`` values typed. ``None``
+    and called (with the module's imports it needs), or its ``expected=`` values typed (an
+    edition-bound item's: the self-study edition's, handed in to a class edition). ``None``
     when the registration holds nothing to copy (a prediction has no expected value; some checks
     work their answer out themselves)."""
     module = importlib.import_module(item.check.__module__)
@@ -94,6 +95,9 @@ def grader_source(item, right: dict[str, object], reference: str | None) -> str 
         return _module_imports(module) + "\n".join(sources)
     if item.expected is None:
         return None
+    if item.edition is not None:  # the self-study edition's answers, typed
+        public = item.expected_values()
+        return "".join(f"{n} = {public[n]!r}\n" for n in item.values)
     if callable(item.expected):
         name = item.expected.__name__
         sources = _module_sources(item.expected, {name})

@@ -229,7 +229,8 @@ SHORTCUTS = [
     Shortcut("degenerate output (zeros of the right shape)", False, True, r"returned", "Z"),
     # issue 27 (tests/notebooks/attacks.py)
     Shortcut("grader-source answer (expected= typed, or the grader's function pasted)", True,
-             True, r"code found in the grader's checks|uses .*course_lib|recorded", "G"),
+             True, r"code found in the grader's checks|uses .*course_lib|recorded|self-study ed",
+             "G"),
     Shortcut("gate bypass (junk, then the value a later cell prints)", True, False,
              r"\S", "B"),  # its verdict says what is wrong with the value handed in
     Shortcut("seed table (the practice seed's inputs), graded with a course secret", False, True,

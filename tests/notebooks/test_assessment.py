@@ -189,15 +189,8 @@ _TYPED = (
     "no grader can tell a typed number's source, so a value item carries one point"
 )
 GAPS: dict[tuple[str, str, str], str] = {
-    ("01", "real-scale", "G"): _TYPED + " (the grader's arithmetic, pasted and called, is 4 lines)",
     ("01", "target-practice", "G"): _TYPED,
-    ("01", "q1", "G"): _TYPED,
-    ("02", "q3", "G"): _TYPED,
-    ("03", "q2", "G"): _TYPED,
     ("04", "q1-only-checkpointing", "G"): _TYPED,
-    ("05", "q1", "G"): _TYPED,
-    ("05", "q2", "G"): _TYPED,
-    ("05", "q3", "G"): _TYPED,
 }
 
 
@@ -230,6 +223,8 @@ def shortcut_problems(
             found.append(f"'{name}' is not named: {said}")
         if letter.get(name) == "T" and "practice grading (no course secret): 0 " in said:
             found.append("the seed table scores nothing even in practice: it proves nothing")
+        if letter.get(name) == "G" and "self-study edition (no course secret): 0 " in said:
+            found.append("the self-study answers score nothing even in self-study: no proof")
         if not function and t.ran:
             found.append(f"'{name}' raised {t.ran} in the kernel: its values prove nothing")
     copied = tried.get("library call in an added cell, copied by the answer cell")

@@ -167,9 +167,25 @@ class Evidence:
         if not self.form(name).same(self._raw(name), expected):
             raise Reject(
                 f"{name}: your value {describe(self._raw(name))}; the check needs it "
-                f"{self.form(name).needs}"
+                f"{self.form(name).needs}{self._self_study(name)}"
             )
         return got
+
+    def _self_study(self, name: str) -> str:
+        """Why a wrong value of an edition-bound item may be wrong: it answers the self-study
+        edition's numbers, not the class's (an honest student worked in the public notebook, or
+        the public answer was typed in); ``""`` otherwise."""
+        if not self.numbers or self.item.edition is None:
+            return ""
+        if self.numbers == self.item.edition.public():
+            return ""
+        public = self.item.expected_values()[name]
+        if not self.form(name).same(self._raw(name), public):
+            return ""
+        return (
+            " (it answers the self-study edition's numbers: your class's edition asks this "
+            "question with its own, in your notebook)"
+        )
 
     def expect_all(self) -> str:
         """Every declared value compared with its expected value (:meth:`expect`).

@@ -19,6 +19,7 @@ import random
 from dataclasses import replace
 from functools import cache
 
+from course_grading.judge.editions import choices
 from course_grading.judge.items import (
     Between,
     Evidence,
@@ -33,7 +34,16 @@ from course_grading.judge.items import (
     call,
 )
 
-ITEMS = Lesson("01_tokens_and_attention_memory")
+#: Section 6's configuration and question 1's short rows (``judge/editions.py``): a class is
+#: asked with its own (heads of 128 values each, so the hidden size is 128 times the heads).
+ITEMS = Lesson(
+    "01_tokens_and_attention_memory",
+    edition={
+        "rs_layers": choices(32, (24, 28, 32, 36, 40, 48, 60)),
+        "rs_heads": choices(32, (16, 24, 32, 40, 48, 64)),
+        "q1_short": choices(2048, (512, 1024, 2048, 4096)),
+    },
+)
 
 
 @ITEMS.item(
@@ -149,28 +159,31 @@ def saved_per_token(ev: Evidence) -> str:
     return f"saved_per_token: right on {len(cases) + 1} block shapes, {DRAWN} of them drawn for you"
 
 
-@cache
-def _real_scale() -> dict[str, float]:
-    """The 7B-class figures of section 6: 2 × 8192 tokens, 32 layers, 32 heads, bf16."""
-    per_layer = 2 * 32 * 8192**2 * 2 / 1e9  # B·H·T² probabilities of 2 bytes, in GB
+def _real_scale(n: dict) -> dict[str, float]:
+    """The figures of section 6: 2 × 8192 tokens, the edition's layers and heads, bf16."""
+    per_layer = 2 * n["rs_heads"] * 8192**2 * 2 / 1e9  # B·H·T² probabilities of 2 bytes, in GB
     return {
         "scores_gb_per_layer": per_layer,
-        "scores_gb_all_layers": 32 * per_layer,
-        "fused_mb_per_layer": 2 * 32 * 8192 * 4 / 1e6,  # B·H·T fp32 log-sum-exp, in MB
+        "scores_gb_all_layers": n["rs_layers"] * per_layer,
+        "fused_mb_per_layer": 2 * n["rs_heads"] * 8192 * 4 / 1e6,  # B·H·T fp32 log-sum-exp, MB
     }
+
+
+REAL_SCALE = ("scores_gb_per_layer", "scores_gb_all_layers", "fused_mb_per_layer")
 
 
 @ITEMS.item(
     "test-real-scale",
     answer="real-scale",
     points=1,
-    values={name: Sig(3) for name in _real_scale()},
+    values={name: Sig(3) for name in REAL_SCALE},
     expected=_real_scale,
     visible=Property(
         "real-scale",
-        "every positive per-layer and fused figure, with all layers 32 times one layer",
+        "every positive per-layer and fused figure, with all layers the layers times one layer",
     ),
     own_work=True,
+    edition=True,
 )
 def real_scale(ev: Evidence) -> str:
     """The three real-scale figures, each right to 3 significant figures.
@@ -232,16 +245,20 @@ def target_practice(ev: Evidence) -> str:
     "test-q1",
     answer="q1",
     points=1,
-    values={"q1_cheaper": Shape("8x2048", "2x8192"), "q1_ratio": Exact()},
-    expected={"q1_cheaper": "8x2048", "q1_ratio": (2 * 32 * 8192**2) / (8 * 32 * 2048**2)},
+    values={"q1_cheaper": Shape(), "q1_ratio": Exact()},
+    expected=lambda n: {
+        "q1_cheaper": f"{16384 // n['q1_short']}x{n['q1_short']}",
+        "q1_ratio": (2 * 8192**2) / (16384 // n["q1_short"] * n["q1_short"] ** 2),
+    },
     visible=Property("q1", "either shape, with any factor above 1"),
     own_work=True,
+    edition=True,
 )
 def q1(ev: Evidence) -> str:
     """The cheaper shape and the exact factor between the two shapes' score memory.
 
     Args:
-        ev: the submission's evidence: ``q1_cheaper`` (``"8x2048"`` or ``"2x8192"``) and
+        ev: the submission's evidence: ``q1_cheaper`` (one of the question's two shapes) and
             ``q1_ratio``, read exactly.
 
     Returns:

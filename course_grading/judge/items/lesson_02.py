@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from course_grading.judge.editions import choices
 from course_grading.judge.items import (
     Between,
     Evidence,
@@ -39,7 +40,15 @@ from course_grading.judge.plain import Tensor
 from course_lib.forms import Form, Unreadable
 from course_lib.isolation import ATOL
 
-ITEMS = Lesson("02_padding_and_packing")
+#: Question 3's careless row (``judge/editions.py``): a class is asked with its own first two
+#: documents; the third fills the row's 2,048 tokens.
+ITEMS = Lesson(
+    "02_padding_and_packing",
+    edition={
+        "q3_first": choices(1000, tuple(range(800, 1201, 50))),
+        "q3_second": choices(600, tuple(range(400, 801, 50))),
+    },
+)
 
 #: The lesson's parameters (its first cell), with which the autograder runs it.
 N_EXAMPLES, MAX_LEN, SEED = 2000, 1024, 0
@@ -548,17 +557,27 @@ def packed_forward(ev: Evidence) -> str:
     )
 
 
+def _cross_pairs(first: int, second: int) -> int:
+    """Pairs across a boundary of a careless row of three documents filling 2,048 tokens."""
+    third = 2048 - first - second
+    return first * second + (first + second) * third
+
+
 @ITEMS.item(
     "test-q3",
     answer="q3",
     points=1,
     values={"q3_cross_pairs": Integer(), "q3_symptom": Word("A", "B", "C")},
-    expected={"q3_cross_pairs": 1000 * 600 + (1000 + 600) * 448, "q3_symptom": "B"},
+    expected=lambda n: {
+        "q3_cross_pairs": _cross_pairs(n["q3_first"], n["q3_second"]),
+        "q3_symptom": "B",
+    },
     visible=Property("q3", "any count from 1 to the row's causal pairs, with any symptom"),
     own_work=True,
+    edition=True,
 )
 def q3(ev: Evidence) -> str:
-    """The (query, key) pairs that cross a boundary in the careless 1,000/600/448 row, and the
+    """The (query, key) pairs that cross a boundary in the class's careless row, and the
     symptom careless packing shows.
 
     Args:

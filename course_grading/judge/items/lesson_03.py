@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from fractions import Fraction
 from functools import cache
 
+from course_grading.judge.editions import choices
 from course_grading.judge.items import (
     Between,
     Evidence,
@@ -48,7 +49,11 @@ from course_grading.judge.items import (
 )
 from course_grading.judge.plain import Tensor
 
-ITEMS = Lesson("03_gradient_accumulation")
+#: Question 2's accumulation (``judge/editions.py``): a class is asked with its own.
+ITEMS = Lesson(
+    "03_gradient_accumulation",
+    edition={"q2_accum": choices(8, (4, 5, 6, 8, 10, 12, 16))},
+)
 
 #: The lesson's parameters (its first cell), with which the autograder runs it.
 MICRO_BATCH_SIZE, GRAD_ACCUM_STEPS, TRAIN_STEPS = 2, 4, 12
@@ -469,14 +474,18 @@ Q2_FACTORS = Ordered(Exact(), Exact(), Exact(), Exact(), Exact())
     answer="q2",
     points=1,
     values={"q2_factors": Q2_FACTORS, "q2_same_as_big_batch": Truth()},
-    expected={"q2_factors": (1, 1, 8, 8, Fraction(1, 8)), "q2_same_as_big_batch": False},
+    expected=lambda n: {
+        "q2_factors": (1, 1, n["q2_accum"], n["q2_accum"], Fraction(1, n["q2_accum"])),
+        "q2_same_as_big_batch": False,
+    },
     visible=Property("q2", "five factors above 0, and True or False"),
     own_work=True,
+    edition=True,
 )
 def q2(ev: Evidence) -> str:
-    """What going from 1 to 8 accumulation steps multiplies (memory, FLOPs per token, effective
-    batch, tokens per step, steps per epoch), each factor exact, and whether ``loss / accum`` then
-    takes the big batch's step.
+    """What going from 1 to the class's accumulation steps multiplies (memory, FLOPs per token,
+    effective batch, tokens per step, steps per epoch), each factor exact, and whether
+    ``loss / accum`` then takes the big batch's step.
 
     Args:
         ev: the submission's evidence: ``q2_factors`` (five factors, in that order) and

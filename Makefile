@@ -12,6 +12,9 @@ CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
 GRADING_OUT ?= grading
+# make release SECRET_FILE=path: the class's edition, into CLASS_OUT (docs/instructors.md, 1.1).
+SECRET_FILE ?=
+CLASS_OUT ?= class-release
 # make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
 SCHEDULER ?=
 LESSON ?= *
@@ -30,6 +33,7 @@ help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
 	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
+	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
@@ -85,9 +89,15 @@ notebooks: setup
 
 test: lint unit notebooks
 
+# With SECRET_FILE: the class's edition (its own numbers, drawn from the course secret) into the
+# new folder CLASS_OUT; notebooks/ (the self-study edition) is left as it is.
 release: setup
+ifneq ($(strip $(SECRET_FILE)),)
+	$(PY) scripts/release.py --secret-file "$(SECRET_FILE)" --out "$(CLASS_OUT)"
+else
 	$(PY) scripts/release.py --strip-solutions
 	$(PY) scripts/release.py
+endif
 
 release-check: setup
 	$(PY) scripts/release.py --check

@@ -146,16 +146,36 @@ def _timestamp(sub: Submission) -> str:
 
 
 def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonSpec]) -> None:
-    """Inspect every submission and copy each readable one into ``submitted/`` (repaired)."""
+    """Inspect every submission and copy each readable one into ``submitted/`` (repaired); one
+    handed in on another edition than the class's is flagged (``_edition_of``)."""
+    editions = {lesson: _edition_of(work.release_notebook(lesson)) for lesson in work.lessons}
     for sub in subs:
         nb = inspect(sub, specs[sub.lesson]) if sub.gradable else None
         if nb is None or not sub.gradable:
             continue
+        theirs, ours = _edition_of(nb), editions.get(sub.lesson)
+        if theirs and ours and theirs != ours:
+            sub.flag(
+                f"handed in on the {theirs}, graded on this class's {ours}: its questions with "
+                "class numbers were asked with others (was the lesson released with another "
+                "course secret, or none? docs/instructors.md, 1.1)"
+            )
         dest = work.submitted / sub.student / sub.lesson
         dest.mkdir(parents=True, exist_ok=True)
         nbformat.write(repaired_copy(nb, specs[sub.lesson], sub), str(dest / f"{sub.lesson}.ipynb"))
         if stamp := _timestamp(sub):
             (dest / TIMESTAMP).write_text(stamp + "\n", encoding="utf-8")
+
+
+def _edition_of(nb: nbformat.NotebookNode | Path) -> str:
+    """The edition a notebook records (``judge/editions.py``), or ``""``."""
+    if isinstance(nb, Path):
+        try:
+            nb = nbformat.read(str(nb), as_version=4)
+        except Exception:  # a release that cannot be read is reported where it is used
+            return ""
+    found = nb.metadata.get("shapes", {})
+    return str(found.get("edition", "")) if isinstance(found, dict) else ""
 
 
 def _keep_feedback(

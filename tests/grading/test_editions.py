@@ -60,6 +60,16 @@ def _points(item: items.Item, values: dict, secret: bytes | None) -> float:
     return items.verdict(item, ev, []).points
 
 
+def public_source(root) -> object:
+    """The self-study edition's instructor notebook (templates rendered with public numbers)."""
+    path = root / wc.SOURCE_DIR / LESSON / f"{LESSON}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    render_lesson(nb, LESSON, None)
+    out = path.parent.parent.parent / "self-study.ipynb"
+    nbformat.write(nb, str(out))
+    return out
+
+
 def _class_solution(lesson: str, secret: bytes | None) -> nbformat.NotebookNode:
     nb = _solution(lesson)
     render_lesson(nb, lesson, secret)
@@ -219,6 +229,8 @@ def graded(tmp_path_factory):
     write(subs / "classright" / LESSON / f"{LESSON}.ipynb", filled(release, rendered))
     write(subs / "publictyped" / LESSON / f"{LESSON}.ipynb", typed)
     write(subs / "blank" / LESSON / f"{LESSON}.ipynb", nbformat.read(str(release), as_version=4))
+    self_study = REPO / wc.RELEASE_DIR / LESSON / f"{LESSON}.ipynb"  # the public notebook
+    write(subs / "selfstudy" / LESSON / f"{LESSON}.ipynb", filled(self_study, public_source(root)))
     out = tmp / "out"
     command = [sys.executable, "-m", "course_grading", str(subs), "--out", str(out), "--root"]
     command += [str(root), "--secret-file", str(secret_file), "--jobs", "2"]
@@ -241,6 +253,18 @@ def test_the_self_study_answers_in_a_class_score_nothing_on_those_questions(grad
     failed = set(re.findall(r"(?:^|; )(test-[\w-]+) \(0/", row["failed_tests"]))
     assert failed == {"test-q1", "test-q2", "test-q3"}, row["failed_tests"]
     assert float(row["auto_score"]) == float(full["auto_score"]) - 3, row
+
+
+def test_a_notebook_of_another_edition_is_flagged_and_its_answers_score_nothing(graded):
+    """An instructor who released ``notebooks/`` and grades with the secret finds out at once."""
+    row = graded["selfstudy"]
+    assert row["status"] == "flagged", row
+    assert (
+        "handed in on the self-study edition, graded on this class's class edition"
+        in (row["reasons"])
+    )
+    assert float(row["auto_score"]) == float(graded["classright"]["auto_score"]) - 3, row
+    assert "handed in on" not in graded["classright"]["reasons"]
 
 
 def test_the_class_blank_scores_nothing(graded):

@@ -46,6 +46,10 @@ from helpers import CHROMIUM, CHROMIUM_ARGS
 from hub_pages import LESSON, formgrader_button, in_list, lab, login, open_assignments
 from lesson_checks import answered, lesson_facts, scores
 
+from course_grading.judge import secret as course_secret
+from course_grading.judge.items.model import lesson_of
+from course_grading.nbgrader.steps import render_lesson
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "classroom" / "run.py"
 ARTIFACTS = ROOT / "artifacts" / "classroom"
@@ -303,7 +307,16 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         assert found.returncode == 0 and str(grader) in found.stdout, found.stdout + found.stderr
 
     with steps.step(f"{student_a} submits the solution, {student_b} the blank notebook"):
-        nbformat.write(answered(fetched[student_a], solution), str(fetched[student_a]))
+        # The hub released the class's edition (its numbers drawn from the course secret), so
+        # the right answers are those of the class's solution, not of solutions/ as committed.
+        secret = course_secret.load(ready["course_secret"])
+        got = nbformat.read(str(fetched[student_a]), as_version=4).metadata["shapes"]["edition"]
+        assert got == lesson_of(LESSON).edition.label(secret) != "self-study edition", got
+        own = nbformat.read(str(solution), as_version=4)
+        assert render_lesson(own, LESSON, secret) > 0
+        class_solution = Path(tempfile.mkdtemp(prefix="shapes-class-")) / f"{LESSON}.ipynb"
+        nbformat.write(own, str(class_solution))
+        nbformat.write(answered(fetched[student_a], class_solution), str(fetched[student_a]))
         owner = pwd.getpwnam(student_a)
         os.chown(fetched[student_a], owner.pw_uid, owner.pw_gid)
         for name, page in students.items():

@@ -74,6 +74,20 @@ class Edition:
     lesson: str
     numbers: Mapping[str, Number]
     answers: list[Callable[[Numbers], bool]] = field(default_factory=list)
+    #: names a template may use beyond the numbers, each computed from them at release (a
+    #: measured answer: the solution cell holds ``«name»``, never a table of answers by number)
+    derived: Mapping[str, Callable[[Numbers], Any]] = field(default_factory=dict)
+
+    def names(self, numbers: Numbers) -> Numbers:
+        """What a template of this edition may name: its numbers and the derived values.
+
+        Args:
+            numbers: a draw (:meth:`draw`).
+
+        Returns:
+            The numbers, and each derived name's value computed from them.
+        """
+        return {**numbers, **{name: f(numbers) for name, f in self.derived.items()}}
 
     def public(self) -> Numbers:
         """The self-study edition's numbers.

@@ -180,7 +180,7 @@ def render_lesson(nb: nbformat.NotebookNode, lesson: str, secret: bytes | None) 
         if any(editions.template_of(cell) is not None for cell in nb.cells):
             raise GradingError(f"{lesson}: cells carry edition templates, the lesson no Edition")
         return 0
-    return editions.render_notebook(nb, edition.draw(secret), edition.label(secret))
+    return editions.render_notebook(nb, edition.names(edition.draw(secret)), edition.label(secret))
 
 
 def _render_file(path: Path, lesson: str, secret: bytes | None) -> int:

@@ -89,7 +89,7 @@ def test_every_template_gives_its_cell_in_the_self_study_edition():
         templated = [c for c in nb.cells if editions.template_of(c) is not None]
         assert bool(templated) == (edition is not None), lesson
         if edition is not None:
-            assert editions.template_problems(nb, edition.public()) == [], lesson
+            assert editions.template_problems(nb, edition.names(edition.public())) == [], lesson
 
 
 def test_a_template_out_of_step_with_its_cell_is_named():

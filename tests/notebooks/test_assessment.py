@@ -189,7 +189,6 @@ _TYPED = (
     "no grader can tell a typed number's source, so a value item carries one point"
 )
 GAPS: dict[tuple[str, str, str], str] = {
-    ("01", "target-practice", "G"): _TYPED,
     ("04", "q1-only-checkpointing", "G"): _TYPED,
 }
 

@@ -155,17 +155,26 @@ class Item:
 class Lesson:
     """The items of one lesson, registered with :meth:`item` in its module."""
 
-    def __init__(self, lesson: str, edition: Mapping[str, Number] | None = None) -> None:
+    def __init__(
+        self,
+        lesson: str,
+        edition: Mapping[str, Number] | None = None,
+        derived: Mapping[str, Callable[[dict], Any]] | None = None,
+    ) -> None:
         """An empty registry for ``lesson``.
 
         Args:
             lesson: the lesson's folder name (``"01_tokens_and_attention_memory"``).
             edition: the numbers its edition-bound questions are asked with (``editions.py``),
                 by the names its cells' templates use; ``None``: none.
+            derived: names its templates may use beyond the numbers, computed from them at
+                release (``editions.Edition.derived``).
         """
         self.lesson = lesson
         self.items: dict[str, Item] = {}
-        self.edition = Edition(lesson, dict(edition)) if edition else None
+        self.edition = (
+            Edition(lesson, dict(edition), derived=dict(derived or {})) if edition else None
+        )
 
     def item(
         self,
@@ -276,9 +285,9 @@ def _bound(lesson: Lesson, item: Item) -> None:
 def _changes(item: Item) -> Callable[[dict], bool]:
     """Whether a draw changes ``item``'s answers: some value's public answer, compared by its
     form, is not the drawn edition's."""
-    public = item.expected_values()
 
     def changes(numbers: dict) -> bool:
+        public = item.expected_values()  # when first drawn: a measured answer is not at import
         drawn = item.expected_values(numbers)
         return not all(item.forms[n].same(public[n], drawn[n]) for n in item.forms)
 

@@ -12,7 +12,8 @@ CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
 GRADING_OUT ?= grading
-# make release SECRET_FILE=path: the class's edition, into CLASS_OUT (docs/instructors.md, 1.1).
+# make release SECRET_FILE=path: the class's edition, into CLASS_OUT (docs/instructors.md, 1.1);
+# make grade SECRET_FILE=path grades with it (else $$SHAPES_COURSE_SECRET_FILE, or practice).
 SECRET_FILE ?=
 CLASS_OUT ?= class-release
 # make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
@@ -103,7 +104,8 @@ release-check: setup
 	$(PY) scripts/release.py --check
 
 grade: setup
-	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+	  $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)")
 
 bench: setup
 	$(PY) benchmarks/memory_model.py

@@ -150,23 +150,4 @@ ITEMS: dict[str, Item] = {
             "     <= memory_budget), key=lambda p: (p[0], -p[1]))"
         ),
     ),
-    "q1-only-checkpointing": Item(
-        wrong={
-            "accumulation would do (A)": 'q1_answer = "A"',
-            "fused attention would do (C)": 'q1_answer = "C"',
-            "shorter rows would do (D)": 'q1_answer = "D"',
-            "checkpointing does not touch the loss (E)": 'q1_answer = "E"',
-        },
-        forms={  # beside the generated upper case and padded forms
-            "q1_answer in lower case": 'q1_answer = "b"',
-            "q1_answer as a numpy string": 'import numpy as np\nq1_answer = np.str_("B")',
-            "q1_answer with a tab and a newline": 'q1_answer = "\\tB\\n"',
-        },
-        # the memory model's verdict at one long row: the right letter, by way of course_lib
-        library=(
-            "from course_lib.lessons.checkpointing import budget_fit\n"
-            "_fit = budget_fit(config, 1024, n_layers, memory_budget)\n"
-            'q1_answer = "B" if _fit.verdict == "fits only with checkpointing" else "A"'
-        ),
-    ),
 }

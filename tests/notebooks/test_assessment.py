@@ -182,15 +182,10 @@ def test_the_closest_library_call_scores_zero(probed):
 prediction_letters = ("B", "G")
 
 #: Shortcuts that score because no grader can tell them from the work, by (lesson, answer cell,
-#: letter), each with its reason; docs/instructors.md section 3.2 lists them. The test fails if
-#: one stops scoring (then drop it here and there) and on any other shortcut that scores.
-_TYPED = (
-    "the right value typed, as the registration's expected= (or the public solution) gives it: "
-    "no grader can tell a typed number's source, so a value item carries one point"
-)
-GAPS: dict[tuple[str, str, str], str] = {
-    ("04", "q1-only-checkpointing", "G"): _TYPED,
-}
+#: letter), each with its reason. None is left: the typed answers are asked with each class's own
+#: numbers (class editions, ``course_grading/judge/editions.py``), and lesson 4's choice among
+#: public options became a written answer. ``test_no_shortcut_is_let_through`` fails on any entry.
+GAPS: dict[tuple[str, str, str], str] = {}
 
 
 def shortcut_problems(
@@ -243,11 +238,10 @@ def test_every_shortcut_scores_zero_and_is_named(probed):
     assert not found, f"{lesson}: {found}"
 
 
-def test_every_gap_is_of_a_listed_item_and_says_why():
-    for (lesson, gid, letter), why in GAPS.items():
-        full = next(name for name in LESSONS if name.startswith(lesson))
-        assert gid in items_of(full), (lesson, gid)
-        assert letter in {s.letter for s in SHORTCUTS} and len(why) > 20, (lesson, gid, letter)
+def test_no_shortcut_is_let_through():
+    """Issue 27: a student holding the public repository scores no autograded point without the
+    item's work. A gap listed here would let one through; it is never listed, it is fixed."""
+    assert GAPS == {}, f"shortcuts that still score: {GAPS}"
 
 
 def _tests_of(lesson: str, answer: str) -> list[str]:

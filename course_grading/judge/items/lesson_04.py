@@ -25,7 +25,6 @@ from course_grading.judge.items import (
     Lesson,
     Property,
     Sig,
-    Word,
     call,
     describe,
 )
@@ -235,27 +234,3 @@ def target_practice(ev: Evidence) -> str:
         "that fits with an allowed stride",
     )
     return "target_seq_len, target_every: right"
-
-
-@ITEMS.item(
-    "test-q1-only-checkpointing",
-    answer="q1-only-checkpointing",
-    points=1,
-    values={"q1_answer": Word(*"ABCDE")},
-    expected={"q1_answer": "B"},
-    visible=Property("q1_answer", "every one of the five letters"),
-    own_work=True,
-)
-def q1_only_checkpointing(ev: Evidence) -> str:
-    """The one situation where checkpointing the blocks is the right next move.
-
-    Args:
-        ev: the submission's evidence: ``q1_answer``, one letter from A to E.
-
-    Returns:
-        The full-marks message.
-
-    Raises:
-        Reject: the letter is missing, not one of the five, or not the right one.
-    """
-    return ev.expect_all()

@@ -283,7 +283,7 @@ def target_practice(ev: Evidence) -> str:
         "q1_cheaper": f"{16384 // n['q1_short']}x{n['q1_short']}",
         "q1_ratio": (2 * 8192**2) / (16384 // n["q1_short"] * n["q1_short"] ** 2),
     },
-    visible=Property("q1", "either shape, with any factor above 1"),
+    visible=Property("q1", "any shape, with any factor above 1"),
     own_work=True,
     edition=True,
 )

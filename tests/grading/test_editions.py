@@ -144,9 +144,15 @@ def test_an_edition_too_narrow_to_change_an_answer_is_refused():
                                expected={"a": 1}, edition=True)(a)  # fmt: skip
 
 
-def test_a_template_naming_an_unknown_number_says_which():
-    with pytest.raises(GradingError, match="«rows \\* nope».*NameError"):
+def test_a_template_naming_an_unknown_number_says_which_and_computes_nothing_else():
+    with pytest.raises(GradingError, match="«rows \\* nope».*no number named 'nope'"):
         editions.render("x = «rows * nope»", {"rows": 2})
+    for bad in ("__import__('os').system('true')", "rows.__class__", "(1,)[0]", "[rows]"):
+        with pytest.raises(GradingError, match="is not allowed in a template"):
+            editions.render(f"«{bad}»", {"rows": 2})
+    assert editions.render("«'a' if (rows, 1) == (2, 1) else 'b'» «-rows ** 2»", {"rows": 2}) == (
+        "a -4"
+    )
     assert editions.render("«n:,» and «n * 2»", {"n": 1024}) == "1,024 and 2048"
 
 

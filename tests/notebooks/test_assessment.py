@@ -181,19 +181,13 @@ def test_the_closest_library_call_scores_zero(probed):
 #: rule finds plausible, which earns what any plausible value earns, and never more.
 prediction_letters = ("B", "G")
 
-#: Shortcuts that score because no grader can tell them from the work, by (lesson, answer cell,
-#: letter), each with its reason. None is left: the typed answers are asked with each class's own
-#: numbers (class editions, ``course_grading/judge/editions.py``), and lesson 4's choice among
-#: public options became a written answer. ``test_no_shortcut_is_let_through`` fails on any entry.
-GAPS: dict[tuple[str, str, str], str] = {}
 
-
-def shortcut_problems(
-    probe: Probe, function: bool, prediction: bool = False, gaps: frozenset[str] = frozenset()
-) -> list[str]:
+def shortcut_problems(probe: Probe, function: bool, prediction: bool = False) -> list[str]:
     """Shortcuts not tried (and not said to be inapplicable), scoring, or not named in their
     verdict or the report; a prediction's gate bypass or grader-source copy earning more than
-    the right value; a listed gap (``gaps``: letters) that no longer scores."""
+    the right value. No shortcut is let through: the typed answers are asked with each class's
+    own numbers (``course_grading/judge/editions.py``), and the harness grades the grader-source
+    copy of those items with a course secret."""
     expected = {s.name for s in SHORTCUTS if (s.functions if function else s.values)}
     if function and probe.visible_calls is None:
         expected.discard("hard-coded visible inputs, junk elsewhere")
@@ -204,10 +198,6 @@ def shortcut_problems(
     found = [f"not tried: {n}" for n in sorted(expected - set(tried) - _no_right_subclass(probe))]
     for name, t in tried.items():
         said = " || ".join([t.message, *t.review])
-        if letter.get(name) in gaps:
-            if not t.points:
-                found.append(f"'{name}' is listed as a gap but scores 0: drop it from GAPS")
-            continue
         if prediction and letter.get(name) in prediction_letters:
             if t.points > right:
                 found.append(f"'{name}' scores {t.points}, more than the right value's {right}")
@@ -232,16 +222,9 @@ def test_every_shortcut_scores_zero_and_is_named(probed):
     found = {}
     for gid, probe in run.probes.items():
         function = any(registry(lesson)[t].function for t in _tests_of(lesson, gid))
-        gaps = frozenset(k[2] for k in GAPS if k[:2] == (lesson[:2], gid))
-        found[gid] = shortcut_problems(probe, function, _prediction(lesson, gid), gaps)
+        found[gid] = shortcut_problems(probe, function, _prediction(lesson, gid))
     found = {gid: f for gid, f in found.items() if f}
     assert not found, f"{lesson}: {found}"
-
-
-def test_no_shortcut_is_let_through():
-    """Issue 27: a student holding the public repository scores no autograded point without the
-    item's work. A gap listed here would let one through; it is never listed, it is fixed."""
-    assert GAPS == {}, f"shortcuts that still score: {GAPS}"
 
 
 def _tests_of(lesson: str, answer: str) -> list[str]:
@@ -447,8 +430,6 @@ def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
     probe.tried[1] = Tried("shortcut", name["T"], "", "failed", 0, 1, "f raised KeyError",
                            ("practice grading (no course secret): 0 point(s)",))  # fmt: skip
     assert any("proves nothing" in f for f in shortcut_problems(probe, function=True))
-    found = shortcut_problems(probe, function=True, gaps=frozenset("T"))
-    assert any("listed as a gap but scores 0" in f for f in found), found
 
 
 def test_the_prediction_check_sees_a_prediction_paid_for_being_right():

@@ -19,7 +19,7 @@ from typing import Any
 from course_grading.errors import GradingError
 from course_grading.judge.editions import Edition, Number
 from course_grading.judge.visible import Property
-from course_lib.forms import Form
+from course_lib.forms import Form, Sig
 
 DECLARATION = "# ITEM:"
 PACKAGE = __name__.rpartition(".")[0]  # course_grading.judge.items: the lessons' modules
@@ -283,15 +283,38 @@ def _bound(lesson: Lesson, item: Item) -> None:
 
 
 def _changes(item: Item) -> Callable[[dict], bool]:
-    """Whether a draw changes ``item``'s answers: some value's public answer, compared by its
-    form, is not the drawn edition's."""
+    """Whether a draw suits ``item``: some value's public answer, compared by its form, is not
+    the drawn edition's, and no drawn answer read to significant figures sits on a rounding
+    boundary (:func:`clear_of_rounding`)."""
 
     def changes(numbers: dict) -> bool:
         public = item.expected_values()  # when first drawn: a measured answer is not at import
         drawn = item.expected_values(numbers)
+        if not all(clear_of_rounding(item.forms[n], drawn[n]) for n in item.forms):
+            return False
         return not all(item.forms[n].same(public[n], drawn[n]) for n in item.forms)
 
     return changes
+
+
+def clear_of_rounding(form: Form, value: object) -> bool:
+    """Whether a right answer typed to ``form``'s precision reads as the exact one: a value
+    compared to significant figures keeps its rounding a tenth of the last digit either side.
+
+    Args:
+        form: how the value is compared.
+        value: the right value.
+
+    Returns:
+        False for a ``Sig`` value within that margin of a rounding boundary (4.294967296 at 3
+        figures: 4.295 typed reads 4.30); True for any other.
+    """
+    if not isinstance(form, Sig) or not isinstance(value, (int, float)):
+        return True
+    x, margin = float(value), 10 ** -(form.digits + 1)
+    return {form.canonical(x * (1 - margin)), form.canonical(x * (1 + margin))} == {
+        form.canonical(x)
+    }
 
 
 _COMPUTED: dict[int, Mapping[str, object]] = {}

@@ -868,3 +868,24 @@ def test_references_built_at_once_in_two_slots_draw_their_own_weights():
         for _ in range(60):
             got = list(pool.map(weights, [1, 2] * 4))
             assert all(torch.equal(g, want[s]) for g, s in zip(got, [1, 2] * 4))
+
+
+def test_a_measurement_in_one_slot_leaves_another_slots_reference_weights_alone():
+    """Lesson 1's card measurement seeds torch's one generator (``compare_shapes``): made in one
+    slot while another builds lesson 3's reference model, it used to reseed that model's draws.
+    It holds the grader's generator lock, as the references do."""
+    import threading
+
+    from course_grading.judge.items import lesson_01, lesson_03
+
+    def weights() -> torch.Tensor:
+        return torch.cat([p.detach().flatten() for p in lesson_03._reference_model(1).parameters()])
+
+    want, wrong, builds = weights(), [], [0]
+    measuring = threading.Thread(target=lesson_01._split_peaks.__wrapped__)
+    measuring.start()
+    while measuring.is_alive():
+        wrong += [] if torch.equal(weights(), want) else [builds[0]]
+        builds[0] += 1
+    measuring.join()
+    assert builds[0] > 5 and not wrong, (builds, wrong)

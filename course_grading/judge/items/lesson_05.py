@@ -36,6 +36,7 @@ from course_grading.judge.items import (
     call,
     describe,
     predicate,
+    seeded_torch,
 )
 
 #: The check-yourself questions' numbers (``judge/editions.py``): a class is asked with its own.
@@ -99,7 +100,8 @@ def measured_limit() -> int:
     from course_lib.memory.probe import MemoryProbe
 
     probe = MemoryProbe(_config(), SEQ_LEN, MEMORY_BUDGET, device="cpu", seed=SEED)
-    return find_max_batch_size(probe).batch_size
+    with seeded_torch(SEED):  # the probe seeds torch's one generator: no other slot draws meanwhile
+        return find_max_batch_size(probe).batch_size
 
 
 @cache

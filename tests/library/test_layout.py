@@ -201,7 +201,7 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         "prediction its plausibility rule, and question 3 its class edition's numbers",
     ),
     "course_grading.judge.items.lesson_05": (
-        264,
+        266,
         "one lesson's trusted checks, one module per lesson: two function items drawn on cards "
         "with the memory model beside them, the plans read off real cards, and the class "
         "edition's numbers beside the three questions that read them",

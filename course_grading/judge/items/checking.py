@@ -167,20 +167,28 @@ class Evidence:
         if not self.form(name).same(self._raw(name), expected):
             raise Reject(
                 f"{name}: your value {describe(self._raw(name))}; the check needs it "
-                f"{self.form(name).needs}{self._self_study(name)}"
+                f"{self.form(name).needs}{self.self_study_note(name)}"
             )
         return got
 
-    def _self_study(self, name: str) -> str:
-        """Why a wrong value of an edition-bound item may be wrong: it answers the self-study
-        edition's numbers, not the class's (an honest student worked in the public notebook, or
-        the public answer was typed in); ``""`` otherwise."""
+    def self_study_note(self, *names: str) -> str:
+        """Why wrong values of an edition-bound item may be wrong: together they answer the
+        self-study edition's numbers, not the class's (an honest student worked in the public
+        notebook, or the public answer was typed in).
+
+        Args:
+            *names: the item's values read together (one for :meth:`expect`).
+
+        Returns:
+            The note to append to the check's message, or ``""`` when the values are not the
+            self-study answers (or the class's edition is the self-study one).
+        """
         if not self.numbers or self.item.edition is None:
             return ""
         if self.numbers == self.item.edition.public():
             return ""
-        public = self.item.expected_values()[name]
-        if not self.form(name).same(self._raw(name), public):
+        public = self.item.expected_values()
+        if not all(self.form(n).same(self._raw(n), public[n]) for n in names):
             return ""
         return (
             " (it answers the self-study edition's numbers: your class's edition asks this "

@@ -262,16 +262,12 @@ def target_practice(ev: Evidence) -> str:
         (batch, seq) in SPLITS,
         f"{batch} × {seq} is not one of the splits of 4,096 tokens the question offers",
     )
-    numbers = ev.numbers or ITEMS.edition.public()  # type: ignore[union-attr]
-    right, public = _target(numbers), _target(ITEMS.edition.public())  # type: ignore[union-attr]
-    chosen = {"target_batch_size": batch, "target_seq_len": seq}
-    why = ""
-    if chosen != right and chosen == public:
-        why = " (it answers the self-study edition's card: your class's edition has its own)"
+    right = ev.item.expected_values(ev.numbers or None)
+    card = (ev.numbers or ITEMS.edition.public())["tp_mib"]  # type: ignore[union-attr]
     ev.require(
-        chosen == right,
-        f"{batch} × {seq} is not the split with the longest rows that fit in "
-        f"{numbers['tp_mib']} MiB{why}",
+        (batch, seq) == (right["target_batch_size"], right["target_seq_len"]),
+        f"{batch} × {seq} is not the split with the longest rows that fit in {card} MiB"
+        + ev.self_study_note("target_batch_size", "target_seq_len"),
     )
     return "target_batch_size, target_seq_len: right"
 

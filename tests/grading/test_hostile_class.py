@@ -67,6 +67,7 @@ from class_builders import (
     hand_to_ordinary_user,
     sandbox_problem,
     set_source,
+    unreachable,
     write,
 )
 
@@ -96,6 +97,13 @@ NEXT_CELL = "\n# --- next cell ---\n"  # hostile code split into cells
 
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
+
+#: Why this machine cannot run the grader as an ordinary uid ("" where it can): dropping to one
+#: needs root, and the uid must be shown the checkout (``class_builders.unreachable``).
+ORDINARY_PROBLEM = "switching to an ordinary uid needs root" if os.geteuid() else unreachable()
+_ORDINARY = pytest.param(
+    "ordinary", marks=pytest.mark.skipif(bool(ORDINARY_PROBLEM), reason=ORDINARY_PROBLEM or "-")
+)
 
 HOSTILE = {
     "vandal": (
@@ -472,7 +480,11 @@ def graded(course, listener):
     shutil.copytree(subs, ordinary_subs)
     ordinary_before = digest(ordinary_subs)
     ordinary_out = tmp / "ordinary" / "out"
-    ordinary = grade_cli(ordinary_subs, ordinary_out, root, "--jobs", "2", *secret, ordinary=True)
+    ordinary = None
+    if not ORDINARY_PROBLEM:
+        ordinary = grade_cli(
+            ordinary_subs, ordinary_out, root, "--jobs", "2", *secret, ordinary=True
+        )
     return {
         **course,
         "subs": subs,
@@ -536,7 +548,7 @@ def secret(course):
 
 # --- the sandboxed runs: as root and as an ordinary uid -----------------------------------------
 
-BOTH = pytest.mark.parametrize("mode", ["first", "ordinary"])  # --jobs 2, root / ordinary uid
+BOTH = pytest.mark.parametrize("mode", ["first", _ORDINARY])  # --jobs 2, root / ordinary uid
 SUBS = {"first": "subs", "ordinary": "ordinary_subs"}
 
 
@@ -558,6 +570,8 @@ def _logged(run: dict, pattern: str) -> list[float]:
 
 def test_the_runs_finish(graded):
     for run in ("first", "second", "alone", "ordinary"):
+        if graded[run] is None:  # ORDINARY_PROBLEM: its tests say why they are skipped
+            continue
         assert graded[run]["rc"] == 0, graded[run]["stderr"][-3000:]
         assert {r["sandbox"] for r in graded[run]["rows"]} == {"bubblewrap"}
 
@@ -587,7 +601,8 @@ def test_honest_students_get_what_they_get_alone(graded, mode):
 
 def test_originals_are_byte_identical(graded):
     assert not original_problems(graded["subs"], graded["before"])
-    assert not original_problems(graded["ordinary_subs"], graded["ordinary_before"])
+    if graded["ordinary"] is not None:
+        assert not original_problems(graded["ordinary_subs"], graded["ordinary_before"])
 
 
 def test_a_second_run_gives_the_same_report(graded):

@@ -173,12 +173,20 @@ def as_ordinary_user(command: list[str], paths: list[Path] | None = None) -> lis
     it does as the ordinary uid. Call :func:`unreachable` first: a closed path cannot be opened.
     """
     drop = ["setpriv", f"--reuid={ORDINARY_UID}", f"--regid={ORDINARY_UID}", "--clear-groups"]
-    mounts: set[tuple[tuple[str, ...], int]] = set()  # (path's parts, 0 = tmpfs / 1 = bind)
+    # (path's parts, 0 = tmpfs / 1 = an open folder on the way / 2 = bind)
+    mounts: set[tuple[tuple[str, ...], int]] = set()
     for path in paths or needed_by_the_grader():
         blocked = _blocked_ancestor(path)
-        if blocked is not None:
-            mounts.add((blocked.parts, 0))
-            mounts.update((entry.parts, 1) for entry in _entries_to_show(path))
+        if blocked is None:
+            continue
+        mounts.add((blocked.parts, 0))
+        for entry in _entries_to_show(path):
+            mounts.add((entry.parts, 2))
+            # bwrap makes the folders on the way to a bind closed (0700): make them open first
+            between = entry.parent
+            while between != blocked and blocked in between.parents:
+                mounts.add((between.parts, 1))
+                between = between.parent
     if not mounts:
         return [*drop, *command]
     view = ["bwrap", "--dev-bind", "/", "/"]
@@ -186,7 +194,8 @@ def as_ordinary_user(command: list[str], paths: list[Path] | None = None) -> lis
     # before a bind at the same place: nothing mounted later covers what is shown.
     for parts, kind in sorted(mounts):
         where = str(Path(*parts))
-        view += ["--tmpfs", where] if kind == 0 else ["--ro-bind", where, where]
+        view += [["--tmpfs", where], ["--perms", "0755", "--dir", where]][kind] if kind < 2 else []
+        view += ["--ro-bind", where, where] if kind == 2 else []
     return [*view, "--", *drop, *command]
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import importlib.metadata
 import json
 import os
 import shutil
@@ -44,12 +45,18 @@ import nbformat
 import pytest
 from helpers import answered
 from nbgrader.validator import Validator
+from packaging.requirements import Requirement
 from traitlets.config.loader import PyFileConfigLoader
 
 import course_lib.answers
 from course_grading.errors import GradingError
 from course_grading.nbgrader import course as wc
 from course_grading.sandbox.bwrap import check_available
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (a dev extra there)
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 LESSONS = wc.find_lessons(REPO)
@@ -401,6 +408,61 @@ NOT_FOR_STUDENTS = ("jupyterlab", "nbgrader", "nh3", "copydetect", "latex2mathml
 #: What ``pip install .`` needs of the repository (the rest, solutions/ and tests/, stays out).
 PACKAGE_FILES = ("pyproject.toml", "README.md", "LICENSE", "course_lib", "course_grading",
                  "jupyter-config")  # fmt: skip
+
+
+def _course_lib_imports() -> set[str]:
+    """The top-level third-party modules course_lib imports, anywhere in its code."""
+    found = set()
+    for path in (REPO / "course_lib").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m != "course_lib"}
+
+
+def _requirement_names(specs: list[str]) -> set[str]:
+    return {Requirement(s).name.lower().replace("_", "-") for s in specs}
+
+
+def _student_needs(imports: set[str], project: dict) -> tuple[set[str], set[str]]:
+    """(what a student's install lacks, what it has that course_lib never imports), in
+    distribution names: course_lib's imports against pyproject's base dependencies, the ``hf``
+    extra's packages (imported only where a lesson asks for Hugging Face) and what a base
+    dependency brings itself (IPython, with ipywidgets)."""
+    base = _requirement_names(project["dependencies"])
+    optional = _requirement_names(project["optional-dependencies"]["hf"])
+    owners = importlib.metadata.packages_distributions()
+    needed = {owners.get(m, [m])[0].lower().replace("_", "-") for m in imports}
+    brought = {r for d in base for r in _requirement_names(_requires(d))}
+    return needed - base - optional - brought, base - needed
+
+
+def _requires(dist: str) -> list[str]:
+    return [r for r in importlib.metadata.requires(dist) or [] if "extra ==" not in r]
+
+
+def test_the_student_install_is_what_course_lib_imports():
+    """pyproject's base dependencies are exactly course_lib's imports (module docstring of
+    section 4); the check fails both ways: an import left out, or a tool put back in."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    missing, unused = _student_needs(_course_lib_imports(), project)
+    assert not missing and not unused, f"missing {missing}, never imported {unused}"
+    assert _student_needs(_course_lib_imports() | {"nh3"}, project)[0] == {"nh3"}
+    wider = {**project, "dependencies": [*project["dependencies"], "nbgrader>=0.9.5,<0.10"]}
+    assert _student_needs(_course_lib_imports(), wider)[1] == {"nbgrader"}
+
+
+def test_the_grader_says_which_extra_it_needs():
+    """Without one of the grader's packages, ``import course_grading`` names the extra."""
+    blocked = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['nh3'] = None; import course_grading"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert blocked.returncode != 0
+    assert "needs the `grader` extra (nh3 not installed)" in blocked.stderr, blocked.stderr[-800:]
+    assert "pip install 'course_lib[grader]'" in blocked.stderr
 
 
 def _pip(python: Path, *args: str) -> str:

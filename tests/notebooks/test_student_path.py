@@ -491,6 +491,7 @@ def test_the_student_install_runs_a_lesson_in_a_hosted_notebooks_jupyter(tmp_pat
     venv, src = tmp_path / "venv", tmp_path / "src"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
+    src.mkdir()
     for name in PACKAGE_FILES:
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, src / name)
     _pip(python, "install", "--quiet", "torch==2.13.0")

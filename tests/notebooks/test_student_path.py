@@ -20,7 +20,13 @@ in lesson 5's section 9.
    environment (the widgets take their interactive path, as on a student's machine), under a
    per-cell timeout and a wall-clock limit that ends a hang. Each lesson's time is printed.
 3. **Graded** with ``python -m course_grading``: full autograded marks, no cell of the lesson
-   reported as "added by the student".
+   reported as "added by the student". Today the review wing reports each invited cell so
+   (lessons 1, 4 and 5): those cases are ``xfail(strict=True)`` until the review-clusters
+   branch, whose merge turns them into passes (then remove the mark).
+4. **Installed as a student installs it**: ``pyproject.toml``'s base dependencies are what
+   ``course_lib`` imports, the grader names its extra when it is missing, and (slow, marked
+   ``fresh_venv``) a fresh venv with a hosted notebook's Jupyter and the student install runs a
+   lesson.
 
 These run every lesson several times: about 1 to 3 minutes per lesson and step on a 2-core CPU.
 """
@@ -61,7 +67,7 @@ else:  # Python 3.10: the same parser, from PyPI (a dev extra there)
 REPO = Path(__file__).resolve().parents[2]
 LESSONS = wc.find_lessons(REPO)
 #: Seconds one cell may run headless, and a whole lesson (a hang ends at the latter).
-CELL_TIMEOUT, LESSON_TIMEOUT = 300, 900
+CELL_TIMEOUT, LESSON_TIMEOUT = 300, 600
 #: Environment variables that make the course's widgets draw one static frame.
 HEADLESS_FLAGS = ("CI", "NBGRADER_EXECUTION", "NBGRADER_VALIDATING")
 
@@ -379,7 +385,10 @@ def graded_honest_class(tmp_path_factory):
     print(f"graded {len(LESSONS)} lessons in {time.perf_counter() - start:.0f} s, load {_load()}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out / "report.csv", newline="", encoding="utf-8") as fh:
-        return {row["lesson"]: row for row in csv.DictReader(fh)}, out
+        rows = {row["lesson"]: row for row in csv.DictReader(fh)}
+    for lesson, row in rows.items():
+        print(f"{lesson}: {row['status']}, {row['auto_score']}/{row['auto_max']}: {row['reasons']}")
+    return rows, out
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -390,11 +399,23 @@ def test_an_honest_answered_notebook_gets_full_autograded_marks(graded_honest_cl
     assert float(row["auto_score"]) == float(row["auto_max"]) > 0, row
 
 
-@pytest.mark.xfail(strict=True, reason=REVIEW_WING)
-@pytest.mark.parametrize("lesson", LESSONS)
+#: The lessons where the honest student edits or adds a cell the lesson invites (INVITED): today
+#: the review wing reports each such cell as "added by the student" (issue 39, item 3).
+INVITING = [lesson for lesson in LESSONS if any(lesson.startswith(p) for p, _, _ in INVITED)]
+
+
+@pytest.mark.parametrize(
+    "lesson",
+    [
+        pytest.param(lesson, marks=pytest.mark.xfail(strict=True, reason=REVIEW_WING))
+        if lesson in INVITING
+        else lesson
+        for lesson in LESSONS
+    ],
+)
 def test_no_cell_the_lesson_invites_is_added_by_the_student(graded_honest_class, lesson):
     rows, _ = graded_honest_class
-    assert "added by the student" not in json.dumps(rows[lesson]), rows[lesson]
+    assert "added by the student" not in rows[lesson]["reasons"], rows[lesson]["reasons"]
 
 
 # --- 4. Installed as a student installs it ----------------------------------------------------

@@ -20,7 +20,8 @@ What crosses is the student's and untrusted, so only text crosses, and little of
 text to stdout, the ``text/plain`` of results and displays, an error's name and message; a figure
 or HTML is named, never copied; ANSI escapes and control characters are removed, a carriage
 return keeps what a terminal would show, and at most ``QUOTED_LINES`` lines and
-``QUOTED_CHARS`` characters are kept per cell. It lands as a ``text/plain`` display, which every
+``QUOTED_CHARS`` characters are kept per cell, and a line imitating this step's labels is left
+out. It lands as a ``text/plain`` display, which every
 page shows escaped (and ``NeutraliseActiveContent`` runs after this step anyway). A student can
 write any number into their own file; that is why the grader's run stays beside it.
 """
@@ -51,6 +52,10 @@ STUDENT_LABEL = (
     "[the student's own run, as submitted] The written answer(s) {ids} quote this cell's output "
     "from the student's run: read the student's numbers here."
 )
+#: A line of the student's text that imitates a label (to pass their numbers off as the
+#: grader's) is replaced by this.
+IMITATION = "[a line imitating the grader's labels, left out]"
+_LABELS = re.compile(r"\[the (grader's run|student's own run)", re.I)
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -113,6 +118,7 @@ def run_text(cell: NotebookNode) -> str:
     outputs = cell.get("outputs", []) if isinstance(cell.get("outputs"), list) else []
     text = "".join(_output_text(o) for o in outputs if isinstance(o, dict))[: 4 * QUOTED_CHARS]
     lines = text.rstrip("\n").split("\n") if text.strip() else []
+    lines = [IMITATION if _LABELS.search(line) else line for line in lines]
     kept = "\n".join(lines[:QUOTED_LINES])[:QUOTED_CHARS]
     if len(kept) < len("\n".join(lines)):
         kept += "\n[... the rest of the student's output is left out]"

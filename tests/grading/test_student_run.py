@@ -27,6 +27,7 @@ from course_grading.pages.active import neutralise_notebook
 from course_grading.pages.safe_pages import FeedbackExporter
 from course_grading.pages.student_run import (
     GRADER_LABEL,
+    IMITATION,
     QUOTED_CHARS,
     QUOTED_LINES,
     keep_student_runs,
@@ -112,6 +113,19 @@ def test_the_staged_copy_keeps_only_the_quoted_cells_run_as_bounded_text():
     assert _text(staged.cells[0]) == THEIRS and staged.cells[1].outputs == []
     show_student_run(executed, staged, source)
     assert "×1.12" in _text(executed.cells[0]).split("student's own run")[1]
+
+
+def test_a_students_output_cannot_pass_as_the_graders_run():
+    """A saved output that imitates the labels (to put the student's number in the grader's
+    block) is left out, line by line; the student's numbers stay in the student's block."""
+    source, executed, submitted = _notebooks()
+    forged = f"{GRADER_LABEL}\nmeasured ×1.12\n[THE STUDENT'S OWN RUN, as submitted] ×9.99\n"
+    submitted.cells[0].outputs = [_stream(forged)]
+    show_student_run(executed, submitted, source)
+    shown = _text(executed.cells[0])
+    assert shown.count(GRADER_LABEL) == 1 and shown.count("student's own run") == 1
+    assert shown.count(IMITATION) == 2 and "×9.99" not in shown
+    assert shown.index("×1.37") < shown.index("student's own run") < shown.index("×1.12")
 
 
 def test_a_submission_without_the_output_says_so():

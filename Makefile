@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,hf,classroom
+# The student install is the base package; `make` installs every extra its targets use.
+EXTRAS ?= lab,grader,dev,hf,classroom
 CHP := classroom/node_modules/.bin/configurable-http-proxy
 CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180

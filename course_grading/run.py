@@ -49,6 +49,7 @@ from course_grading.nbgrader import course as wc
 from course_grading.nbgrader.steps import render_editions
 from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.pages.feedback import WITHHELD, withheld_record
+from course_grading.pages.student_run import keep_student_runs
 from course_grading.report import Row, csv_text, rows_of, write_reports
 from course_grading.review.copies import class_copies
 from course_grading.review.inspection import inspect, repaired_copy
@@ -149,6 +150,9 @@ def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonS
     """Inspect every submission and copy each readable one into ``submitted/`` (repaired); one
     handed in on another edition than the class's is flagged (``_edition_of``)."""
     editions = {lesson: _edition_of(work.release_notebook(lesson)) for lesson in work.lessons}
+    sources = {
+        lesson: nbformat.read(str(work.source_notebook(lesson)), 4) for lesson in work.lessons
+    }
     for sub in subs:
         nb = inspect(sub, specs[sub.lesson]) if sub.gradable else None
         if nb is None or not sub.gradable:
@@ -162,7 +166,9 @@ def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonS
             )
         dest = work.submitted / sub.student / sub.lesson
         dest.mkdir(parents=True, exist_ok=True)
-        nbformat.write(repaired_copy(nb, specs[sub.lesson], sub), str(dest / f"{sub.lesson}.ipynb"))
+        staged = repaired_copy(nb, specs[sub.lesson], sub)
+        keep_student_runs(staged, nb, sources[sub.lesson])  # what written answers quote
+        nbformat.write(staged, str(dest / f"{sub.lesson}.ipynb"))
         if stamp := _timestamp(sub):
             (dest / TIMESTAMP).write_text(stamp + "\n", encoding="utf-8")
 

@@ -81,8 +81,14 @@ def _longest_repeat(text: str) -> int:
 
 
 def alphabet(text: str) -> str:
-    """The characters of the smallest alphabet a generator could have drawn ``text`` from
-    (:func:`alphabet_size` of them)."""
+    """The characters of the smallest alphabet a generator could have drawn ``text`` from.
+
+    Args:
+        text: the secret, without base64 padding.
+
+    Returns:
+        :func:`alphabet_size` characters: digits, hex of the case(s) used, or the classes used.
+    """
     size = alphabet_size(text)
     if size == 10:
         return string.digits

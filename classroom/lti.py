@@ -88,7 +88,7 @@ PREFIX = "lti-"
 #: (``$Canvas.user.loginId``, ``$User.username``, ``$Person.name.given``).
 UNSUBSTITUTED = re.compile(r"\$[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+")
 _KEPT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
-_MADE_UP = re.compile(r".*--[a-z2-7]{16}")
+_MADE_UP = re.compile(r".*--[a-z2-7]{16}", re.IGNORECASE)
 _OTHER = re.compile(r"[^a-z0-9._@-]+")
 
 

@@ -13,9 +13,10 @@ trying a list of likely ones. The grader therefore accepts only what a generator
 * **no pattern a generator makes only by a fluke**, each tested as the chance that a uniform
   draw from that alphabet shows it, refused below :data:`FLUKE` (one in a million per test, a
   union bound, so a generator's output is refused less often still): a run of one character,
-  a run counting up or down (``0123456``), a stretch written twice (``deadbeefdeadbeef``), and
+  a run counting up or down (``0123456``), a stretch written twice (``deadbeefdeadbeef``),
   letter pairs common in English words (``th``, ``er``, ``an``, ...: a passphrase, however
-  long, reads like words).
+  long, reads like words), and text written in hex or base64 (``Y29ycmVjdCBob3JzZQ==``: random
+  bytes are all printable with a chance of (98/256) to the power of their number).
 
 What no test can see is a secret *derived* from a guessable one (the hex SHA-256 of a
 password): make it with ``python -m course_grading secret PATH``, which writes 256 random bits.
@@ -23,6 +24,8 @@ password): make it with ``python -m course_grading secret PATH``, which writes 2
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 import string
@@ -143,6 +146,29 @@ def _common(a: str, b: str) -> bool:
     return same_case and (a + b).lower() in COMMON_PAIRS
 
 
+def encoded_text(text: str) -> tuple[str, int]:
+    """What ``text`` decodes to as printable text, if it does: hex, or base64 (either alphabet).
+
+    Args:
+        text: the secret, base64 padding included.
+
+    Returns:
+        (the encoding, the number of printable bytes it decodes to), or ``("", 0)``.
+    """
+    decoders = [("hex", bytes.fromhex)]
+    padded = text + "=" * (-len(text.rstrip("=")) % 4 if "=" not in text else 0)
+    decoders += [("base64", lambda t: base64.b64decode(padded, validate=True)),
+                 ("base64", lambda t: base64.urlsafe_b64decode(padded))]  # fmt: skip
+    for name, decode in decoders:
+        try:
+            raw = decode(text)
+        except (ValueError, binascii.Error):
+            continue
+        if raw and all(32 <= b < 127 or b in (9, 10, 13) for b in raw):
+            return name, len(raw)
+    return "", 0
+
+
 def problems(secret: str) -> list[str]:
     """Why ``secret`` is not one a generator wrote (module docstring); empty when it could be.
 
@@ -168,6 +194,9 @@ def problems(secret: str) -> list[str]:
     repeat = _longest_repeat(text)
     if repeat and math.comb(n, 2) * size**-repeat < FLUKE:
         found.append(f"it holds a stretch of {repeat} characters twice")
+    encoding, printable = encoded_text(secret)
+    if printable and (98 / 256) ** printable < FLUKE:
+        found.append(f"it is text written in {encoding} ({printable} printable characters)")
     common, chance = english_pairs(text)
     if common and chance < FLUKE:
         found.append(f"it reads like words ({common} pairs of letters common in English)")

@@ -27,7 +27,7 @@ from hashlib import sha256
 MAX_LENGTH = 64
 DIGITS = 16  # base-32 digits of the digest: 80 bits
 _KEPT = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._@-]{{0,{MAX_LENGTH - 1}}}")
-_MADE_UP = re.compile(rf".*--[a-z2-7]{{{DIGITS}}}")
+_MADE_UP = re.compile(rf".*--[a-z2-7]{{{DIGITS}}}", re.IGNORECASE)
 _OTHER = re.compile(r"[^a-z0-9._@-]+")
 
 

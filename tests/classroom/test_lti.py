@@ -97,11 +97,12 @@ def test_no_login_is_another_ones_id_and_no_launch_a_system_account():
     attacks = [
         ("zo_m_ller_uni_example-31fcbc", zoe),  # the old rule's name for Zoë, as a login
         (lti.student_id(zoe), zoe),  # the new rule's, as a login
+        (lti.student_id(zoe).upper(), zoe),  # and in capitals (the LMSs ignore case)
         ("Student.With.A.Long.Name.9596@uni.example",  # equal under the old rule
          "Student.With.A.Long.Name.13502@uni.example"),
     ]  # fmt: skip
     for one, other in attacks:
-        assert lti.student_id(one) != lti.student_id(other), (one, other)
+        assert lti.student_id(one).casefold() != lti.student_id(other).casefold(), (one, other)
     many = [f"Student.With.A.Long.Name.{i}@uni.example" for i in range(20000)]
     assert len({lti.student_id(x) for x in many}) == len(many)
     names = {lti.hub_name(ISSUER, sub) for sub in ["postgres", "root", *map(str, range(5000))]}

@@ -52,6 +52,8 @@ GUESSABLE = [
     "Shapes_Fall_2026_Shapes_Fall_2026_Shapes",
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS",
     "the course secret of Shapes, fall 2026",
+    base64.b64encode(b"correct horse battery staple shapes!!").decode(),  # text, encoded
+    b"Shapes-Fall-2026-course-secret!!".hex(),
 ]
 
 

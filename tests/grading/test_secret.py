@@ -214,7 +214,8 @@ def test_a_term_asks_new_numbers_with_the_same_secret(tmp_path):
     keys = {term: course_secret.load(_file(tmp_path, f"secret: {strong}\nterm: {term}\n", term))
             for term in ("Fall-2026", "Spring-2027")}  # fmt: skip
     fall, spring = keys["Fall-2026"], keys["Spring-2027"]
-    lessons = [lesson_of(x).edition for x in LESSONS if lesson_of(x).edition is not None]
+    # lesson 1's draw measures target practice's card (a minute on a busy machine): the others
+    lessons = [lesson_of(x).edition for x in LESSONS[1:] if lesson_of(x).edition is not None]
     assert [e.draw(fall) for e in lessons] != [e.draw(spring) for e in lessons]
     assert course_secret.seed(fall, "l", "i", "ann", "x") != course_secret.seed(
         spring, "l", "i", "ann", "x"

@@ -288,7 +288,8 @@ class ClassroomLTI13Authenticator(LocalAuthenticator, LTI13Authenticator):
                 range, or an nbgrader id another person has.
         """
         token = dict(data or {})
-        context = (token.get(CONTEXT) or {}).get("id")
+        context = token.get(CONTEXT)
+        context = context.get("id") if isinstance(context, dict) else None
         if context not in self.contexts:
             raise LoginError(f"launches from course {context!r} are not for this hub")
         if fields := unsubstituted(token):
@@ -297,7 +298,8 @@ class ClassroomLTI13Authenticator(LocalAuthenticator, LTI13Authenticator):
                 "fill the variable (Canvas: the tool's privacy level must be Public), and every "
                 "launch would carry the same text. Fix the tool's custom fields in the LMS."
             )
-        roles = set(token.get(ROLES) or [])
+        claimed = token.get(ROLES)
+        roles = {r for r in claimed if isinstance(r, str)} if isinstance(claimed, list) else set()
         if roles & self.instructor_roles:
             self.log.info("instructor launch: %s of %s", token.get("sub"), token.get("iss"))
             return {"name": self.instructor, "auth_state": token}

@@ -17,6 +17,9 @@ GRADING_OUT ?= grading
 # make grade SECRET_FILE=path grades with it (else $$SHAPES_COURSE_SECRET_FILE, or practice).
 SECRET_FILE ?=
 CLASS_OUT ?= class-release
+# make secret SECRET_FILE=path COURSE_TERM=Fall-2026: a new course secret for that term (never
+# over a file). Not TERM: that is the terminal's variable.
+COURSE_TERM ?=
 # make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
 SCHEDULER ?=
 LESSON ?= *
@@ -28,12 +31,13 @@ JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
 	$(VENV_JUPYTER)/jupyter_server_config.d/shapes_lab.json \
 	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
-.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help \
+.PHONY: setup lab test lint unit notebooks release release-check grade secret bench bench-gpu help \
 	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
 	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
+	@echo "make secret   a new course secret SECRET_FILE=path for COURSE_TERM=Fall-2026 (mode 600)"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
@@ -100,6 +104,10 @@ else
 	$(PY) scripts/release.py --strip-solutions
 	$(PY) scripts/release.py
 endif
+
+secret: setup
+	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (and COURSE_TERM=...)"; exit 2; }
+	$(PY) -m course_grading secret "$(SECRET_FILE)" $(if $(strip $(COURSE_TERM)),--term "$(COURSE_TERM)")
 
 release-check: setup
 	$(PY) scripts/release.py --check

@@ -179,6 +179,10 @@ def cmd_clean(args) -> int:
         if entry.get("created") and accounts.exists(name):
             accounts.remove(name)
             print(f"removed account {name}")
+    for name in room.lti_accounts():  # made by the hub for LTI launches, in their own uid range
+        if accounts.in_range(name, accounts.LTI_UIDS):
+            accounts.remove(name)
+            print(f"removed account {name} (an LTI launch's)")
     shutil.rmtree(room.state)
     print(f"removed {room.state}")
     return 0
@@ -217,6 +221,8 @@ def as_instructor(room: Classroom, command: list[str]) -> int:
         "PYTHONPATH": settings["grader"],  # the instructor's own copy of course_grading
         "SHAPES_COURSE_SECRET_FILE": settings["course_secret"],  # the hidden inputs' secret
     }
+    if room.lti_ids.is_file():  # LTI: collect maps each account to its student's nbgrader id
+        env["SHAPES_STUDENT_IDS"] = str(room.lti_ids)
     enter_private_view()  # the instructor's tools see what the hub's users see
     return subprocess.run(
         command,

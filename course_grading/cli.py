@@ -177,7 +177,7 @@ def _add_course_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(course_secret.ENVIRONMENT) or None,
         help="the course secret hidden inputs are drawn with, readable by you only (default: "
         f"${course_secret.ENVIRONMENT}; none: practice grading, said in the report); make one "
-        "with `python -m course_grading secret PATH`",
+        "with `python -m course_grading secret PATH --term TERM`",
     )
 
 
@@ -224,30 +224,6 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
-def secret_main(argv: list[str]) -> int:
-    """``secret PATH``: write a new course secret to ``PATH`` (mode 600; never overwritten).
-
-    Args:
-        argv: the arguments after ``secret``.
-
-    Returns:
-        0, once the secret is written.
-
-    Raises:
-        GradingError: ``PATH`` exists already.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m course_grading secret",
-        description="Make a course secret: hidden inputs drawn with it follow from no public "
-        "file. Keep it where students cannot read it, and grade with --secret-file PATH (or "
-        f"${course_secret.ENVIRONMENT}=PATH for nbgrader autograde).",
-    )
-    parser.add_argument("path", type=Path, help="where to write it (must not exist)")
-    made = course_secret.create(parser.parse_args(argv).path)
-    print(f"wrote a course secret to {made} (mode 600); grade with --secret-file {made}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point.
 
@@ -261,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] == ["secret"]:
-            return secret_main(argv[1:])
+            return course_secret.secret_main(argv[1:])
         if argv[:1] == ["export"]:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 

@@ -116,7 +116,8 @@ def _course_grading(args: list[str], tmp: Path) -> str:
 
     if args[:1] == ["secret"]:
         (tmp / "course_secret").unlink(missing_ok=True)
-        return "" if cli.main(["secret", str(tmp / "course_secret")]) == 0 else "secret failed"
+        made = cli.main(["secret", str(tmp / "course_secret"), *args[2:]])  # its options too
+        return "" if made == 0 else "secret failed"
     if args[:1] == ["export"]:
         from course_grading.lms import export
 

@@ -6,6 +6,7 @@ Fast tests (no kernel). The cheating class (``test_cheating_class.py``) grades r
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import re
@@ -541,7 +542,8 @@ def test_a_visible_test_that_could_say_right_is_found():
 def test_no_expected_value_sits_on_a_rounding_boundary(root, lesson):
     """A right answer typed to the stated precision must read the same as the exact one: the
     expected value keeps its rounding a tenth of the last digit either side."""
-    secrets = [None] + [f"a class's secret number {k:04d}".encode() for k in range(40)]
+    # 40 classes' keys, strong as the grader wants them (the hex digest of a counter)
+    secrets = [None] + [hashlib.sha256(b"class %d" % k).hexdigest().encode() for k in range(40)]
     for item in items.items_of(lesson).values():
         for secret in secrets if item.edition is not None else [None]:  # every class's edition
             numbers = item.edition.draw(secret) if item.edition is not None else None
@@ -882,7 +884,7 @@ def test_a_measurement_in_one_slot_leaves_another_slots_reference_weights_alone(
         return torch.cat([p.detach().flatten() for p in lesson_03._reference_model(1).parameters()])
 
     want, wrong, builds = weights(), [], 0
-    measuring = threading.Thread(target=lesson_01._split_peaks.__wrapped__)
+    measuring = threading.Thread(target=lesson_01._split_peaks.__wrapped__, args=(4096,))
     measuring.start()
     while measuring.is_alive() or not builds:  # with the lock, a build waits for the measurement
         wrong += [] if torch.equal(weights(), want) else [builds]

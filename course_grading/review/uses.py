@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from nbformat.notebooknode import NotebookNode
 
 from course_grading.judge.lesson import LessonSpec
-from course_grading.review.cheats import student_cells
+from course_grading.review.cheats import cell_owner, lesson_version, student_cells
 from course_grading.review.names import Bindings, cell_tree, dotted, free_names
 
 _DYNAMIC = {
@@ -305,7 +305,7 @@ def answer_and_earlier(
     cell = cells_by_id(submitted).get(answer_id)
     answer = cell.source if cell is not None and cell.cell_type == "code" else None
     stop = _position(submitted, answer_id)
-    return answer, [entry for index, entry in _student_entries(submitted, spec) if index < stop]
+    return answer, [entry for index, entry in student_entries(submitted, spec) if index < stop]
 
 
 def cells_after(
@@ -323,7 +323,7 @@ def cells_after(
         ``(where, source, use codes its lesson blank already holds)`` per cell, in order.
     """
     stop = _position(submitted, answer_id)
-    return [entry for index, entry in _student_entries(submitted, spec) if index > stop]
+    return [entry for index, entry in student_entries(submitted, spec) if index > stop]
 
 
 def _position(submitted: NotebookNode, answer_id: str) -> int:
@@ -332,19 +332,23 @@ def _position(submitted: NotebookNode, answer_id: str) -> int:
     return next((i for i, c in enumerate(submitted.cells) if c is cell), len(submitted.cells))
 
 
-def _student_entries(
+def student_entries(
     submitted: NotebookNode, spec: LessonSpec
 ) -> list[tuple[int, tuple[str, str, frozenset[str]]]]:
-    """``(index, (where, source, given))`` for every cell of the student's (``cheats``)."""
+    """Every cell of the student's (``cheats.student_cells``), as :func:`borrowed` reads them.
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson.
+
+    Returns:
+        ``(index, (where, source, given))`` per cell, in order: where the report names it
+        (``cheats.cell_owner``), its source, and the ``course_lib`` uses its lesson version
+        (the answer cell's blank, the provided cell's source) already holds.
+    """
     lesson = Bindings.of_lesson(spec.lesson_code)
     entries = []
     for index, source in student_cells(submitted, spec):
-        gid = submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id")
-        given = (
-            frozenset(u.code for u in uses(spec.release_text.get(gid, ""), lesson))
-            if gid
-            else frozenset()
-        )
-        where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
-        entries.append((index, (where, source, given)))
+        given = frozenset(u.code for u in uses(lesson_version(submitted, index, spec), lesson))
+        entries.append((index, (cell_owner(submitted, index, spec), source, given)))
     return entries

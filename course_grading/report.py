@@ -28,7 +28,7 @@ from pathlib import Path
 
 from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.secret import PRACTICE
-from course_grading.review.copies import THRESHOLD, Cluster
+from course_grading.review.copies import SOLUTION, THRESHOLD, Cluster
 from course_grading.review.fingerprints import MIN_GRAMS, K
 from course_grading.submissions import Skipped, Submission
 
@@ -245,6 +245,10 @@ def _who(cluster: Cluster) -> str:
     return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
+def _sources(cluster: Cluster) -> str:
+    return " and ".join(markdown_text(s) for s in cluster.sources)
+
+
 def cluster_line(cluster: Cluster) -> str:
     """One cluster of copies in one line: who, how alike, with which sources (inert Markdown).
 
@@ -255,14 +259,9 @@ def cluster_line(cluster: Cluster) -> str:
         ``"**3 students, near-identical** (at least 81 % in common), with the instructor's
         solution: ann, bob, cyd"``.
     """
-    n = len(cluster.students)
-    kind = (
-        "1 student"
-        if n == 1
-        else f"{n} students, " + ("the same program" if cluster.identical else "near-identical")
-    )
-    with_ = " and ".join(markdown_text(s) for s in cluster.sources)
-    with_ = f", with {with_}" if with_ else ""
+    n, alike = len(cluster.students), "the same program" if cluster.identical else "near-identical"
+    kind = "1 student" if n == 1 else f"{n} students, {alike}"
+    with_ = f", with {_sources(cluster)}" if cluster.sources else ""
     return f"**{kind}** (at least {cluster.share:.0%} in common){with_}: {_who(cluster)}"
 
 
@@ -281,7 +280,7 @@ def _copies_section(copies: Sequence[Cluster]) -> list[str]:
         "|---|---|---|---|---|",
     ] + [
         f"| {markdown_text(c.lesson)} | {markdown_text(c.item)} | {_who(c)} | "
-        f"{' and '.join(markdown_text(s) for s in c.sources) or '-'} | {c.share:.0%} |"
+        f"{_sources(c) or '-'} | {c.share:.0%} |"
         for c in copies
     ]
 
@@ -361,10 +360,28 @@ def edition_rows(rows: Iterable[Row]) -> list[tuple[str, str, str]]:
     return found
 
 
+def _summary(copies: Sequence[Cluster]) -> list[str]:
+    """One row per item: its clusters, the students in them, and how many of those share code
+    with the instructor's solution or with the course's code (the library, the checks)."""
+    items: dict[tuple[str, str], list[Cluster]] = {}
+    for c in copies:
+        items.setdefault((c.lesson, c.item), []).append(c)
+    out = ["| lesson | item | clusters | students | with the solution | with the course's code |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for (lesson, item), found in items.items():
+        students = [len(c.students) for c in found]
+        solution = sum(n for c, n in zip(found, students) if c.with_solution)
+        course = sum(n for c, n in zip(found, students) if set(c.sources) - {SOLUTION})
+        out.append(f"| {markdown_text(lesson)} | {markdown_text(item)} | {len(found)} | "
+                   f"{sum(students)} | {solution} | {course} |")  # fmt: skip
+    return [*out, ""]
+
+
 def render_copies(copies: Sequence[Cluster], rows: Iterable[Row] = ()) -> str:
-    """``copies.md``, the class's review page: each cluster of copies once (one line, then its
-    lines in common as an indented code block, every line indented so none can end it: code,
-    never Markdown), item by item, then the rows that answer the self-study edition.
+    """``copies.md``, the class's review page: a summary row per item, then each cluster of copies
+    once (one line, then its lines in common as an indented code block, every line indented so
+    none can end it: code, never Markdown), item by item, then the rows that answer the
+    self-study edition.
 
     Args:
         copies: the class's clusters (``review/copies.py``).
@@ -376,15 +393,14 @@ def render_copies(copies: Sequence[Cluster], rows: Iterable[Row] = ()) -> str:
     out = [
         "# Possible copies, for review",
         "",
-        f"Graded cells are grouped when {THRESHOLD:.0%} or more of the smaller one's code is in "
-        f"the other (fingerprints of {K} tokens: names, layout and comments do not count; a cell "
-        f"with fewer than {MIN_GRAMS} of its own is too short to judge). A group that holds the "
-        "instructor's solution, a function of `course_lib` or one of the grader's checks says "
-        "so. Short functions written from the same rules can be the same program: nothing here "
-        "was taken off a grade; each group is for you to decide.",
+        f"Graded cells grouped when {THRESHOLD:.0%} or more of the smaller one's code is in the "
+        f"other (fingerprints of {K} tokens, names, layout and comments aside; a cell of under "
+        f"{MIN_GRAMS} is too short to judge), with the solution, `course_lib` or the grader's "
+        "checks where they join. Short functions written from one rule can be the same program: "
+        "nothing here was taken off a grade; each group is for you to decide.",
         "",
     ]
-    out += [] if copies else ["No copies found.", ""]
+    out += _summary(copies) if copies else ["No copies found.", ""]
     where = None
     for c in copies:
         if (c.lesson, c.item) != where:

@@ -41,11 +41,11 @@ from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader.course import course_directory, lesson_paths
 from course_grading.review.names import Bindings
 from course_grading.review.uses import (
-    Use,
     answer_and_earlier,
     borrowed,
     cells_after,
     cells_by_id,
+    feeding,
     rebound,
     student_entries,
     uses,
@@ -113,45 +113,17 @@ def course_lib_review(submitted: NotebookNode, spec: LessonSpec) -> list[str]:
     """
     lesson = Bindings.of_lesson(spec.lesson_code)
     imported = {o for o in lesson.imports.values() if o.split(".")[0] == "course_lib"}
-    entries = student_entries(submitted, spec)
-    feeding = _feeding(submitted, spec)
+    graded = [(i.answer, i.values) for i in trusted.items_of(spec.lesson).values() if i.values]
+    taken = feeding(submitted, spec, graded)
     flags = []
-    for index, (where, source, given) in entries:
+    for index, (where, source, given) in student_entries(submitted, spec):
         found = [u for u in uses(source, lesson) if u.code not in given]
         answer = bool(submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id"))
-        if not answer and not any(where in line for line in feeding):
-            found = [u for u in found if not _within_lesson(u, imported)]
+        if not answer and not any(where in line for line in taken):
+            found = [u for u in found if not u.within_lesson(imported)]
         if found:
             flags.append(f"uses course_lib in {where}: {', '.join(u.code for u in found[:4])}")
     return flags
-
-
-def _feeding(submitted: NotebookNode, spec: LessonSpec) -> list[str]:
-    """Every graded value a cell of the student's computed with ``course_lib`` and an answer
-    cell takes, or that a later cell sets again (``uses.borrowed``, ``uses.rebound``: each line
-    names the cell)."""
-    lesson = Bindings.of_lesson(spec.lesson_code)
-    found = []
-    for item in trusted.items_of(spec.lesson).values():
-        if not item.values:
-            continue
-        answer, earlier = answer_and_earlier(submitted, spec, item.answer)
-        given = frozenset(u.code for u in uses(spec.release_text.get(item.answer, ""), lesson))
-        later = cells_after(submitted, spec, item.answer)
-        found += borrowed(answer or "", earlier, lesson)
-        found += rebound(item.values, [*earlier, ("", answer or "", given)], later, lesson)
-    return found
-
-
-def _within_lesson(use: Use, imported: set[str]) -> bool:
-    """Whether a use reaches only names the lesson's own cells import from ``course_lib``."""
-    if not use.definite or not use.origin:
-        return False
-    if use.code.startswith("from "):
-        module, _, names = use.code[len("from ") :].partition(" import ")
-        return all(f"{module}.{n.strip()}" in imported for n in names.split(","))
-    reached = use.origin.split("(")[0]  # a call's result: what was called
-    return any(reached == o or reached.startswith(o + ".") for o in imported)
 
 
 def grade_submission(

@@ -35,6 +35,7 @@ function, and the share of copies it finds).
 from __future__ import annotations
 
 import ast
+import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -257,13 +258,17 @@ def _library_functions() -> tuple[Reference, ...]:
 
 
 def _functions_of(text: str, where: str) -> list[Reference]:
-    """Every function (and method) of a module's code, each a :class:`Reference`."""
+    """Every function (and method) of a module's code, each a :class:`Reference` of its lines."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
         return []
+    lines = text.splitlines(keepends=True)
     return [
-        Reference(f"{where}: {node.name}", ast.get_source_segment(text, node) or "")
+        Reference(
+            f"{where}: {node.name}",
+            textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno])),
+        )
         for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     ]

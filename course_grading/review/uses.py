@@ -73,6 +73,25 @@ class Use:
             self.origin == m or self.origin.startswith(m + ".") for m in modules
         )
 
+    def within_lesson(self, imported: set[str]) -> bool:
+        """Whether it reaches only what the lesson's own cells import from ``course_lib``.
+
+        Args:
+            imported: the dotted origins of the lesson's imports (``Bindings.imports``' values).
+
+        Returns:
+            ``True`` for a call or attribute of a lesson-imported name, or an import of exactly
+            the names the lesson imports; ``False`` for anything else, and for a use whose
+            origin cannot be read.
+        """
+        if not self.definite or not self.origin:
+            return False
+        if self.code.startswith("from "):
+            module, _, names = self.code[len("from ") :].partition(" import ")
+            return all(f"{module}.{n.strip()}" in imported for n in names.split(","))
+        reached = self.origin.split("(")[0]  # a call's result: what was called
+        return any(reached == o or reached.startswith(o + ".") for o in imported)
+
 
 #: The lessons' feedback helpers: using them is not using the library for an answer.
 HELPERS = "course_lib.answers"
@@ -266,6 +285,31 @@ def rebound(
                 how = f"which uses {direct[0]}" if direct else f"which takes {via[0]}"
                 found += [f"`{name}`, set again in {where}, {how}" for name in binds]
         seen.append((where, source, given))
+    return found
+
+
+def feeding(
+    submitted: NotebookNode, spec: LessonSpec, graded: Sequence[tuple[str, Sequence[str]]]
+) -> list[str]:
+    """Every value that a cell of the student's computed with ``course_lib`` and an answer cell
+    takes, or that a cell below its answer sets again (:func:`borrowed`, :func:`rebound`).
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson.
+        graded: ``(answer cell's grade id, its graded value names)`` of each value item.
+
+    Returns:
+        One line per such value, each naming the cell that used ``course_lib`` (its ``where``).
+    """
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    found = []
+    for answer_id, names in graded:
+        answer, earlier = answer_and_earlier(submitted, spec, answer_id)
+        given = frozenset(u.code for u in uses(spec.release_text.get(answer_id, ""), lesson))
+        found += borrowed(answer or "", earlier, lesson)
+        later = cells_after(submitted, spec, answer_id)
+        found += rebound(names, [*earlier, ("", answer or "", given)], later, lesson)
     return found
 
 

@@ -285,3 +285,78 @@ def caught_copies(graded: Graded, threshold: float = THRESHOLD) -> list[tuple[st
         )
         found.append((what, _found_with_source(clusters, "the copy", source)))
     return found
+
+
+# --- one more student: an honest answer of the corpus, written again in a person's own way -----
+
+
+class _Hoist(ast.NodeTransformer):
+    """A call nested in another call's arguments, taken out into a name of its own first."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.count = 0
+
+    def _body(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in body:
+            out += self._hoisted(stmt) if self.rng.random() < 0.6 else [stmt]
+        return out
+
+    def _hoisted(self, stmt: ast.stmt) -> list[ast.stmt]:
+        if not isinstance(stmt, (ast.Assign, ast.Expr, ast.Return)) or stmt.value is None:
+            return [stmt]
+        scoped = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+        if any(isinstance(n, scoped) for n in ast.walk(stmt)):
+            return [stmt]
+        for node in ast.walk(stmt.value):
+            if isinstance(node, ast.Call):
+                for i, arg in enumerate(node.args):
+                    if isinstance(arg, (ast.Call, ast.BinOp, ast.Subscript)):
+                        self.count += 1
+                        name = f"part_{self.count}"
+                        node.args[i] = ast.Name(name, ast.Load())
+                        first = ast.Assign([ast.Name(name, ast.Store())], arg, lineno=0)
+                        return [first, stmt]
+        return [stmt]
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        super().generic_visit(node)
+        for name in ("body", "orelse"):
+            body = getattr(node, name, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                setattr(node, name, self._body(body))
+        return node
+
+
+class _Rewrite(ast.NodeTransformer):
+    """``x += y`` as ``x = x + y``, and ``a < b`` as ``b > a``, each now and then."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.stmt:
+        if isinstance(node.target, ast.Name) and self.rng.random() < 0.7:
+            value = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
+            return ast.Assign([ast.Name(node.target.id, ast.Store())], value, lineno=0)
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        flipped = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+        op = type(node.ops[0])
+        if len(node.ops) == 1 and op in flipped and self.rng.random() < 0.7:
+            return ast.Compare(node.comparators[0], [flipped[op]()], [node.left])
+        return node
+
+
+def individual(source: str, function: str, seed: int) -> str:
+    """An honest answer of the corpus as another person would write the same idea: renamed, its
+    nested calls taken apart into names, ``+=`` and comparisons written the other way, its
+    independent statements in another order. Only for a synthetic class's review page
+    (``benchmarks/review_scale.py``): the result is not run, and it may differ from the
+    original in evaluation order."""
+    rng = random.Random(seed)
+    tree = _Rewrite(rng).visit(_Hoist(rng).visit(ast.parse(source)))
+    code = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    code = reordered(code) if rng.random() < 0.5 else code
+    return renamed(code, function, seed)

@@ -112,22 +112,27 @@ def find_clusters(
         Every cluster holding a student and anything else, those with a source first, then the
         largest, then by their first student.
     """
-    prints = {s: _answer_print(t, blank) for s, t in sorted(answers.items())}
-    students = [(s, p) for s, p in prints.items() if p.judgeable]
+    groups: dict[str, list[tuple[str, Fingerprint]]] = defaultdict(list)
+    for student, text in sorted(answers.items()):
+        if (p := _answer_print(text, blank)).judgeable:
+            groups[p.digest].append((student, p))  # the same program: one node
+    students = [(tuple(s for s, _ in group), group[0][1]) for group in groups.values()]
     wanted = set().union(*(p.grams for _, p in students)) if students else set()
-    sources = [(r.name, p) for r in references if (p := _source_print(r.text)).judgeable]
-    nodes: list[tuple[str, Fingerprint]] = students + [
-        (name, p) for name, p in sources if wanted.intersection(p.grams)
-    ]
+    sources = [((r.name,), p) for r in references if (p := _source_print(r.text)).judgeable]
+    nodes = students + [(name, p) for name, p in sources if wanted.intersection(p.grams)]
     links = _links(nodes, len(students), wanted, threshold)
     return _clusters(lesson, item, nodes, len(students), links)
 
 
 def _links(
-    nodes: list[tuple[str, Fingerprint]], n_students: int, wanted: set[int], threshold: float
+    nodes: list[tuple[tuple[str, ...], Fingerprint]],
+    n_students: int,
+    wanted: set[int],
+    threshold: float,
 ) -> list[tuple[int, int, float, frozenset[int]]]:
-    """``(i, j, share, shared k-grams)`` for every near-identical pair with a student ``i``
-    (through an index of the students' k-grams: only pairs that share some are counted)."""
+    """``(i, j, share, shared k-grams)`` for every near-identical pair of nodes with a student
+    node ``i`` (the students handing in one program, the first ``n_students`` nodes), through an
+    index of the students' k-grams: only pairs that share some are counted."""
     index: dict[int, list[int]] = defaultdict(list)
     for j, (_, p) in enumerate(nodes):
         for h in wanted.intersection(p.grams) if j >= n_students else p.grams:
@@ -151,11 +156,12 @@ def _links(
 def _clusters(
     lesson: str,
     item: str,
-    nodes: list[tuple[str, Fingerprint]],
+    nodes: list[tuple[tuple[str, ...], Fingerprint]],
     n_students: int,
     links: list[tuple[int, int, float, frozenset[int]]],
 ) -> list[Cluster]:
-    """The connected parts of ``links`` that hold a student, as :class:`Cluster` s."""
+    """The connected parts of ``links`` that hold a student and anything else (another student
+    or a source), as :class:`Cluster` s."""
     parent = list(range(len(nodes)))
 
     def root(i: int) -> int:
@@ -176,21 +182,16 @@ def _clusters(
     found = []
     for top, members in parts.items():
         who = [i for i in members if i < n_students]
-        if not who or len(members) < 2:
+        names = sorted(s for i in who for s in nodes[i][0])
+        if not who or len(names) + len(members) - len(who) < 2:
             continue
-        first = who[0]
+        first = min(who, key=lambda i: nodes[i][0])
         shared = set().union(*(s for i, j, _, s in links if first in (i, j) and j in members))
-        found.append(
-            Cluster(
-                lesson,
-                item,
-                tuple(nodes[i][0] for i in who),
-                tuple(nodes[i][0] for i in members if i >= n_students),
-                round(lowest.get(top, 1.0), 3),
-                len({nodes[i][1].digest for i in who}) == 1 and len(who) > 1,
-                _passage(nodes[first][1], shared),
-            )
-        )
+        shown = _passage(nodes[first][1], shared or set(nodes[first][1].grams))
+        sources = tuple(nodes[i][0][0] for i in members if i >= n_students)
+        share = round(lowest.get(top, 1.0), 3)
+        same = len(who) == 1 and len(names) > 1
+        found.append(Cluster(lesson, item, tuple(names), sources, share, same, shown))
     return sorted(found, key=lambda c: (not c.sources, -len(c.students), c.students))
 
 
@@ -307,12 +308,34 @@ def class_copies(work: WorkCourse, subs: Sequence[Submission]) -> list[Cluster]:
         for sub in sorted((s for s in subs if s.lesson == lesson), key=lambda s: s.student):
             path = work.submitted / sub.student / lesson / f"{lesson}.ipynb"
             if path.is_file():
-                staged[sub.student] = _cell_sources(nbformat.read(str(path), as_version=4))
+                staged[sub.student] = _staged_sources(path)
         for answer, name in answers:
             cells = {s: c[answer] for s, c in staged.items() if answer in c}
             refs = course_references(source.get(answer, ""))
             found += find_clusters(lesson, name, cells, refs, release.get(answer, ""))
     return found
+
+
+def _staged_sources(path: Path) -> dict[str, str]:
+    """Grade id -> source of a staged notebook's nbgrader cells, read as JSON (a class of 300
+    stages 1,500 notebooks: nbformat's validation would be a third of the review's time); a
+    notebook of another shape is read by nbformat."""
+    import json
+
+    import nbformat
+
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        if nb.get("nbformat") == 4 and isinstance(nb.get("cells"), list):
+            return {
+                str(gid): "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in nb["cells"]
+                if isinstance(c, dict)
+                and (gid := (c.get("metadata") or {}).get("nbgrader", {}).get("grade_id"))
+            }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return _cell_sources(nbformat.read(str(path), as_version=4))
 
 
 def _cell_sources(nb: object) -> dict[str, str]:

@@ -15,8 +15,9 @@ statements), then cut into Python's tokens and normalised:
 
 A fingerprint is the set of hashes of every run of :data:`K` consecutive normalised tokens (a
 *k-gram*), each with the lines of the statements it came from; two cells share the k-grams of
-what they have in common. The hash is BLAKE2b of the tokens' text, so a fingerprint depends on
-the text alone, never on the process (Python's ``hash`` of a string is salted per process). A
+what they have in common. A k-gram's hash folds its tokens' BLAKE2b hashes (FNV-1a), so a
+fingerprint depends on the text alone, never on the process (Python's ``hash`` of a string is
+salted per process). A
 cell with fewer than :data:`MIN_GRAMS` k-grams of its own is too short to judge: two short
 functions written from one formula are the same program without either being copied. Code
 that does not parse is cut line by line with a plain pattern instead.
@@ -31,11 +32,8 @@ import ast
 import builtins
 import copy
 import hashlib
-import io
 import keyword
 import re
-import token
-import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -43,8 +41,20 @@ from functools import lru_cache
 K = 6  # tokens in a k-gram: about one short statement
 MIN_GRAMS = 20  # fewer k-grams of a cell's own than this: too short to judge
 _KEPT_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins))
-_SKIPPED = {token.COMMENT, token.NL, token.NEWLINE, token.ENCODING, token.ENDMARKER}
-_SKIPPED |= {token.INDENT, token.DEDENT}
+#: Python's tokens as ``ast.unparse`` prints them: strings (any prefix, any quotes), numbers,
+#: names, operators (longest first).
+_STRING = (
+    r"(?:[rRbBuUfF]{1,2})?"
+    r"(?:'\'\'(?:\\.|[^\\])*?'\'\'"
+    r'|"\"\"(?:\\.|[^\\])*?"\"\"'
+    r"|'(?:\\.|[^'\\\n])*'"
+    r'|"(?:\\.|[^"\\\n])*")'
+)
+_NUMBER = r"0[xXoObB][\da-fA-F_]+|(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][+-]?\d[\d_]*)?[jJ]?"
+_OPERATOR = r"\*\*=|//=|>>=|<<=|->|\.\.\.|:=|[-+*/%&|^@<>=!]=|\*\*|//|<<|>>|\S"
+_PRINTED = re.compile(
+    rf"(?P<string>{_STRING})|(?P<number>{_NUMBER})|(?P<name>[^\W\d]\w*)|(?P<op>{_OPERATOR})"
+)
 #: Code the parser refuses is cut with this, line by line (IPython syntax, a typo).
 _FALLBACK = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|'[^'\n]*'|\"[^\"\n]*\"|\S")
 _SOLUTION_MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
@@ -111,12 +121,14 @@ def fingerprint(source: str, blank: frozenset[int] = frozenset()) -> Fingerprint
         Its :class:`Fingerprint`.
     """
     toks = list(_program_tokens(source))
+    ids = [_token_id(text) for text, _, _ in toks]
     grams: dict[int, tuple[int, int]] = {}
     for start in range(max(len(toks) - K + 1, 0)):
-        window = toks[start : start + K]
-        h = _hash([text for text, _, _ in window])
+        h = 0
+        for t in ids[start : start + K]:  # FNV-1a over the tokens' own 64-bit hashes
+            h = ((h ^ t) * _FNV) & _MASK
         if h not in blank:
-            grams.setdefault(h, (window[0][1], window[-1][2]))
+            grams.setdefault(h, (toks[start][1], toks[start + K - 1][2]))
     digest = hashlib.blake2b("\x1f".join(t for t, _, _ in toks).encode(), digest_size=16)
     return Fingerprint(source, grams, digest.hexdigest())
 
@@ -135,9 +147,13 @@ def blank_grams(blank: str) -> frozenset[int]:
     return frozenset(fingerprint(blank).grams) if blank.strip() else frozenset()
 
 
-def _hash(texts: list[str]) -> int:
-    digest = hashlib.blake2b("\x1f".join(texts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+_FNV, _MASK = 0x100000001B3, (1 << 64) - 1
+
+
+@lru_cache(maxsize=65536)
+def _token_id(text: str) -> int:
+    """A normalised token's 64-bit BLAKE2b hash: the same in every process."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
 def _program_tokens(source: str) -> Iterator[tuple[str, int, int]]:
@@ -188,24 +204,19 @@ def _header(stmt: ast.stmt) -> str:
 
 
 def _normal_tokens(code: str) -> Iterator[str]:
-    """The tokens of one printed statement, normalised (module docstring)."""
-    try:
-        raw = [t for t in tokenize.generate_tokens(io.StringIO(code).readline)]
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        yield from (text for text, _, _ in _fallback_tokens(code))
-        return
-    raw = [t for t in raw if t.type not in _SKIPPED]
+    """The tokens of one printed statement, normalised (module docstring). The statement is
+    ``ast.unparse``'s, so a pattern reads it as Python's tokenizer would, faster."""
+    raw = [(m.lastgroup, m.group()) for m in _PRINTED.finditer(code)]
     depth = 0
-    for i, tok in enumerate(raw):
-        text = tok.string
-        if tok.type == token.STRING:
+    for i, (kind, text) in enumerate(raw):
+        if kind == "string":
             text = "S"
-        elif tok.type == token.NAME and text not in _KEPT_NAMES:
-            after = raw[i + 1].string if i + 1 < len(raw) else ""
-            attribute = i > 0 and raw[i - 1].string == "."
+        elif kind == "name" and text not in _KEPT_NAMES:
+            after = raw[i + 1][1] if i + 1 < len(raw) else ""
+            attribute = i > 0 and raw[i - 1][1] == "."
             if not (attribute or (after == "=" and depth > 0)):  # a keyword argument stays
                 text = "V"
-        depth += (text in "([{") - (text in ")]}")
+        depth += (text in ("(", "[", "{")) - (text in (")", "]", "}"))
         yield text
 
 

@@ -8,7 +8,8 @@ submitted file, and names every use of ``course_lib`` it finds, for the instruct
 - a name the lesson imported from it (``attention_elements(...)``), also through an alias
   (``f = attention_elements``) or an attribute (``m.predict``);
 - a string that names it (``importlib.import_module("course_lib.memory")``,
-  ``sys.modules["course_lib.budget"]``);
+  ``sys.modules["course_lib.budget"]``), but not a docstring (a string alone as a statement,
+  which reaches nothing: "my own version of course_lib.packing" is prose);
 - a lesson-imported name looked up in the namespace (``globals()["attention_elements"]``,
   ``vars().get("ae")``);
 - an import or attribute lookup whose name is built at run time (``__import__(a + b)``,
@@ -126,6 +127,8 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
         return []
     names = lesson.with_cell(tree)
     found: dict[str, Use] = {}
+    # a string alone as a statement (a docstring) reaches nothing: only text that code uses does
+    prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
 
     def add(code: str, definite: bool = True, origin: str = "") -> None:
         found.setdefault(code, Use(code[:80], definite, origin))
@@ -139,7 +142,7 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
             imported = ", ".join(a.name for a in node.names)
             add(f"from {node.module} import {imported}", origin=node.module or "")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _names_course_lib(node.value):
+            if _names_course_lib(node.value) and id(node) not in prose:
                 add(repr(node.value), origin=node.value.strip())
         elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
             origin = dotted(node, names)

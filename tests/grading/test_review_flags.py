@@ -195,3 +195,17 @@ def test_an_import_beyond_what_the_lesson_imports_is_still_flagged():
     assert any("added by the student" in f and "course_lib.fit" in f for f in flags), flags
     nb = _add(_answered(L5), "l05-intro-q6", "import course_lib.budget as b\nprint(b.__doc__)")
     assert course_lib_review(nb, _spec(L5)), "a module import of the student's own"
+
+
+def test_a_cell_that_takes_a_provided_cells_id_hides_nothing():
+    """A hostile notebook deletes the scratch cell and gives its id to a cell of its own: the
+    label follows the id, what the cell does is still read (a hostile attempt of this branch's
+    own: the cell id is the student's to write)."""
+    nb = _answered(L4)
+    index = _at(nb, "scratch-target")
+    nb.cells[index].source = "import course_lib.budget as b\n_best = b.tokens_per_step(5, 128)"
+    nb = _edit(nb, "target-practice", "target_seq_len, target_every = _best, 2\n")
+    flags = course_lib_review(nb, _spec(L4))
+    assert any("the lesson's scratch cell" in f and "course_lib.budget" in f for f in flags)
+    got = _verdict(L4, nb, "test-target-practice", {"target_seq_len": 640, "target_every": 2})
+    assert got.points == 0 and "takes `_best`" in got.message

@@ -3,8 +3,7 @@ or as the course's own code. Evidence for a person, never a grade.
 
 A graded answer is the student's own work, and the course is public: its library, the grader's
 reference checks and the instructor's solutions are one ``git clone`` away, and a classmate's
-notebook one message away. So each graded cell (every function item's, and every ``own_work``
-value item's long enough to judge) is compared with
+notebook one message away. So each graded function's answer cell is compared with
 
 * the cells of every classmate for the same item in the same run,
 * the instructor's solution of that cell (``solutions/``),
@@ -280,9 +279,9 @@ def _read(path: Path) -> str:
 
 
 def class_copies(work: WorkCourse, subs: Sequence[Submission]) -> list[Cluster]:
-    """The clusters of a graded class: every graded cell of every lesson (each function item's
-    and each ``own_work`` value item's), each student's cell as staged in the work course
-    (repaired and within limits), with the course's sources and the lesson's solution cell.
+    """The clusters of a graded class: every graded function of every lesson, each student's
+    cell as staged in the work course (repaired and within limits), with the course's sources
+    and the lesson's solution cell.
 
     Args:
         work: the run's nbgrader course (its ``submitted/`` copies, source and release).
@@ -298,8 +297,7 @@ def class_copies(work: WorkCourse, subs: Sequence[Submission]) -> list[Cluster]:
     found: list[Cluster] = []
     for lesson in sorted({s.lesson for s in subs}):
         graded = trusted.items_of(lesson).values()
-        answers = sorted({i.answer: i.function or i.answer for i in graded
-                          if i.function or i.own_work}.items())  # fmt: skip
+        answers = sorted({i.answer: i.function for i in graded if i.function}.items())
         if not answers:
             continue
         source = _cell_sources(nbformat.read(str(work.source_notebook(lesson)), as_version=4))

@@ -272,9 +272,9 @@ class Pass:
 
     def listing(self, gid: str, answer: str) -> tuple[str, ...]:
         """What the copy listing says of ``answer`` handed in alone for ``gid`` (a graded
-        function's or an ``own_work`` value's cell; ``review/copies.py``): ``"listed for review
-        with <sources>"`` when it is near-identical to the course's code, else nothing."""
-        found = [i for i in self.items.values() if i.answer == gid and (i.function or i.own_work)]
+        function's cell; ``review/copies.py``): ``"listed for review with <sources>"`` when it is
+        near-identical to the course's code, else nothing."""
+        found = [i for i in self.items.values() if i.answer == gid and i.function]
         if not found:
             return ()
         blank = next(c.source for c in self.nb.cells if nbgrader_meta(c).get("grade_id") == gid)

@@ -18,7 +18,7 @@ One job per module; import names from the module that owns them:
 from importlib.util import find_spec as _find_spec
 
 #: What the grader imports beyond a student's install (pyproject.toml's ``grader`` extra).
-GRADER_MODULES = ("nbgrader", "ipykernel", "nh3", "copydetect", "latex2mathml")
+GRADER_MODULES = ("nbgrader", "ipykernel", "nh3", "latex2mathml")
 _missing = [name for name in GRADER_MODULES if _find_spec(name) is None]
 if _missing:  # a student's install (the base package) has none of them: say what to install
     raise ModuleNotFoundError(

@@ -39,7 +39,7 @@ from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.verdicts import Graded, grade_submission, payload_of
 from course_grading.nbgrader import gradebook
 from course_grading.nbgrader.course import WorkCourse
-from course_grading.review.cheats import scan
+from course_grading.review.cheats import cell_owner, scan
 from course_grading.review.inspection import review_autograded
 from course_grading.sandbox.budgets import Budget, give, measure
 from course_grading.sandbox.jobs import JobSpec, Outcome, held_slots, run_jobs
@@ -51,8 +51,7 @@ from course_grading.submissions import Submission
 def _flag_findings(sub: Submission, nb: NotebookNode, spec: LessonSpec, sandboxed: bool) -> None:
     """Report what ``cheats.scan`` finds, for review: it changes no grade (``cheats.py``)."""
     for found in scan(nb, spec):
-        gid = nb.cells[found.cell].metadata.get("nbgrader", {}).get("grade_id")
-        where = f"cell {found.cell + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
+        where = cell_owner(nb, found.cell, spec)
         if found.cheat:
             sub.flag(f"for review: {where} {found.what}")
         else:

@@ -318,7 +318,9 @@ def graded(tmp_path_factory):
                           env=wc.nbgrader_env(), check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out / "report.csv", newline="", encoding="utf-8") as fh:
-        return {row["student"]: row for row in csv.DictReader(fh)}
+        rows = {row["student"]: row for row in csv.DictReader(fh)}
+    page = out / "copies.md"
+    return {**rows, "copies.md": page.read_text(encoding="utf-8") if page.exists() else ""}
 
 
 def test_the_class_solution_scores_full_marks_unflagged(graded):
@@ -332,6 +334,20 @@ def test_the_self_study_answers_in_a_class_score_nothing_on_those_questions(grad
     failed = set(re.findall(r"(?:^|; )(test-[\w-]+) \(0/", row["failed_tests"]))
     assert failed == {"test-q1", "test-q2", "test-q3"}, row["failed_tests"]
     assert float(row["auto_score"]) == float(full["auto_score"]) - 3, row
+
+
+def test_the_self_study_answers_in_a_class_are_flagged_and_on_the_review_page(graded):
+    """Issue 40.5: the student who typed the public answers was status ``ok``, the signal only
+    in the failed items' text. The row is flagged and names the items; the page lists it."""
+    row = graded["publictyped"]
+    assert row["status"] == "flagged", row
+    said = "answers the self-study edition: test-q1, test-q2, test-q3"
+    assert said in row["reasons"], row["reasons"]
+    section = graded["copies.md"].split("## Answers of the self-study edition", 1)[1]
+    assert f"| publictyped | {LESSON} | test-q1, test-q2, test-q3" in section.replace("\\", "")
+    for honest in ("classright", "blank"):
+        assert "answers the self-study" not in graded[honest]["reasons"], graded[honest]
+        assert f"| {honest} |" not in section
 
 
 def test_a_notebook_of_another_edition_is_flagged_and_its_answers_score_nothing(graded):

@@ -325,6 +325,7 @@ LESSON_IMPORTS = Bindings.of_lesson(["from course_lib.memory import attention_el
         ("f = ae\nx = f(1, 2, 3)", "course_lib.memory.attention_elements", True),
         ("import importlib\nm = importlib.import_module('course_lib.memory')", "course_lib", True),
         ("import sys\nm = sys.modules['course_lib.budget']", "course_lib.budget", True),
+        ("name = 'course_lib.fit'\nm = __import__(name)", "course_lib.fit", True),
         ("m = __import__('course_' + 'lib')", "built at run time", False),
         ("import importlib as il\nm = il.import_module(name)", "built at run time", False),
         ("import os\nf = getattr(os, 'get' + 'cwd')", "built at run time", False),
@@ -345,6 +346,8 @@ def test_every_use_of_course_lib_is_named(code, found, definite):
         "from course_lib.answers import ensure_answered\nensure_answered(x=x)",
         "import math\nx = math.ceil(3.2)",
         "x = getattr(obj, 'shape')",
+        'def f(n):\n    """My own take on course_lib.fit\'s search."""\n    return n',
+        '"""Worked out by hand, not with course_lib.memory."""\nx = 16',
     ],
 )
 def test_honest_cells_use_nothing(code):

@@ -63,6 +63,7 @@ from course_grading.judge.verdicts import (
     decide,
     taken_values,
 )
+from course_grading.review.copies import course_references, find_clusters
 from course_grading.review.names import Bindings
 from course_grading.review.uses import bound_names, cells_after
 
@@ -267,7 +268,19 @@ class Pass:
                 verdicts.append(decide(item, self.spec, "assessment", values, source, self.sandbox,
                                        earlier, secret=secret, later=later))  # fmt: skip
         flags = tuple(f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f)
-        return verdicts, flags
+        return verdicts, flags + self.listing(gid, answer)
+
+    def listing(self, gid: str, answer: str) -> tuple[str, ...]:
+        """What the copy listing says of ``answer`` handed in alone for ``gid`` (a graded
+        function's cell; ``review/copies.py``): ``"listed for review with <sources>"`` when it is
+        near-identical to the course's code, else nothing."""
+        found = [i for i in self.items.values() if i.answer == gid and i.function]
+        if not found:
+            return ()
+        blank = next(c.source for c in self.nb.cells if nbgrader_meta(c).get("grade_id") == gid)
+        refs = course_references(self.solution[gid].source)
+        clusters = find_clusters(self.lesson, gid, {"candidate": answer}, refs, blank)
+        return tuple(f"listed for review with {' and '.join(c.sources)}" for c in clusters)
 
 
 @contextmanager

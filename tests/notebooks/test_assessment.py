@@ -180,6 +180,11 @@ def test_the_closest_library_call_scores_zero(probed):
 #: (junk, then the measurement a later cell prints) and the grader's source hand in a value the
 #: rule finds plausible, which earns what any plausible value earns, and never more.
 prediction_letters = ("B", "G")
+#: A graded function's shortcuts that copy the course's code (the grader's reference pasted under
+#: the function's name, the library's code pasted in place of its import): a resemblance is
+#: evidence for review, never a zero (issue 39.3), so they are scored on their results and must
+#: be listed for review instead (``review/copies.py``: their ``named`` pattern).
+listed_letters = ("D", "G")
 
 
 def shortcut_problems(probe: Probe, function: bool, prediction: bool = False) -> list[str]:
@@ -201,6 +206,8 @@ def shortcut_problems(probe: Probe, function: bool, prediction: bool = False) ->
         if prediction and letter.get(name) in prediction_letters:
             if t.points > right:
                 found.append(f"'{name}' scores {t.points}, more than the right value's {right}")
+        elif function and letter.get(name) in listed_letters:
+            pass  # scored on its results; it must be listed (named) below
         elif t.points:
             found.append(f"'{name}' scores {t.points}: {t.message}")
         if not re.search(named_by(name), said):
@@ -395,9 +402,9 @@ def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
 
 def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
     """Each new class fails the check when it scores (the gate bypass on a value that is not a
-    prediction, a seed table with a secret, pasted library code, an overwrite below the answer,
-    a globals() lookup), when it is not tried, or a prediction's bypass pays more than the right
-    value; a listed gap that stops scoring fails too."""
+    prediction, a seed table with a secret, an overwrite below the answer, a globals() lookup),
+    when pasted library code is not listed for review, when it is not tried, or a prediction's
+    bypass pays more than the right value; a listed gap that stops scoring fails too."""
     name = {s.letter: s.name for s in SHORTCUTS}
     probe = Probe("q", right={"x": 16.0})
     probe.tried = [Tried("solution", "solution", "", "plausible", 1, 1, "x: recorded")]
@@ -422,11 +429,14 @@ def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
     assert any("more than the right value" in f for f in found), found
     table = Tried("shortcut", name["T"], "", "failed", 1, 1, "f: right", ("practice grading "
                   "(no course secret): 1 point(s)",))  # fmt: skip
-    pasted = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right")
+    pasted = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right")  # and not listed
     probe.tried = [probe.tried[0], table, pasted]
     found = shortcut_problems(probe, function=True)
     assert any(f"'{name['T']}' scores 1" in f for f in found), found
-    assert any(f"'{name['D']}' scores 1" in f for f in found), found
+    assert any(f"'{name['D']}' is not named" in f for f in found), found
+    probe.tried[2] = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right",
+                           ("listed for review with course_lib/packing.py: pack",))  # fmt: skip
+    assert not any(f"'{name['D']}'" in f for f in shortcut_problems(probe, function=True))
     probe.tried[1] = Tried("shortcut", name["T"], "", "failed", 0, 1, "f raised KeyError",
                            ("practice grading (no course secret): 0 point(s)",))  # fmt: skip
     assert any("proves nothing" in f for f in shortcut_problems(probe, function=True))

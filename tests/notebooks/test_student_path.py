@@ -20,9 +20,8 @@ in lesson 5's section 9.
    environment (the widgets take their interactive path, as on a student's machine), under a
    per-cell timeout and a wall-clock limit that ends a hang. Each lesson's time is printed.
 3. **Graded** with ``python -m course_grading``: full autograded marks, no cell of the lesson
-   reported as "added by the student". Today the review wing reports each invited cell so
-   (lessons 1, 4 and 5): those cases are ``xfail(strict=True)`` until the review-clusters
-   branch, whose merge turns them into passes (then remove the mark).
+   reported as "added by the student", though the honest student edits or adds every cell the
+   lesson invites (INVITED: lessons 1, 4 and 5; each was flagged so before issue 39, item 3).
 4. **Installed as a student installs it**: ``pyproject.toml``'s base dependencies are what
    ``course_lib`` imports, the grader names its extra when it is missing, and (slow, marked
    ``fresh_venv``) a fresh venv with a hosted notebook's Jupyter and the student install runs a
@@ -343,8 +342,6 @@ def _load() -> str:
 
 # --- 3. Graded --------------------------------------------------------------------------------
 
-REVIEW_WING = "review-clusters branch"
-
 
 @pytest.fixture(scope="module")
 def graded_honest_class(tmp_path_factory):
@@ -399,20 +396,7 @@ def test_an_honest_answered_notebook_gets_full_autograded_marks(graded_honest_cl
     assert float(row["auto_score"]) == float(row["auto_max"]) > 0, row
 
 
-#: The lessons where the honest student edits or adds a cell the lesson invites (INVITED): today
-#: the review wing reports each such cell as "added by the student" (issue 39, item 3).
-INVITING = [lesson for lesson in LESSONS if any(lesson.startswith(p) for p, _, _ in INVITED)]
-
-
-@pytest.mark.parametrize(
-    "lesson",
-    [
-        pytest.param(lesson, marks=pytest.mark.xfail(strict=True, reason=REVIEW_WING))
-        if lesson in INVITING
-        else lesson
-        for lesson in LESSONS
-    ],
-)
+@pytest.mark.parametrize("lesson", LESSONS)
 def test_no_cell_the_lesson_invites_is_added_by_the_student(graded_honest_class, lesson):
     rows, _ = graded_honest_class
     assert "added by the student" not in rows[lesson]["reasons"], rows[lesson]["reasons"]
@@ -425,7 +409,7 @@ def test_no_cell_the_lesson_invites_is_added_by_the_student(graded_honest_class,
 #: lesson. Colab draws no ipywidgets 8 widget without opting in to custom widgets.
 HOSTED = ("notebook<7", "ipykernel>=6.29,<7", "ipywidgets==7.7.1", "nbclient")
 #: What the student install must not bring: the server and nbgrader (``lab``), the grader's needs.
-NOT_FOR_STUDENTS = ("jupyterlab", "nbgrader", "nh3", "copydetect", "latex2mathml")
+NOT_FOR_STUDENTS = ("jupyterlab", "nbgrader", "nh3", "latex2mathml")
 #: What ``pip install .`` needs of the repository (the rest, solutions/ and tests/, stays out).
 PACKAGE_FILES = ("pyproject.toml", "README.md", "LICENSE", "course_lib", "course_grading",
                  "jupyter-config")  # fmt: skip

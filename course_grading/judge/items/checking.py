@@ -22,6 +22,9 @@ from course_grading.judge.items.model import Item, Reject, Verdict
 from course_grading.judge.plain import describe
 from course_lib.forms import Form, Unreadable
 
+#: The review flag of a verdict whose values answer the self-study edition, not the class's
+#: (``Evidence.self_study_note``); ``judge/verdicts.py`` names the items on the report's row.
+SELF_STUDY = "answers the self-study edition"
 #: torch's global generator is one per process, and the ``--jobs`` slots decide submissions in
 #: threads of one process: a reference model built from a seed must hold it while it draws
 _TORCH_GENERATOR = threading.Lock()
@@ -190,6 +193,8 @@ class Evidence:
         public = self.item.expected_values()
         if not all(self.form(n).same(self._raw(n), public[n]) for n in names):
             return ""
+        if SELF_STUDY not in self.review:
+            self.review.append(SELF_STUDY)
         return (
             " (it answers the self-study edition's numbers: your class's edition asks this "
             "question with its own, in your notebook)"
@@ -354,15 +359,15 @@ def verdict(
     *,
     borrowed: Sequence[str] = (),
     unread: Sequence[str] = (),
-    pasted: str = "",
 ) -> Verdict:
     """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
 
-    An ``own_work`` value item and every function item score 0 with ``uses``, and when their
-    answer cell is mostly the course's code pasted in (``pasted``). An ``own_work`` item also
-    scores 0 when its answer cell copies a name an earlier cell of the student's computed with
-    ``course_lib`` (``borrowed``), or runs code built at run time that the grader cannot read
-    (``unread``).
+    An ``own_work`` value item and every function item score 0 with ``uses``: a ``course_lib``
+    use read in the answer cell, never a resemblance (a cell that looks like the course's code is
+    listed for review by ``review/copies.py``, and scored on its results). An ``own_work`` item
+    also scores 0 when its answer cell copies a name an earlier cell of the student's computed
+    with ``course_lib`` (``borrowed``), or runs code built at run time that the grader cannot
+    read (``unread``).
 
     Args:
         item: the item.
@@ -372,14 +377,12 @@ def verdict(
         borrowed: names the answer cell takes from earlier cells that computed them with
             ``course_lib`` (``uses.borrowed``).
         unread: code the answer cell builds at run time, which the grader cannot read.
-        pasted: why the answer cell is the course's code pasted in (``review.copies.pasted``);
-            ``""``: it is not.
 
     Returns:
         The check's verdict (full marks with its message, or 0 with the reason it rejected),
         with the wall-clock seconds of the item's function calls.
     """
-    decided = _decided(item, ev, uses, borrowed, unread, pasted)
+    decided = _decided(item, ev, uses, borrowed, unread)
     seconds = sum(wall for _, wall in ev.call_times)
     return replace(decided, seconds=seconds) if seconds else decided
 
@@ -390,11 +393,8 @@ def _decided(
     uses: list[str],
     borrowed: Sequence[str],
     unread: Sequence[str],
-    pasted: str,
 ) -> Verdict:
     try:
-        if (item.own_work or item.function) and pasted:
-            raise Reject(pasted)
         if item.own_work and uses:
             raise Reject(
                 f"your answer cell uses {', '.join(uses[:3])}: this item is worked out by "

@@ -216,8 +216,8 @@ import json, os, sys
 try:
     import course_grading
     imported = True
-except ImportError:
-    imported = False
+except ImportError as error:  # the cover's error, or the real package's own (no grader extra
+    imported = "grading sandbox" not in str(error)  # inside: its code ran all the same)
 paths = json.loads(sys.argv[1])
 print(json.dumps({"imported": imported, "read": [p for p in paths if os.path.exists(p)]}))
 """

@@ -1,6 +1,7 @@
 """The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
 ``python -m course_grading secret PATH`` (a course secret); ``export`` (scores into an LMS's
-file) is ``course_grading.lms.export``.
+file) is ``course_grading.lms.export``, ``refresh`` (every output again after manual grading)
+``course_grading.refresh``.
 
 This is the only place a ``GradingError`` becomes a message and an exit status: one line on
 stderr, exit status 2.
@@ -109,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         "checks outside the student's kernel; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",
         epilog="Instructors: `python -m course_grading secret PATH` makes a course secret; "
+        "`python -m course_grading refresh GRADING_OUT` makes the feedback, report and scores "
+        "again after manual grading (`--due LESSON=WHEN`: a due date decided now); "
         "`python -m course_grading export GRADING_OUT --format canvas|moodle ...` writes the "
         "scores as a file Canvas or Moodle imports.",
     )
@@ -266,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 
             return export_main(argv[1:])
+        if argv[:1] == ["refresh"]:
+            from course_grading.refresh import refresh_main
+
+            return refresh_main(argv[1:])
         return _grade_main(argv)
     except GradingError as err:
         print(f"python -m course_grading: {err}", file=sys.stderr)

@@ -38,6 +38,7 @@ from course_grading.errors import GradingError
 from course_grading.judge.items import check_notebook
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader import course as wc
+from course_grading.nbgrader.workspace_gradebook import RECORD as RECORDED
 from course_grading.regrade_reports import csv_rows, merge_student, merge_times, unescaped
 from course_grading.report import Row, refresh_copies, rows_of
 from course_grading.review.copies import class_copies
@@ -80,6 +81,11 @@ def _class_run(out: Path, options: Options) -> dict:
         raise GradingError(
             f"--student regrades one student in a graded workspace; {out} has no "
             f"{', '.join(missing)}: grade the class first (without --student), with this --out"
+        )
+    if (out / RECORDED).is_file():
+        raise GradingError(
+            f"{out}'s grades were recorded in the class gradebook (classroom/autograde.py): grade "
+            "the lesson again there (classroom/run.py autograde LESSON keeps every manual grade)"
         )
     record = json.loads((out / CLASS_RUN).read_text(encoding="utf-8"))
     if record.get("secret") != _fingerprint(options.secret):
@@ -320,7 +326,8 @@ def _check_due(due: list[str] | None, course: Path, lessons: list[str]) -> None:
     }:
         raise GradingError(
             f"--due differs from the due dates the class was graded with "
-            f"({class_due or 'none'}): regrade the class to change a due date"
+            f"({class_due or 'none'}): set a new one with `python -m course_grading refresh "
+            "GRADING_OUT --due LESSON=WHEN` (every manual grade kept), then regrade"
         )
 
 

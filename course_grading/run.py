@@ -185,11 +185,17 @@ def _edition_of(nb: nbformat.NotebookNode | Path) -> str:
 
 
 def _keep_feedback(
-    work: wc.WorkCourse, subs: list[Submission], out: Path, *, student: str | None = None
+    work: wc.WorkCourse,
+    subs: list[Submission],
+    out: Path,
+    *,
+    student: str | None = None,
+    lesson: str = "*",
 ) -> None:
-    """Generate feedback (for one ``student`` only, if given), scan each file for instructor
-    material, copy the clean ones out."""
-    work.run("generate_feedback", "*", "--force", *(["--student", student] if student else []))
+    """Generate feedback (for one ``student`` and one ``lesson`` only, if given), scan each
+    file for instructor material, copy the clean ones out."""
+    only = ["--student", student] if student else []
+    work.run("generate_feedback", lesson, "--force", *only)
     secrets = {
         lesson: instructor_lines(work.source_notebook(lesson), work.release_notebook(lesson))
         for lesson in work.lessons

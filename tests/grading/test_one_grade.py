@@ -43,6 +43,7 @@ from course_grading.nbgrader.class_gradebook import merge_into_class_gradebook
 WRITTEN = "written_reflect"
 COMMENT = "Clear reasoning; next time quote the ratio your own run printed."
 POINTS = 1.5
+STAMPS = {"sobrien": "2026-12-01 16:00:00.000000 UTC", "zmuller": "2026-12-01 19:30:00.000000 UTC"}
 CANVAS = (
     "Student,ID,SIS User ID,SIS Login ID,Section,99_fixture (4101)\n"
     "    Points Possible,,,,,5.00\n"
@@ -77,9 +78,12 @@ def run(*command: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def graded(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("one-grade")
     root, work = fixture_course(tmp)
+    with open(root / wc.CONFIG_FILE, "a", encoding="utf-8") as config:  # the course's policy
+        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
     answered = filled(work.release_notebook(FIXTURE), work.source_notebook(FIXTURE))
     for who in ("sobrien", "zmuller"):  # nbgrader's collected layout, as the hub collects
         write(tmp / "class" / who / FIXTURE / f"{FIXTURE}.ipynb", answered)
+        write(tmp / "class" / who / FIXTURE / "timestamp.txt", STAMPS[who] + "\n")
     out = tmp / "graded"
     command = [sys.executable, "-m", "course_grading", str(tmp / "class"), "--out", str(out)]
     command += ["--root", str(root), "--jobs", "2"]
@@ -175,6 +179,39 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_due_date_decided_after_manual_grading_keeps_every_manual_grade(graded):
+    """Issue 40, item 6: the class was graded without a due date, then graded by hand; the due
+    date comes later. A whole run with --due would need --force and lose the manual grades;
+    ``refresh --due`` sets it, and nbgrader's late penalty (the course's "zero") is decided on
+    each submission's timestamp, every manual grade and comment kept."""
+    out = copy_of(graded["out"], graded["tmp"] / "due-later")
+    db = f"sqlite:///{out / 'course' / 'gradebook.db'}"
+    enter_as_formgrader(db)
+    again = [sys.executable, "-m", "course_grading", str(graded["class"]), "--out", str(out)]
+    again += ["--root", str(graded["root"]), "--due", f"{FIXTURE}=2026-12-01T17:00Z"]
+    proc = subprocess.run(again, capture_output=True, text=True, cwd=REPO, env=wc.nbgrader_env())
+    assert proc.returncode == 2 and "refresh" in proc.stderr and "--due" in proc.stderr
+    refresh = [sys.executable, "-m", "course_grading", "refresh", str(out)]
+    run(*refresh, "--due", f"{FIXTURE}=2026-12-01T17:00Z")
+    with Gradebook(db) as gb:
+        assert gb.find_grade(WRITTEN, FIXTURE, FIXTURE, "sobrien").manual_score == POINTS
+        assert gb.find_comment(WRITTEN, FIXTURE, FIXTURE, "sobrien").manual_comment == COMMENT
+        assert gb.find_submission(FIXTURE, "zmuller").late_submission_penalty == 3
+        assert not gb.find_submission(FIXTURE, "sobrien").late_submission_penalty
+    report = rows(out / "report.csv")
+    assert (
+        report["sobrien"]["score"] == "4.5"
+        and "after the due date" not in report["sobrien"]["reasons"]
+    )
+    assert report["zmuller"]["score"] == "0"
+    assert (
+        "submitted 2 h 30 min after the due date (2026-12-01 17:00 UTC): late penalty 3 point(s), "
+        "score 0" in report["zmuller"]["reasons"]
+    )
+    assert "Score: 0.0 / 5.0" not in (out / "feedback" / "sobrien" / f"{FIXTURE}.html").read_text()
+    assert rows(out / "scores.csv")["zmuller"]["total"] == "0"
 
 
 def test_a_moved_workspace_is_refused_not_refreshed_from_its_old_place(graded):

@@ -143,8 +143,9 @@ classroom-proxy:
 classroom: setup $(CHP)
 	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
 
+# Stop and clean take the start's CLASSROOM_ARGS, so a custom --state is the one stopped.
 classroom-stop:
-	$(PY) classroom/run.py stop
+	$(PY) classroom/run.py stop $(CLASSROOM_ARGS)
 
 classroom-clean:
-	$(PY) classroom/run.py clean
+	$(PY) classroom/run.py clean $(CLASSROOM_ARGS)

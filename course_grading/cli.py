@@ -17,7 +17,9 @@ from pathlib import Path
 from course_grading import cluster, regrade
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
+from course_grading.grading_run import add_time_options
 from course_grading.judge import secret as course_secret
+from course_grading.lms import downloads
 from course_grading.nbgrader.course import SOURCE_DIR
 from course_grading.run import grade
 from course_grading.sandbox.bwrap import MAX_SLOTS, Limits
@@ -37,43 +39,8 @@ def _default_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def _add_time_options(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add(
-        "--timeout",
-        type=int,
-        default=60,
-        help="seconds of CPU time a cell of student code may use (60; wall clock: 4 times that)",
-    )
-    add(
-        "--lesson-timeout",
-        type=int,
-        default=600,
-        help="seconds of CPU time one of the lesson's own cells may use (600)",
-    )
-    add(
-        "--budget-factor",
-        type=float,
-        default=5,
-        help="a notebook may run this many times as long as the lesson's solution, measured "
-        "in the same run (5)",
-    )
-    add(
-        "--notebook-floor",
-        type=int,
-        default=120,
-        help="...but at least this many seconds, kernel start included (120)",
-    )
-    add(
-        "--notebook-timeout",
-        type=int,
-        default=1800,
-        help="...and at most this many (1800)",
-    )
-
-
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    _add_time_options(parser)
+    add_time_options(parser)
     add = parser.add_argument
     add(
         "--jobs",
@@ -120,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         "submissions",
         type=Path,
         help="folder of submissions: <student>/<lesson>/<lesson>.ipynb "
-        "(nbgrader's submitted/ layout) and/or <student>_<lesson>.ipynb",
+        "(nbgrader's submitted/ layout) and/or <student>_<lesson>.ipynb; or Canvas's or "
+        "Moodle's submissions download, the zip or its folder",
     )
     add("--out", type=Path, default=Path("grading"), help="workspace (default ./grading)")
     add(
@@ -153,6 +121,7 @@ def _add_class_options(parser: argparse.ArgumentParser) -> None:
         "student's manual grades)",
     )
     _add_course_options(parser)
+    downloads.add_options(parser)  # --roster
 
 
 def _add_course_options(parser: argparse.ArgumentParser) -> None:
@@ -309,8 +278,9 @@ def _grade_main(argv: list[str]) -> int:
                 timings=timings,
                 due=args.due,
                 cluster=on_cluster,
+                roster=args.roster,
             )
-            regrade.record_class_run(args.out, options, args.lessons)
+            regrade.record_class_run(args.out, options, args.lessons, args.roster)
     out = args.out.resolve()
     flagged = [r for r in rows if r.status != "ok"]
     print(

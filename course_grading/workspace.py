@@ -25,6 +25,7 @@ OUTPUTS = (
     "class.json",
     "cluster",
     "class_gradebook.json",  # nbgrader/workspace_gradebook.py: the grades went to the class's
+    "download",  # a downloaded zip, unpacked (lms/downloads.py)
 )
 
 

@@ -246,17 +246,11 @@ def refresh(
     return rows
 
 
-def refresh_main(argv: list[str]) -> int:
-    """``refresh GRADING_OUT [--lessons ...] [--due LESSON=WHEN]``: print what changed.
-
-    Args:
-        argv: the arguments after ``refresh``.
+def build_parser() -> argparse.ArgumentParser:
+    """The ``refresh`` command's options.
 
     Returns:
-        0 once every output is written.
-
-    Raises:
-        GradingError: anything that keeps them from being written (one line, exit 2).
+        The parser.
     """
     parser = argparse.ArgumentParser(
         prog="python -m course_grading refresh",
@@ -273,7 +267,22 @@ def refresh_main(argv: list[str]) -> int:
         action="append",
         help="set the lesson's due date first (UTC unless it says otherwise; repeat per lesson)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def refresh_main(argv: list[str]) -> int:
+    """``refresh GRADING_OUT [--lessons ...] [--due LESSON=WHEN]``: print what changed.
+
+    Args:
+        argv: the arguments after ``refresh``.
+
+    Returns:
+        0 once every output is written.
+
+    Raises:
+        GradingError: anything that keeps them from being written (one line, exit 2).
+    """
+    args = build_parser().parse_args(argv)
     rows = refresh(args.grading_out, lessons=args.lessons, due=args.due)
     out = args.grading_out.resolve()
     graded = [r for r in rows if r.status in _GRADED]

@@ -117,13 +117,15 @@ def _course_grading(args: list[str], tmp: Path) -> str:
     if args[:1] == ["secret"]:
         (tmp / "course_secret").unlink(missing_ok=True)
         return "" if cli.main(["secret", str(tmp / "course_secret")]) == 0 else "secret failed"
-    if args[:1] == ["export"]:
+    if args[:1] in (["export"], ["refresh"]):
+        from course_grading import refresh
         from course_grading.lms import export
 
+        parser = (export if args[0] == "export" else refresh).build_parser()
         try:
-            export.build_parser().parse_args(args[1:])
+            parser.parse_args(args[1:])
         except SystemExit as done:  # --help ends with 0, a bad argument with 2
-            bad = f"python -m course_grading export does not accept {args[1:]}"
+            bad = f"python -m course_grading {args[0]} does not accept {args[1:]}"
             return bad if done.code else ""
         return ""
     try:

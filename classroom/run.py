@@ -234,14 +234,23 @@ def _start_options(parser: argparse.ArgumentParser, unused: bool = False) -> Non
     def helped(text: str) -> str:
         return argparse.SUPPRESS if unused else text
 
-    add = parser.add_argument
-    add("--students", type=int, default=3, help=helped("demo students (%(default)s)"))
-    add("--prefix", default="shapes", help=helped("demo account names: PREFIX-student1 ..."))
-    add("--instructor", help=helped("an existing Unix account to teach (default: a demo one)"))
-    add("--student", action="append", help=helped("an existing Unix account (repeat)"))
-    add("--port", type=int, default=8000, help=helped("public port; 0 picks a free one"))
-    add("--ip", default="127.0.0.1", help=helped("public address (%(default)s)"))
-    add(
+    parser.add_argument(
+        "--students", type=int, default=3, help=helped("demo students (%(default)s)")
+    )
+    parser.add_argument(
+        "--prefix", default="shapes", help=helped("demo account names: PREFIX-student1 ...")
+    )
+    parser.add_argument(
+        "--instructor", help=helped("an existing Unix account to teach (default: a demo one)")
+    )
+    parser.add_argument(
+        "--student", action="append", help=helped("an existing Unix account (repeat)")
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help=helped("public port; 0 picks a free one")
+    )
+    parser.add_argument("--ip", default="127.0.0.1", help=helped("public address (%(default)s)"))
+    parser.add_argument(
         "--exit-with-parent", action="store_true", help=helped("stop everything if the caller dies")
     )
 

@@ -367,7 +367,8 @@ MADE_AT_RUN_TIME = {
     "steps.txt", "values.json", "in.ipynb", "out.ipynb", "worker.log", "hub.db",
     "jupyter_server_config.json", "page_config.json", "course_secret", "values.schema.json",
     "node_modules", "copies.md", "rows.json", "gpu_held_out_rows.json", "canvas.csv",
-    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv", "graded.csv",
+    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv", "graded.csv", "WORKSHEET.csv",
+    "class_gradebook.json",
 }  # fmt: skip
 #: Files of other projects the docs name, and why.
 NOT_OURS = {

@@ -22,7 +22,7 @@ CLASS_OUT ?= class-release
 COURSE_TERM ?=
 # make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
 SCHEDULER ?=
-LESSON ?= *
+LESSON ?=
 LAB_ARGS ?=
 # What jupyter-config/ holds, also installed in the venv: Jupyter servers started without
 # scripts/lab.py (formgrader in a hub, `jupyter lab` by hand) get the same settings.
@@ -42,7 +42,7 @@ help:
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
-	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
+	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
@@ -73,9 +73,11 @@ lab: setup
 formgrader: setup
 	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" . $(LAB_ARGS)
 
-# Feedback again after manual grading; withheld feedback is listed, and the exit status is 0.
+# After manual grading: the feedback pages (GRADING_OUT/feedback/, what students get),
+# report.csv, report.md and scores.csv made again from the gradebook's grades now, wherever they
+# were entered (course_grading/refresh.py); withheld feedback is listed, and the exit status is 0.
 feedback: setup
-	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" -m nbgrader generate_feedback "$(LESSON)" --force
+	$(PY) -m course_grading refresh "$(GRADING_OUT)" $(if $(strip $(LESSON)),--lessons $(LESSON))
 
 # ruff reads the notebooks itself (solutions/ and notebooks/: checked, not reformatted: their
 # cells keep the course's compact style); mypy checks course_lib with pyproject's [tool.mypy].
@@ -149,8 +151,9 @@ classroom-proxy:
 classroom: setup $(CHP)
 	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
 
+# Stop and clean take the start's CLASSROOM_ARGS, so a custom --state is the one stopped.
 classroom-stop:
-	$(PY) classroom/run.py stop
+	$(PY) classroom/run.py stop $(CLASSROOM_ARGS)
 
 classroom-clean:
-	$(PY) classroom/run.py clean
+	$(PY) classroom/run.py clean $(CLASSROOM_ARGS)

@@ -234,6 +234,33 @@ def as_instructor(room: Classroom, command: list[str]) -> int:
     ).returncode
 
 
+def _start_options(parser: argparse.ArgumentParser, unused: bool = False) -> None:
+    """``start``'s options; on ``stop`` and ``clean`` taken but unused (hidden from --help)."""
+
+    def helped(text: str) -> str:
+        return argparse.SUPPRESS if unused else text
+
+    parser.add_argument(
+        "--students", type=int, default=3, help=helped("demo students (%(default)s)")
+    )
+    parser.add_argument(
+        "--prefix", default="shapes", help=helped("demo account names: PREFIX-student1 ...")
+    )
+    parser.add_argument(
+        "--instructor", help=helped("an existing Unix account to teach (default: a demo one)")
+    )
+    parser.add_argument(
+        "--student", action="append", help=helped("an existing Unix account (repeat)")
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help=helped("public port; 0 picks a free one")
+    )
+    parser.add_argument("--ip", default="127.0.0.1", help=helped("public address (%(default)s)"))
+    parser.add_argument(
+        "--exit-with-parent", action="store_true", help=helped("stop everything if the caller dies")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python classroom/run.py", description=__doc__.split("\n")[0]
@@ -246,19 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     start = sub.add_parser(
         "start", parents=[common], help="bring the classroom up (Ctrl-C stops it)"
     )
-    start.add_argument("--students", type=int, default=3, help="demo students (%(default)s)")
-    start.add_argument("--prefix", default="shapes", help="demo account names: PREFIX-student1 ...")
-    start.add_argument(
-        "--instructor", help="an existing Unix account to teach (default: a demo one)"
+    _start_options(start)
+    # `make classroom-stop` and `classroom-clean` pass CLASSROOM_ARGS, start's options: the
+    # state folder is read from them, the others are taken and left unused.
+    _start_options(sub.add_parser("stop", parents=[common], help="stop a running classroom"), True)
+    clean = sub.add_parser(
+        "clean", parents=[common], help="stop; remove demo accounts and all data"
     )
-    start.add_argument("--student", action="append", help="an existing Unix account (repeat)")
-    start.add_argument("--port", type=int, default=8000, help="public port; 0 picks a free one")
-    start.add_argument("--ip", default="127.0.0.1", help="public address (%(default)s)")
-    start.add_argument(
-        "--exit-with-parent", action="store_true", help="stop everything if the caller dies"
-    )
-    sub.add_parser("stop", parents=[common], help="stop a running classroom")
-    sub.add_parser("clean", parents=[common], help="stop; remove demo accounts and all data")
+    _start_options(clean, True)
     instr = sub.add_parser("instructor", parents=[common], help="a command as the instructor")
     instr.add_argument("command", nargs=argparse.REMAINDER)
     grade = sub.add_parser("autograde", parents=[common], help="sandboxed autograde of a lesson")

@@ -45,6 +45,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -337,14 +338,14 @@ def kernel_argv(
     uid: int | None,
     limits: Limits,
     kernel: list[str],
-    cgroup_procs: Path | None = None,
+    cgroup_procs: Sequence[Path] = (),
 ) -> list[str]:
     """The full command that starts ``kernel`` sandboxed (module docstring).
 
     ``stage`` holds the student's folder as the kernel may see it (their notebook, without
     hidden tests, and the lesson's data files); ``connection`` is the connection file, which
-    the kernel reads as ``KERNEL_CONNECTION``. ``cgroup_procs``: the ``cgroup.procs`` file of
-    the sandbox's memory cgroup, joined before bwrap starts.
+    the kernel reads as ``KERNEL_CONNECTION``. ``cgroup_procs``: the ``cgroup.procs`` files of
+    the sandbox's cgroup, joined before bwrap starts.
 
     Args:
         bwrap: path of the ``bwrap`` executable (``check_available``).
@@ -354,13 +355,13 @@ def kernel_argv(
         uid: the slot's uid (``sandbox_uid``), or ``None`` to keep the grader's uid.
         limits: the sandbox's resource limits.
         kernel: the kernel's own command line (``python -m ipykernel_launcher -f ...``).
-        cgroup_procs: the memory cgroup's ``cgroup.procs`` file, or ``None`` where the host
-            lets this grader make no cgroup (memory is then watched instead).
+        cgroup_procs: the cgroup's ``cgroup.procs`` files (one, or one per cgroup v1
+            controller), or none where the host lets this grader make no cgroup (memory is
+            then watched instead).
 
     Returns:
         The argv to start: bwrap, its arguments, the in-sandbox start script and ``prlimit``,
-        then ``kernel``; prefixed by a shell that writes its own pid into ``cgroup_procs``
-        first when one is given, so bwrap and all it starts are born inside the cgroup.
+        then ``kernel``; joining ``cgroup_procs`` first (:func:`join`).
     """
     readonly = readonly_paths()
     args = [bwrap, *_namespaces(uid), *_system_binds(), *_devices(limits)]
@@ -376,10 +377,25 @@ def kernel_argv(
         args += ["--setenv", name, value]
     script = _start_script(lesson, uid)
     argv = [*args, "--", "/bin/sh", "-c", script, "sh", *_limits_command(limits), *kernel]
-    argv = seccomp.wrap(argv)
-    if cgroup_procs is None:
+    return join(seccomp.wrap(argv), cgroup_procs)
+
+
+def join(argv: list[str], cgroup_procs: Sequence[Path]) -> list[str]:
+    """``argv`` started inside a cgroup: a shell writes its own pid into each ``cgroup.procs``
+    file, then execs ``argv``, so bwrap and everything it starts are born inside.
+
+    Args:
+        argv: the command (bwrap's, wrapped by ``seccomp.wrap``).
+        cgroup_procs: the cgroup's ``cgroup.procs`` files; none: ``argv`` as it is.
+
+    Returns:
+        The command that joins first, or ``argv`` unchanged.
+    """
+    if not cgroup_procs:
         return argv
-    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *argv]
+    script = " && ".join(f'echo $$ > "${n}"' for n in range(1, len(cgroup_procs) + 1))
+    rest = f'shift {len(cgroup_procs)} && exec "$@"'
+    return ["/bin/sh", "-c", f"{script} && {rest}", "sh", *map(str, cgroup_procs), *argv]
 
 
 def command_argv(

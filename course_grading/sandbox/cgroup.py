@@ -86,7 +86,8 @@ def _read(path: Path) -> str:
 
 
 def _words(path: Path) -> set[str]:
-    return set(_read(path).split())
+    """The controllers a ``cgroup.controllers`` or ``cgroup.subtree_control`` file names."""
+    return {word.lstrip("+") for word in _read(path).split()}
 
 
 def delegated(folder: Path) -> bool:

@@ -84,7 +84,7 @@ faccessat:48 chdir:49 fchdir:50 chroot:51 fchmod:52 fchmodat:53 fchownat:54 fcho
 close:57 vhangup:58 pipe2:59 quotactl:60 getdents64:61 lseek:62 read:63 write:64 readv:65
 writev:66 pread64:67 pwrite64:68 preadv:69 pwritev:70 sendfile:71 pselect6:72 ppoll:73
 signalfd4:74 vmsplice:75 splice:76 tee:77 readlinkat:78 newfstatat:79 fstat:80 sync:81 fsync:82
-fdatasync:83 sync_file_range2:84 sync_file_range:84 timerfd_create:85 timerfd_settime:86
+fdatasync:83 sync_file_range:84 timerfd_create:85 timerfd_settime:86
 timerfd_gettime:87 utimensat:88 acct:89 capget:90 capset:91 personality:92 exit:93 exit_group:94
 waitid:95 set_tid_address:96 unshare:97 futex:98 set_robust_list:99 get_robust_list:100
 nanosleep:101 getitimer:102 setitimer:103 kexec_load:104 init_module:105 delete_module:106

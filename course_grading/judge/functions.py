@@ -232,7 +232,7 @@ def item_budget(settings: FunctionSandbox, key: tuple[str, str] | None) -> TimeB
         seconds = settings.budget_cap
     else:
         seconds = _rounded_up(max(settings.item_floor, settings.budget_factor * measured[1]))
-    return TimeBudget(seconds, f"the item's time budget, {seconds:g} s")
+    return TimeBudget(seconds, f"the item's time budget ({seconds:g} s)")
 
 
 def submission_budget(settings: FunctionSandbox, lesson: str) -> TimeBudget:
@@ -253,7 +253,7 @@ def submission_budget(settings: FunctionSandbox, lesson: str) -> TimeBudget:
         seconds = max(settings.submission_floor, settings.budget_cap)
     else:
         seconds = _rounded_up(max(settings.submission_floor, settings.budget_factor * spent))
-    return TimeBudget(seconds, f"the submission's time budget for graded functions, {seconds:g} s")
+    return TimeBudget(seconds, f"the submission's time budget for graded functions ({seconds:g} s)")
 
 
 def call_limit(settings: FunctionSandbox, key: tuple[str, str] | None) -> CallLimit:

@@ -2,7 +2,7 @@
 
 Student code is untrusted. Each submission's kernel is started as::
 
-    [join its memory cgroup]  bwrap <namespaces: pid, net, ipc, uts (+ user)>
+    [join its cgroup]  bwrap <seccomp filter> <namespaces: pid, net, ipc, uts (+ user)>
           <read-only: system, Python, venv, course_lib; course_grading covered>
           <private tmpfs: /tmp, /home/student, /run/shapes/runtime, /dev/shm; /dev read-only>
           <read-only: the staged folder, the connection file>  --
@@ -27,14 +27,18 @@ No network, its own IPC and UTS namespaces, a new session.
 Uids (``sandbox_uid``): one per grader process and parallel slot. A root grader drops the
 kernel to it (``setpriv``). An ordinary grader (a JupyterHub grader account) cannot, so bwrap
 makes a user namespace in which the kernel is that uid (``--unshare-user --uid``; no further
-user namespaces): outside, every slot is still the grader's uid, and it is the PID namespace
-that keeps one slot from naming another's processes or the grader's.
+user namespaces, ``--disable-userns``): outside, every slot is still the grader's uid, and it is
+the PID namespace that keeps one slot from naming another's processes or the grader's. In both
+modes the seccomp filter (``seccomp.py``, an allow-list) refuses any new namespace and every
+call a notebook does not need.
 
 Limits (``Limits``): ``prlimit`` sets address space, processes (counted per uid, and since
-Linux 5.14 per user namespace, so per slot in both modes), file size, no core dumps. Memory for
-the whole sandbox: a memory cgroup where the host lets this grader make one (``cgroup.py``),
-otherwise the summed resident memory of its processes, watched (``watch.py``). CPU time per cell
-is watched too. Interrupts go as messages: a signal to bwrap would not reach the kernel.
+Linux 5.14 per user namespace, so per slot in both modes), file size, no core dumps. Memory and
+processes for the whole sandbox: a cgroup where the host gives this grader one (``cgroup.py``,
+joined by :func:`join`), otherwise the summed resident and tmpfs memory of the sandbox, watched
+(``watch.py``). CPU time per cell is watched too. A graded function's sandbox
+(:func:`command_argv`) gets the same envelope (``judge/functions.py``). Interrupts go as
+messages: a signal to bwrap would not reach the kernel.
 """
 
 from __future__ import annotations

@@ -335,9 +335,15 @@ def test_the_cgroup_v2_path_on_this_kernel():
 def test_a_sandboxs_tmpfs_pages_are_counted_and_the_hosts_are_not(tmp_path):
     host_shm = Path("/dev/shm")
     script = "head -c 24M /dev/zero > /tmp/x && echo ready && sleep 30"
-    argv = sandbox.command_argv(bwrap=shutil.which("bwrap"), argv=["sh", "-c", script],
-                                binds=[(host_shm, "/mnt/host-shm")], limits=sandbox.Limits(),
-                                cpu_seconds=30, uid=None, env={"PATH": "/usr/bin:/bin"})
+    argv = sandbox.command_argv(
+        bwrap=shutil.which("bwrap"),
+        argv=["sh", "-c", script],
+        binds=[(host_shm, "/mnt/host-shm")],
+        limits=sandbox.Limits(),
+        cpu_seconds=30,
+        uid=None,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     filler = host_shm / f"shapes-test-{os.getpid()}"
     filler.write_bytes(b"x" * 32 * MIB)  # a host tmpfs bound in: not the sandbox's pages
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
@@ -451,19 +457,19 @@ def test_calls_under_the_call_limit_stop_at_the_items_budget(settings):
     free = functions.run(SLEEPER, "f", [call(1.8)] * 6, settings=limited)
     assert time.monotonic() - started > 10.8 and free.budget is None
     assert [c.get("returned") for c in free.answer["calls"]] == [1.8] * 6
-    budget = functions.TimeBudget(5.0, "the item's time budget, 5 s")
+    budget = functions.TimeBudget(5.0, "the item's time budget (5 s)")
     held = functions.run(SLEEPER, "f", [call(1.8)] * 6, settings=limited, budgets=[budget])
     assert held.budget is budget and 5.0 <= held.seconds < 6.5 and budget.spent == held.seconds
     kinds = [c.get("kind") for c in held.answer["calls"]]
     assert kinds[:2] == [None, None] and kinds[2] == "budget" and set(kinds[3:]) == {"skipped"}
-    assert "used the item's time budget, 5 s" in held.answer["calls"][2]["stopped"]
+    assert "used the item's time budget (5 s)" in held.answer["calls"][2]["stopped"]
     again = functions.run(SLEEPER, "f", [call(0)], settings=limited, budgets=[budget])
     assert again.answer is None and again.budget is budget and "was used up" in again.failure
 
 
 def test_a_submissions_budget_covers_its_items_together(settings):
     limited = _quick(settings)
-    submission = functions.TimeBudget(6.0, "the submission's time budget, 6 s")
+    submission = functions.TimeBudget(6.0, "the submission's time budget (6 s)")
     first = functions.run(SLEEPER, "f", [call(1.5)] * 2, settings=limited,
                           budgets=[functions.TimeBudget(5.0, "item 1"), submission])  # fmt: skip
     assert first.budget is None and submission.left() < 3.5
@@ -483,4 +489,4 @@ def test_budgets_follow_the_solutions_runs_with_a_floor():
     assert functions.submission_budget(made, "m").seconds == made.budget_cap
     assert functions.call_limit(made, ("m", "c")).cpu == 2.0  # a bare number: the CPU time
     budget = functions.item_budget(made, ("l", "b"))
-    assert budget.why == "the item's time budget, 50 s" and budget.left() == 50
+    assert budget.why == "the item's time budget (50 s)" and budget.left() == 50

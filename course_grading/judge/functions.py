@@ -138,7 +138,7 @@ class Ran:
     failure: str = ""  # why there is no answer (time, crash, output), in a student's words
     seconds: float = 0.0  # wall-clock time of the run, sandbox start to end
     budget: TimeBudget | None = None  # the budget that stopped it, if one did
-    memory_kills: int = 0  # processes of its sandbox killed at the memory limit (a cgroup)
+    memory_kills: int = 0  # processes its cgroup killed at the memory limit (1: the watch stopped)
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -359,7 +359,8 @@ def run(
                 ran_for = time.monotonic() - started
                 for budget in budgets:
                     budget.spent += ran_for
-            ran.memory_kills = group.oom_kills() if group is not None else 0
+            kills = group.oom_kills() if group is not None else 0
+            ran.memory_kills = kills or int(session.over_memory)
     ran.seconds, ran.budget = ran_for, first if session.out_of_time else None
     return ran
 

@@ -125,6 +125,7 @@ class Session:
         self.cgroup, self.memory_bytes = memory
         self.deadline = deadline
         self.out_of_time = False  # whether the deadline stopped a call
+        self.over_memory = False  # whether the watched memory limit stopped the run
         self._init: int | None = None  # the sandbox's init, once found (its tmpfs folders)
 
     def pending(self) -> bool:
@@ -194,7 +195,7 @@ class Session:
             )
         used, self._init = processes.sandbox_usage(self.proc.pid, self._init, self.memory_bytes)
         if self.memory_bytes is not None and used.memory > self.memory_bytes:
-            gib = self.memory_bytes / 2**30
+            self.over_memory, gib = True, self.memory_bytes / 2**30
             raise Stopped("memory", f"its sandbox held more than {gib:g} GiB and was stopped")
         if used.cpu - cpu0 > limit.cpu:
             raise Stopped("cpu", f"it used more than {limit.cpu:g} s of CPU time ({limit.why})")

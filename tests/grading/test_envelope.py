@@ -401,9 +401,10 @@ def test_a_watched_function_sandbox_counts_its_tmpfs(settings, monkeypatch):
     ran = functions.run(FILL_TMP, "f", [call(3)], settings=tight)
     said = ran.failure or ran.answer["calls"][0].get("stopped", "")  # in the cell, or the call
     assert "its sandbox held more than 0.15625 GiB and was stopped" in said, ran
+    assert ran.memory_kills == 1  # what the item's review flag reads
     monkeypatch.setattr(processes, "tmpfs_bytes", lambda init: 0)
     ran = functions.run(FILL_TMP, "f", [call(3)], settings=tight)
-    assert ran.answer["calls"][0].get("returned") == 3
+    assert ran.answer["calls"][0].get("returned") == 3 and ran.memory_kills == 0
 
 
 HOGS = (

@@ -355,8 +355,7 @@ class Evidence:
         if ran.budget is not None:
             note = f"its graded function's runs used {ran.budget.why} and were stopped"
             self.review.append(note)
-        stops = [c.get("kind") for c in (ran.answer or {}).get("calls", [])]
-        if ran.memory_kills or "memory" in stops or "memory" in ran.failure:
+        if ran.memory_kills:
             gib = settings.limits.memory_bytes / 2**30
             self.review.append(
                 f"its graded function's sandbox reached its memory limit of {gib:g} GiB; "

@@ -55,7 +55,7 @@ class TimeBudget:
     submission (:func:`run` charges each run's time to each budget it was given)."""
 
     seconds: float
-    why: str  # what it is, in the words of a reason ("the item's time budget of 30 s")
+    why: str  # what it is, in the words of a reason ("the item's time budget (30 s)")
     spent: float = 0.0  # seconds its runs took so far
 
     def left(self) -> float:
@@ -245,7 +245,7 @@ def submission_budget(settings: FunctionSandbox, lesson: str) -> TimeBudget:
     Returns:
         ``budget_factor`` times the solution's runs of all the lesson's function items in this
         run, at least ``submission_floor``, rounded up to 5 s; where one of them was not
-        measured, the most its items' budgets allow together, at least ``submission_floor``.
+        measured (or none), the fixed ``budget_cap``, at least ``submission_floor``.
     """
     times = [_measured(settings, key) for key in settings.solution_cpu if key[0] == lesson]
     spent = sum(t[1] for t in times if t is not None)

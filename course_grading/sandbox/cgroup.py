@@ -293,7 +293,7 @@ class Cgroup:
         """Remove the cgroup once its processes are gone (they are: the namespace ended).
 
         The last processes may still be exiting when the sandbox ends, so removal is retried
-        every 50 ms; a folder still busy after ``wait`` is left (a later ``make`` removes it
+        every 10 ms; a folder still busy after ``wait`` is left (a later ``make`` removes it
         once the worker named in it has ended).
 
         Args:
@@ -307,4 +307,4 @@ class Cgroup:
                 except OSError:
                     if time.monotonic() > deadline:
                         break
-                    time.sleep(0.05)
+                    time.sleep(0.01)

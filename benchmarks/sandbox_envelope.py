@@ -4,14 +4,21 @@
 
 Each attack is one student of the fast fixture lesson, graded alone with ``python -m
 course_grading --jobs 1`` as an instructor would (as root, where the sandbox gets a cgroup; with
-``--ordinary``, as an ordinary uid, where the watch holds it instead). While it is graded, the
-host's available memory (``MemAvailable``) is sampled every 50 ms; the script prints, per
-attack, the ``--memory`` limit, the row (status, auto score, the reasons that name a limit), the
-run's time, and the host memory it took: the median of 2 s of samples before the run less the
-lowest sample during it. An honest student graded the same way is the baseline (the grader, its
-kernel and its function sandbox take some memory of their own). Target: no attack takes more
-than its ``--memory`` limit (one slot). The machine's load is printed before and after: on a
-shared machine other processes move ``MemAvailable`` too, so a figure is an upper bound.
+``--ordinary``, as an ordinary uid, where the watch holds it instead). It prints, per attack, the
+``--memory`` limit, the row (status, auto score, the reasons that name a limit), the run's time,
+and the memory the run took, two ways:
+
+- **the run's peak**: the whole grading command runs in a cgroup v1 memory cgroup of its own
+  (as root, where there is one), whose ``memory.max_usage_in_bytes`` counts every page the
+  grader, its kernels and its function sandboxes held at once, tmpfs pages included, and nothing
+  of other processes on the machine;
+- **the host's available memory**: ``MemAvailable`` sampled every 50 ms, the median of 2 s of
+  samples before the run less the lowest during it. On a machine others share, their processes
+  move this figure by GiBs either way: read it beside the load average printed.
+
+An honest student graded the same way is the baseline: the grader, its kernel and its function
+sandbox hold some memory of their own. Target: no attack takes more than its ``--memory`` limit
+(one slot) beyond the baseline.
 
 Run it with another checkout's Python (``/path/to/main/.venv/bin/python
 benchmarks/sandbox_envelope.py``) to grade with that checkout's grader: the attacks are the
@@ -116,6 +123,41 @@ def available() -> int:
     raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
+class RunCgroup:
+    """A cgroup v1 memory cgroup of its own for one command (root only), and its peak."""
+
+    def __init__(self, name: str) -> None:
+        own = [line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+               if "memory" in line.split(":", 2)[1].split(",")]  # fmt: skip
+        parent = Path("/sys/fs/cgroup/memory") / (own[0].lstrip("/") if own else "")
+        self.folder = parent / name if os.geteuid() == 0 and parent.is_dir() else None
+        if self.folder is not None:
+            self.folder.mkdir()
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` started inside the cgroup (as it is where there is none)."""
+        if self.folder is None:
+            return argv
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.folder / "cgroup.procs"),
+                *argv]  # fmt: skip
+
+    def peak(self) -> float | None:
+        """The most the command held at once, in GiB (``None``: no cgroup)."""
+        if self.folder is None:
+            return None
+        return int((self.folder / "memory.max_usage_in_bytes").read_text()) / 2**30
+
+    def remove(self) -> None:
+        """Remove the cgroup, its processes gone."""
+        for _ in range(100):
+            if self.folder is None or not self.folder.exists():
+                return
+            try:
+                self.folder.rmdir()
+            except OSError:
+                time.sleep(0.1)
+
+
 class Lowest:
     """The lowest ``MemAvailable`` while the block runs (sampled every 50 ms)."""
 
@@ -161,11 +203,14 @@ def grade_one(work: wc.WorkCourse, root: Path, name: str, ordinary: bool) -> dic
     if ordinary:
         hand_to_ordinary_user(base)
         command = as_ordinary_user(command)
+    group = RunCgroup(f"shapes-envelope-{os.getpid()}-{list(ATTACKS).index(name)}")
     before = statistics.median(available() for _ in range(40) if time.sleep(0.05) is None)
     started = time.monotonic()
     with Lowest() as low:
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        done = subprocess.run(group.command(command), capture_output=True, text=True, env=env)
     seconds = time.monotonic() - started
+    peak = group.peak()
+    group.remove()
     rows = []
     if (out / "report.csv").is_file():
         with open(out / "report.csv", newline="", encoding="utf-8") as fh:
@@ -179,6 +224,7 @@ def grade_one(work: wc.WorkCourse, root: Path, name: str, ordinary: bool) -> dic
         "said": "; ".join(said)[:300] or "-",
         "seconds": seconds,
         "took": (before - low.low) / 2**30,
+        "peak": peak,
         "error": done.stderr.strip().splitlines()[-1:] if done.returncode else [],
     }
 
@@ -204,9 +250,10 @@ def main() -> None:
             if args.only and not any(name.startswith(o) for o in args.only):
                 continue
             got = grade_one(work, root, name, args.ordinary)
-            print(f"{name} (--memory {got['memory']}): {got['row']}, {got['seconds']:.0f} s, "
-                  f"host memory taken {got['took']:.2f} GiB; {got['said']} {got['error'] or ''}",
-                  flush=True)  # fmt: skip
+            peak = "-" if got["peak"] is None else f"{got['peak']:.2f} GiB"
+            print(f"{name} (--memory {got['memory']}): {got['row']}, {got['seconds']:.0f} s; the "
+                  f"run's peak {peak}, MemAvailable down {got['took']:.2f} GiB; {got['said']} "
+                  f"{got['error'] or ''}", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(f"load {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f}")

@@ -48,9 +48,9 @@ graded alone, every original must be byte-identical, both root reports identical
 may hold instructor material, nothing may reach the port or another sandbox or the grader, no
 process may be left, and neither the host's disk nor the grader's memory may take what the
 students tried to put there. The same checks run on a small class graded ``--no-sandbox`` must
-fail: they can tell. Run on the code before issue 42, the function members all pass unflagged:
-the escaper's function answers wrong (its namespace and tmpfs were made), the fnhogs and
-slowcalls rows name no limit.
+fail: they can tell. On the code before issue 42 (``benchmarks/sandbox_envelope.py`` grades the
+same attacks alone, with either checkout) no function member's row named a limit, and the
+escaper's function answered wrong: its namespace and its tmpfs were made.
 """
 
 from __future__ import annotations

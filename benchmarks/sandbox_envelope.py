@@ -52,7 +52,11 @@ from class_builders import (  # noqa: E402 (the tests' class builders, as benchm
     write,
 )
 
+import course_grading  # noqa: E402
 from course_grading.nbgrader import course as wc  # noqa: E402
+
+#: The checkout whose grader this Python imports: the grading command runs there.
+CHECKOUT = Path(course_grading.__file__).resolve().parents[1]
 
 FUNCTION = "if 'ipykernel' not in sys.modules:  # where the graded function runs\n"
 TOKENS = "def tokens_per_batch(batch_size, seq_len):\n    return batch_size * seq_len\n"
@@ -207,7 +211,9 @@ def grade_one(work: wc.WorkCourse, root: Path, name: str, ordinary: bool) -> dic
     before = statistics.median(available() for _ in range(40) if time.sleep(0.05) is None)
     started = time.monotonic()
     with Lowest() as low:
-        done = subprocess.run(group.command(command), capture_output=True, text=True, env=env)
+        done = subprocess.run(
+            group.command(command), capture_output=True, text=True, env=env, cwd=CHECKOUT
+        )  # ``-m`` imports from the folder it starts in
     seconds = time.monotonic() - started
     peak = group.peak()
     group.remove()
@@ -235,9 +241,7 @@ def main() -> None:
     parser.add_argument("--ordinary", action="store_true", help="grade as an ordinary uid")
     parser.add_argument("--only", nargs="*", default=None, help="attacks whose name starts so")
     args = parser.parse_args()
-    import course_grading
-
-    print(f"grader: {Path(course_grading.__file__).parent}")
+    print(f"grader: {CHECKOUT / 'course_grading'}")
     print(f"as {'an ordinary uid (no cgroup: watched)' if args.ordinary else 'root'}; load "
           f"{os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f}")  # fmt: skip
     base = Path(tempfile.mkdtemp(prefix="shapes-envelope-course-"))

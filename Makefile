@@ -125,6 +125,7 @@ bench: setup
 	$(PY) benchmarks/checkpointing.py
 	$(PY) benchmarks/hf_memory.py
 	$(PY) benchmarks/grading.py
+	$(PY) benchmarks/sandbox_envelope.py
 
 # GPU checks: the memory model and checkpointing against the CUDA allocator. Needs a CUDA torch
 # (make setup TORCH_SPEC=...); each script says so and exits 0 on a machine without a GPU.

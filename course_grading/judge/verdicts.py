@@ -34,7 +34,7 @@ from course_grading.errors import GradingError
 from course_grading.judge import items as trusted
 from course_grading.judge import plain
 from course_grading.judge import secret as course_secret
-from course_grading.judge.functions import FunctionSandbox
+from course_grading.judge.functions import FunctionSandbox, TimeBudget, submission_budget
 from course_grading.judge.items import Verdict
 from course_grading.judge.items.checking import SELF_STUDY
 from course_grading.judge.lesson import LessonSpec
@@ -151,8 +151,9 @@ def grade_submission(
 
     Returns:
         The verdict of every item, by test-cell grade id, and the review flags: the
-        ``course_lib`` uses (:func:`course_lib_review`), and the items whose values answer the
-        self-study edition in a class edition (``items.SELF_STUDY``).
+        ``course_lib`` uses (:func:`course_lib_review`), the items whose values answer the
+        self-study edition in a class edition (``items.SELF_STUDY``), and the limits graded
+        functions reached (named by their item).
 
     Raises:
         GradingError: the source notebook's declarations and the registry disagree, or graded
@@ -164,6 +165,7 @@ def grade_submission(
         values = {n: values["*"] for item in registered.values() for n in item.values}
     graded = Graded(review=course_lib_review(submitted, spec))
     present = cells_by_id(submitted)
+    budget = submission_budget(sandbox, spec.lesson)  # every function item's runs together
     for gid, item in registered.items():
         if gid not in present:  # scored 0 (gradebook.read_scores): say that, not the check's
             graded.verdicts[gid] = Verdict(
@@ -173,9 +175,11 @@ def grade_submission(
             continue
         answer, earlier = answer_and_earlier(submitted, spec, item.answer)
         later = cells_after(submitted, spec, item.answer)
-        graded.verdicts[gid] = decide(
-            item, spec, student, values, answer, sandbox, earlier, secret=secret, later=later
-        )
+        graded.verdicts[gid] = decide(item, spec, student, values, answer, sandbox, earlier,
+                                      secret=secret, later=later, budget=budget)  # fmt: skip
+        graded.review += [
+            f"{gid}: {note}" for note in graded.verdicts[gid].review if note != SELF_STUDY
+        ]
     if edition := [gid for gid, v in graded.verdicts.items() if SELF_STUDY in v.review]:
         graded.review.append(
             f"{SELF_STUDY}: {', '.join(edition)} (the public notebook's numbers, not this class "
@@ -195,6 +199,7 @@ def decide(
     *,
     secret: bytes | None = None,
     later: Sequence[tuple[str, str, frozenset[str]]] = (),
+    budget: TimeBudget | None = None,
 ) -> Verdict:
     """One item's verdict from its evidence.
 
@@ -214,6 +219,8 @@ def decide(
         later: the student's cells after it (:func:`cells_after`): a value set again there
             with ``course_lib`` is not the student's own work.
         secret: the course secret; ``None``: practice grading.
+        budget: the submission's time budget for graded functions, shared by its items
+            (``functions.submission_budget``); ``None``: the item's own budget alone.
 
     Returns:
         The item's verdict.
@@ -229,6 +236,7 @@ def decide(
         answer_source=answer,
         sandbox=sandbox,
         secret=secret,
+        budget=budget,
     )
     return trusted.verdict(
         item,

@@ -23,7 +23,7 @@ import torch
 from class_builders import FIXTURE, FIXTURE_ROOT, sandbox_problem
 
 from course_grading.errors import GradingError
-from course_grading.judge import functions, items, plain, visible
+from course_grading.judge import functions, items, plain, staging, visible
 from course_grading.judge.items import Evidence, Reject, call
 from course_grading.nbgrader import course as wc
 from course_grading.report import Row, csv_text, markdown_text, write_reports
@@ -358,15 +358,15 @@ def test_honest_cells_use_nothing(code):
 
 
 def test_the_staged_package_is_the_closure_of_what_an_item_allows(tmp_path):
-    modules = functions.closure(("course_lib.model",))
+    modules = staging.closure(("course_lib.model",))
     assert "course_lib.model" in modules and "course_lib.masks" in modules
     assert "course_lib.budget" not in modules and "course_lib.answers" not in modules
-    functions.stage(("course_lib.model",), (), tmp_path)
+    staging.stage(("course_lib.model",), (), tmp_path)
     staged = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
     assert "course_lib/model.py" in staged and "course_lib/__init__.py" in staged
     assert (tmp_path / "course_lib" / "__init__.py").read_text() == ""  # not the real one
     with pytest.raises(GradingError, match="forbids"):
-        functions.stage(("course_lib.model",), ("course_lib.masks",), tmp_path / "x")
+        staging.stage(("course_lib.model",), ("course_lib.masks",), tmp_path / "x")
 
 
 @pytest.fixture(scope="module")
@@ -747,7 +747,8 @@ def test_a_grading_error_is_one_line_and_status_2(tmp_path):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"python -m course_grading: submissions folder {tmp_path / 'none'} does not exist"
+        f"python -m course_grading: submissions folder {tmp_path / 'none'} does not exist "
+        "(give a folder, or the zip Canvas or Moodle downloaded)"
     ]
 
 

@@ -76,6 +76,7 @@ class Evidence:
         answer_source: str | None = None,
         sandbox: functions.FunctionSandbox | None = None,
         secret: bytes | None = None,
+        budget: functions.TimeBudget | None = None,
     ) -> None:
         """The evidence of ``item`` for ``student``'s submission.
 
@@ -88,6 +89,9 @@ class Evidence:
                 such cell.
             sandbox: how the graded function runs (a function item); ``None``: the defaults.
             secret: the course secret hidden inputs are drawn with; ``None``: practice grading.
+            budget: the submission's time budget for graded functions, which this item's runs
+                share with its other items (``functions.submission_budget``); ``None``: none
+                but the item's own.
         """
         self.item, self.student = item, student
         self._values = values or {}
@@ -99,6 +103,12 @@ class Evidence:
         self.rng = random.Random(self.seed)
         self.review: list[str] = []
         self.call_times: list[tuple[float, float]] = []  # (CPU, wall) seconds of every call
+        self.run_seconds = 0.0  # wall-clock seconds of every run of the function, start to end
+        self._budgets = [functions.item_budget(self._settings(), (item.lesson, item.grade_id))]
+        self._budgets += [budget] if budget is not None else []
+
+    def _settings(self) -> functions.FunctionSandbox:
+        return self._sandbox or functions.FunctionSandbox()
 
     # values
     def _raw(self, name: str) -> object:
@@ -307,15 +317,19 @@ class Evidence:
             raise Reject(f"the answer cell {item.answer!r} is not in your notebook")
         source = _python_source(self.answer_source)
         shown = [c.pop("shown", "…") for c in calls]
+        settings = self._settings()
         ran = functions.run(
             source,
             item.function,
             calls,
             allowed=item.allowed,
             forbidden=item.forbidden,
-            settings=self._sandbox or functions.FunctionSandbox(),
+            settings=settings,
             key=(item.lesson, item.grade_id),
+            budgets=self._budgets,
         )
+        self.run_seconds += ran.seconds
+        self._note_limits(ran, settings)
         if ran.answer is None:
             raise Reject(f"{item.function}: {ran.failure}")
         if ran.answer["error"]:
@@ -340,6 +354,18 @@ class Evidence:
                 )
             )
         return results
+
+    def _note_limits(self, ran: functions.Ran, settings: functions.FunctionSandbox) -> None:
+        """Review flags for the limits a run reached: a time budget, the sandbox's memory."""
+        if ran.budget is not None:
+            note = f"its graded function's runs used {ran.budget.why} and were stopped"
+            self.review.append(note)
+        if ran.memory_kills:
+            gib = settings.limits.memory_bytes / 2**30
+            self.review.append(
+                f"its graded function's sandbox reached its memory limit of {gib:g} GiB; "
+                "processes of it were killed"
+            )
 
 
 def _python_source(source: str) -> str:
@@ -380,11 +406,13 @@ def verdict(
 
     Returns:
         The check's verdict (full marks with its message, or 0 with the reason it rejected),
-        with the wall-clock seconds of the item's function calls.
+        with the wall-clock seconds of the item's function runs and its review flags (a
+        check's own, and the limits its runs reached).
     """
     decided = _decided(item, ev, uses, borrowed, unread)
-    seconds = sum(wall for _, wall in ev.call_times)
-    return replace(decided, seconds=seconds) if seconds else decided
+    review = tuple(dict.fromkeys((*decided.review, *ev.review)))  # a check's own Verdict too
+    seconds = ev.run_seconds or sum(wall for _, wall in ev.call_times)
+    return replace(decided, seconds=seconds, review=review)
 
 
 def _decided(

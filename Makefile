@@ -66,7 +66,7 @@ lab: setup
 
 # Manual grading in a grading workspace's course (formgrader reads the folder's config).
 formgrader: setup
-	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" . $(LAB_ARGS)
+	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" --instructor . $(LAB_ARGS)
 
 # Feedback again after manual grading; withheld feedback is listed, and the exit status is 0.
 feedback: setup

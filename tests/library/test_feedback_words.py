@@ -54,4 +54,5 @@ def test_the_derivations_feedback_reads_as_a_sentence(capsys):
 
 
 def test_the_nesting_check_sees_the_old_words():
-    assert nesting("item: plausible (x); checked (right in every place (exact (a whole number)))") == 3
+    old = "item: plausible (x); checked (right in every place (exact (a whole number)))"
+    assert nesting(old) == 3

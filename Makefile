@@ -96,6 +96,9 @@ release: setup
 ifneq ($(strip $(SECRET_FILE)),)
 	$(PY) scripts/release.py --secret-file "$(SECRET_FILE)" --out "$(CLASS_OUT)"
 else
+	@# scripts/links.py: every lesson's Colab link, "how to answer" note and install cell, from
+	@# the one repository address it holds
+	$(PY) scripts/links.py
 	$(PY) scripts/release.py --strip-solutions
 	$(PY) scripts/release.py
 endif

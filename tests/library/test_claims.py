@@ -131,3 +131,35 @@ def test_the_plans_note_names_the_range_when_no_accumulation_lands_in_it():
     p = plan(LESSON_5, 24 * 2**20, 128, 800, target_effective=(64, 64))
     (note,) = p.notes
     assert "no accumulation puts 11 x A examples per step within 64-64" in note
+
+
+# --- lesson 2: a right-padded causal batch needs no mask ----------------------------------------
+
+
+@pytest.mark.parametrize("attn_impl", ["eager", "sdpa"])
+def test_dropping_the_mask_of_a_right_padded_causal_batch_is_exact(attn_impl):
+    """Lesson 2 §4: "with right padding and a causal model ... dropping the mask is exact"."""
+    torch.manual_seed(0)
+    model = TinyGPT(replace(LESSON_1, attn_impl=attn_impl, max_seq_len=64))
+    ids = torch.randint(3, 256, (1, 9))
+    padded = torch.cat([ids, torch.zeros(1, 5, dtype=torch.long)], dim=1)  # 5 pads at the right
+    with torch.no_grad():
+        alone = model(input_ids=ids).logits
+        unmasked = model(input_ids=padded).logits[:, :9]
+        flipped = model(input_ids=padded.flip(1)).logits[:, 5:]  # left padding: the pads lead
+    assert (unmasked - alone).abs().max() < 1e-5
+    assert (flipped - model(input_ids=ids.flip(1)).logits).abs().max() > 1e-3  # needs a mask
+
+
+# --- lesson 5: a full fp32 AdamW fine-tune keeps 16 bytes per parameter --------------------------
+
+
+def test_weights_gradients_and_adamw_take_16_bytes_a_parameter():
+    """Lesson 5 §1: "4 + 4 + 8 = 16 bytes per parameter in fp32, whatever the batch"."""
+    from course_lib.memory import parameter_count
+    from course_lib.plan import training_memory
+
+    for rows in (1, 8):
+        step = training_memory(LESSON_5, rows, 128)
+        fixed = step.total - step.activations
+        assert fixed == 16 * parameter_count(LESSON_5) == 4 * step.weights

@@ -37,6 +37,7 @@ lab = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lab)
 
 LESSON = "01_tokens_and_attention_memory"
+ARTIFACTS = ROOT / "artifacts" / "browser"
 INSTRUCTOR_TABS = {"Nbgrader Create Assignment"}
 INSTRUCTOR_MENU = {"Course List", "Formgrader", "Formgrader (local)", "Create assignment"}
 INSTRUCTOR_LAB = {
@@ -78,6 +79,10 @@ def see_lab(tmp_path: Path, *flags: str) -> dict:
                       ("JUPYTERLAB_SETTINGS_DIR", "settings"),
                       ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")]:  # fmt: skip
         env[name] = str(tmp_path / sub)
+    # every cell rendered (JupyterLab 4 renders only the cells on screen by default)
+    tracker = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, str(ROOT / "scripts" / "lab.py"), *flags, str(folder),
@@ -132,6 +137,18 @@ def _browse(url: str) -> dict:
             page.locator(".lm-Menu").first.wait_for(timeout=10_000)
             seen["menu"] = {t for t in page.locator(".lm-Menu-itemLabel").all_inner_texts() if t}
             seen["toolbar"] = page.locator(".jp-NotebookPanel-toolbar").first.inner_text()
+            page.keyboard.press("Escape")
+            details = page.locator(".jp-RenderedMarkdown details")
+            seen["checks"] = details.count()
+            seen["open"] = sum(d.get_attribute("open") is not None for d in details.all())
+            if seen["checks"]:  # a student opens the first one: the model answer shows
+                first = details.first
+                first.locator("summary").click()
+                seen["opened"] = first.get_attribute("open") is not None
+                seen["answer"] = first.inner_text()
+                first.scroll_into_view_if_needed()
+                ARTIFACTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(ARTIFACTS / "check-your-answer-open.png"))
             return seen
         finally:
             browser.close()
@@ -146,6 +163,9 @@ def test_a_students_lab_shows_no_instructor_tools_and_keeps_validate(tmp_path):
     assert not INSTRUCTOR_MENU & seen["menu"], f"instructor menu items: {seen['menu']}"
     assert "Assignment List" in seen["menu"]  # the student's side of nbgrader stays
     assert "Validate" in seen["toolbar"]
+    # the self-study notebook's two Check your answer cells: closed, and open on a click
+    assert seen["checks"] == 2 and seen["open"] == 0, seen
+    assert seen["opened"] and "Model answer." in seen["answer"] and "Rubric" in seen["answer"]
 
 
 @pytest.mark.browser

@@ -119,8 +119,9 @@ def add_check_cells(nb: nbformat.NotebookNode) -> int:
         nb: an instructor notebook, before nbgrader strips its solutions.
 
     Returns:
-        How many cells were added (one per written answer; 0 when there are none, when ``nb``
-        has them already, or when it was rendered for a class: :func:`mark_class_edition`).
+        How many cells were added: one per written answer that has a model answer (a written
+        answer without a solution region has nothing to show, and gets none); 0 when ``nb`` has
+        them already, or when it was rendered for a class (:func:`mark_class_edition`).
     """
     if nb.metadata.get(METADATA, {}).get(KEY) is False:
         return 0
@@ -128,6 +129,8 @@ def add_check_cells(nb: nbformat.NotebookNode) -> int:
         return 0
     added = 0
     for i in reversed(written_answers(nb)):
+        if _REGION.search(nb.cells[i].source) is None:
+            continue
         nb.cells.insert(i + 1, check_cell(nb.cells[i]))
         added += 1
     return added

@@ -71,7 +71,7 @@ lab: setup
 
 # Manual grading in a grading workspace's course (formgrader reads the folder's config).
 formgrader: setup
-	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" . $(LAB_ARGS)
+	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" --instructor . $(LAB_ARGS)
 
 # After manual grading: the feedback pages (GRADING_OUT/feedback/, what students get),
 # report.csv, report.md and scores.csv made again from the gradebook's grades now, wherever they
@@ -103,6 +103,9 @@ release: setup
 ifneq ($(strip $(SECRET_FILE)),)
 	$(PY) scripts/release.py --secret-file "$(SECRET_FILE)" --out "$(CLASS_OUT)"
 else
+	@# scripts/links.py: every lesson's Colab link, "how to answer" note and install cell, from
+	@# the one repository address it holds
+	$(PY) scripts/links.py
 	$(PY) scripts/release.py --strip-solutions
 	$(PY) scripts/release.py
 endif

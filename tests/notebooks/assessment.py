@@ -63,6 +63,7 @@ from course_grading.judge.verdicts import (
     decide,
     taken_values,
 )
+from course_grading.nbgrader import self_study
 from course_grading.review.copies import course_references, find_clusters
 from course_grading.review.names import Bindings
 from course_grading.review.uses import bound_names, cells_after
@@ -317,7 +318,8 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
         for i, cell in enumerate(cells):
             gid = nbgrader_meta(cell).get("grade_id") or f"cell {i + 1}"
             if cell.cell_type != "code":
-                texts.append((f"markdown {gid}", cell.source))
+                kind = "self-study check" if self_study.is_check_cell(cell) else "markdown"
+                texts.append((f"{kind} {gid}", cell.source))
                 continue
             if is_answer(cell):
                 probes[gid] = _probe(p, cell, cells[i + 1], entries.get(gid, Item()))

@@ -302,20 +302,53 @@ def lets_wrong_through(probe: Probe) -> list[str]:
 def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -> list[str]:
     """Every graded answer's printed form found in what a student reads on the blank notebook,
     outside the contexts each item allows (``Item.shown``) and measured medians with their range
-    (``probes.MEASURED``); ``forms``: answer cell -> value name -> form."""
+    (``probes.MEASURED``); ``forms``: answer cell -> value name -> form.
+
+    A self-study *Check your answer* cell (``CHECK``: the model answer of a written question,
+    opened by the student after writing theirs) is read for the items below it only: what it
+    says about the items above is the point of it. A number there that also prints an answer of
+    an item above it is that item's, not a later one's (lesson 1's "I predicted 16" is not its
+    target practice's batch of 16)."""
     found = []
+    place = {where: i for i, (where, _) in enumerate(run.texts)}
+    at = {gid: place.get(f"answer cell {gid} (blank)", -1) for gid in run.probes}
     for gid, probe in run.probes.items():
-        answers = dict(probe.right)
-        for args, _, result in _calls(probe):
-            answers[f"{gid}{args}"] = result
-        for where, text in run.texts:
+        answers = _answers_of(probe, gid)
+        for i, (where, text) in enumerate(run.texts):
+            if where.startswith(CHECK) and 0 <= at[gid] < i:
+                continue  # a check cell below this item
             text = MEASURED.sub(" ", text)
             for context in shown.get(gid, {}):
                 text = text.replace(context, " ")
+            above = _printed_above(run, at, i, text, forms) if where.startswith(CHECK) else set()
             for name, value in answers.items():
                 for form in printed_answers(value, forms.get(gid, {}).get(name), text):
-                    found.append(f"{name} shows as {form!r} in {where}")
+                    if form not in above:
+                        found.append(f"{name} shows as {form!r} in {where}")
     return found
+
+
+#: How the pass names a self-study *Check your answer* cell in ``Run.texts``.
+CHECK = "self-study check"
+
+
+def _answers_of(probe: Probe, gid: str) -> dict[str, object]:
+    answers = dict(probe.right)
+    for args, _, result in _calls(probe):
+        answers[f"{gid}{args}"] = result
+    return answers
+
+
+def _printed_above(run, at: dict[str, int], i: int, text: str, forms: dict) -> set[str]:
+    """The printed forms in ``text`` of the answers of every item whose answer cell is above
+    text ``i``."""
+    return {
+        form
+        for gid, probe in run.probes.items()
+        if 0 <= at[gid] < i
+        for name, value in _answers_of(probe, gid).items()
+        for form in printed_answers(value, forms.get(gid, {}).get(name), text)
+    }
 
 
 def _calls(probe: Probe) -> list:
@@ -382,6 +415,21 @@ def test_the_checks_see_a_disagreement_and_a_spoiler():
 
     found = spoilers_of(Fake, {"q": {"16 × 1024": "the worked example"}}, {})
     assert found == ["predicted_ratio shows as '16' in cell setup-9"], found
+
+    class WithChecks:  # a self-study check cell: read for the items below it only
+        probes = {
+            "p": Probe("p", right={"predicted_ratio": 16.0}),
+            "t": Probe("t", right={"target_batch_size": 16, "target_seq_len": 256}),
+        }
+        texts = [
+            ("answer cell p (blank)", ""),
+            (f"{CHECK} cell 5", "I predicted 16: 256 × 4 ..."),  # 16 is p's; 256 gives t away
+            ("answer cell t (blank)", ""),
+            (f"{CHECK} cell 9", "the batch of 16 rows of 256"),  # below both: fine
+        ]
+
+    found = spoilers_of(WithChecks, {}, {})
+    assert found == [f"target_seq_len shows as '256' in {CHECK} cell 5"], found
 
 
 def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():

@@ -335,9 +335,8 @@ def run(
         for name in ("runner.py", "encode.py"):
             shutil.copyfile(RUNNER_DIR / name, folder / name)
         staged = stage(allowed, forbidden, folder / "pkg") if allowed else []
-        for path in [folder, *folder.rglob("*")]:
+        for path in [Path(tmp), folder, *folder.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)  # a dropped uid reads them
-        os.chmod(tmp, 0o755)
         inside = INSIDE if settings.bwrap else str(folder)
         request = {
             "source": source,

@@ -32,7 +32,7 @@ JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
 	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
 .PHONY: setup lab test lint unit notebooks release release-check grade secret bench bench-gpu help \
-	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
+	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback key
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
@@ -40,6 +40,7 @@ help:
 	@echo "make secret   a new course secret SECRET_FILE=path for COURSE_TERM=Fall-2026 (mode 600)"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
+	@echo "make key     SECRET_FILE=path: your class edition's answer key into KEY_OUT=class-key"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
@@ -108,6 +109,13 @@ endif
 secret: setup
 	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (and COURSE_TERM=...)"; exit 2; }
 	$(PY) -m course_grading secret "$(SECRET_FILE)" $(if $(strip $(COURSE_TERM)),--term "$(COURSE_TERM)")
+
+# make key SECRET_FILE=path: the answer key of the class edition that secret draws, into the new
+# folder KEY_OUT (docs/instructors.md, 1.1).
+KEY_OUT ?= class-key
+key: setup
+	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (the secret you release with)"; exit 2; }
+	$(PY) -m course_grading key --secret-file "$(SECRET_FILE)" --out "$(KEY_OUT)"
 
 release-check: setup
 	$(PY) scripts/release.py --check

@@ -1,6 +1,7 @@
 """The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
-``python -m course_grading secret PATH`` (a course secret); ``export`` (scores into an LMS's
-file) is ``course_grading.lms.export``.
+``python -m course_grading secret PATH`` (a course secret); ``key`` (the class edition's answer
+key) is ``course_grading.nbgrader.answer_key``; ``export`` (scores into an LMS's file) is
+``course_grading.lms.export``.
 
 This is the only place a ``GradingError`` becomes a message and an exit status: one line on
 stderr, exit status 2.
@@ -109,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         "checks outside the student's kernel; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",
         epilog="Instructors: `python -m course_grading secret PATH` makes a course secret; "
-        "`python -m course_grading export GRADING_OUT --format canvas|moodle ...` writes the "
-        "scores as a file Canvas or Moodle imports.",
+        "`... key --secret-file PATH --out FOLDER` writes your class edition's answer key; "
+        "`... export GRADING_OUT --format canvas|moodle ...` writes the scores as a file Canvas "
+        "or Moodle imports.",
     )
     add = parser.add_argument
     add(
@@ -238,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["secret"]:
             return course_secret.secret_main(argv[1:])
+        if argv[:1] == ["key"]:
+            from course_grading.nbgrader.answer_key import key_main
+
+            return key_main(argv[1:], _default_root())
         if argv[:1] == ["export"]:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 

@@ -47,6 +47,7 @@ help:
 	@echo "make bench    print the benchmark figures quoted in the README"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
+	@echo "              SECRET_FILE=path: the course secret it releases and grades with (required)"
 	@echo "make classroom-stop  stop it from another terminal"
 
 setup: $(VENV)/.installed $(JUPYTER_CONFIG)
@@ -155,7 +156,7 @@ classroom-proxy:
 	else echo "no npm: configurable-http-proxy not installed, the classroom test will be skipped"; fi
 
 classroom: setup $(CHP)
-	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
+	$(PY) classroom/run.py start $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)") $(CLASSROOM_ARGS)
 
 classroom-stop:
 	$(PY) classroom/run.py stop

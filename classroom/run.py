@@ -3,6 +3,7 @@
     python classroom/run.py start --secret-file S [--students 3]  # foreground; Ctrl-C stops all
     python classroom/run.py stop                                  # from another terminal
     python classroom/run.py instructor -- nbgrader collect LESSON # a command as the instructor
+    python classroom/run.py passback [--post]                     # grades to the LMS (LTI AGS)
     python classroom/run.py clean                                 # demo accounts and data gone
 
 ``start`` (as root) takes the instructor's course secret (``--secret-file``, the file ``make
@@ -212,6 +213,27 @@ def cmd_autograde(args) -> int:
     return as_instructor(Classroom(args.state), command)
 
 
+def cmd_passback(args) -> int:
+    """The class gradebook's scores to the LMS (``python -m course_grading passback``), as root:
+    the platform is ``STATE/lti.json``, the students' platform ids ``STATE/secrets/
+    lti_users.json`` (both root's only), the scores the gradebook's, manual grades included."""
+    require_root()
+    room = Classroom(args.state)
+    if not room.pids_file.exists():
+        sys.exit(f"no classroom running from {room.state}: the gradebook is down")
+    if not (room.state / "lti.json").is_file():
+        sys.exit(f"no {room.state / 'lti.json'}: passback needs the LTI login's platform")
+    from course_grading import cli  # the checkout's grader: root runs it, no student sees it
+
+    settings = json.loads(room.settings_file.read_text())
+    command = ["passback", "--gradebook", (room.secrets / "gradebook_url").read_text().strip(),
+               "--course-id", settings["course_id"], "--platform", str(room.state / "lti.json"),
+               "--registry", str(room.lti_registry)]  # fmt: skip
+    command += ["--lessons", *args.lessons] if args.lessons else []
+    command += [f"--label={label}" for label in args.label] + (["--post"] if args.post else [])
+    return cli.main(command)
+
+
 def as_instructor(room: Classroom, command: list[str]) -> int:
     require_root()
     if not room.pids_file.exists():
@@ -282,6 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     grade = sub.add_parser("autograde", parents=[common], help="sandboxed autograde of a lesson")
     grade.add_argument("lesson")
     grade.add_argument("--scheduler", help="grade on this Dask cluster (tcp://HOST:PORT)")
+    back = sub.add_parser("passback", parents=[common], help="grades to the LMS (LTI Advantage)")
+    back.add_argument("--lessons", nargs="+", help="only these lessons (default: all)")
+    back.add_argument(
+        "--label", action="append", default=[], help="LESSON=TEXT: a line item's label"
+    )
+    back.add_argument("--post", action="store_true", help="change the LMS (without it: a dry run)")
     args = parser.parse_args(argv)
     action = {
         "start": cmd_start,
@@ -289,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "clean": cmd_clean,
         "instructor": cmd_instructor,
         "autograde": cmd_autograde,
+        "passback": cmd_passback,
     }
     return action[args.action](args)
 

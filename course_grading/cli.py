@@ -1,7 +1,8 @@
 """The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
 ``python -m course_grading secret PATH`` (a course secret); ``key`` (the class edition's answer
 key) is ``course_grading.nbgrader.answer_key``; ``export`` (scores into an LMS's file) is
-``course_grading.lms.export``.
+``course_grading.lms.export``; ``passback`` and ``lti-key`` (scores into the LMS through LTI
+Advantage) are ``course_grading.lms.passback_cli``.
 
 This is the only place a ``GradingError`` becomes a message and an exit status: one line on
 stderr, exit status 2.
@@ -112,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Instructors: `python -m course_grading secret PATH` makes a course secret; "
         "`... key --secret-file PATH --out FOLDER` writes your class edition's answer key; "
         "`... export GRADING_OUT --format canvas|moodle ...` writes the scores as a file Canvas "
-        "or Moodle imports.",
+        "or Moodle imports; `... passback GRADING_OUT --platform lti.json --registry "
+        "lti_users.json` posts them to the LMS through LTI Advantage (a dry run without --post).",
     )
     add = parser.add_argument
     add(
@@ -248,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 
             return export_main(argv[1:])
+        if argv[:1] in (["passback"], ["lti-key"]):
+            from course_grading.lms.passback_cli import key_main, passback_main
+
+            return (passback_main if argv[0] == "passback" else key_main)(argv[1:])
         return _grade_main(argv)
     except GradingError as err:
         print(f"python -m course_grading: {err}", file=sys.stderr)

@@ -187,18 +187,14 @@ def write_key(
     return written
 
 
-def key_main(argv: list[str], root: Path) -> int:
-    """``python -m course_grading key``: :func:`write_key`, and say where.
+def build_parser(root: Path) -> argparse.ArgumentParser:
+    """The ``key`` command's options.
 
     Args:
-        argv: the arguments after ``key``.
         root: the default course root.
 
     Returns:
-        0 once the key is written.
-
-    Raises:
-        GradingError: as :func:`write_key`; no secret given.
+        The parser.
     """
     parser = argparse.ArgumentParser(
         prog="python -m course_grading key",
@@ -218,7 +214,23 @@ def key_main(argv: list[str], root: Path) -> int:
     )
     parser.add_argument("--lessons", nargs="+", help="only these lessons (default: all)")
     parser.add_argument("--root", type=Path, default=root, help="course root (this checkout)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def key_main(argv: list[str], root: Path) -> int:
+    """``python -m course_grading key``: :func:`write_key`, and say where.
+
+    Args:
+        argv: the arguments after ``key``.
+        root: the default course root.
+
+    Returns:
+        0 once the key is written.
+
+    Raises:
+        GradingError: as :func:`write_key`; no secret given.
+    """
+    args = build_parser(root).parse_args(argv)
     if args.secret_file is None:
         raise GradingError(
             "give --secret-file (or SECRET_FILE= to make): a key is for a class edition; the "

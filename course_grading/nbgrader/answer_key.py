@@ -15,7 +15,7 @@ folder, private to its owner (mode 700; the answers are as secret as the solutio
   with the numbers the edition asks them with.
 
 The grader, given the same secret file, expects exactly these answers
-(``tests/grading/test_one_secret.py`` grades the key's answers to full marks). Without a secret
+(``tests/grading/test_class_key.py`` grades the key's answers to full marks). Without a secret
 there is nothing to render: the self-study edition's key is ``solutions/`` itself.
 """
 

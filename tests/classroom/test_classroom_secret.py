@@ -54,6 +54,8 @@ def room(tmp_path, monkeypatch):
     """The classroom's ``room`` module (a sibling import, as run.py makes it), a state folder
     and a secret outside it; the demo accounts removed afterwards whatever happened."""
     monkeypatch.syspath_prepend(str(ROOT / "classroom"))
+    # no hub starts here: prepare only records where the proxy is, so any program will do
+    monkeypatch.setenv("SHAPES_PROXY", shutil.which("true") or "/bin/true")
     import room as room_module
 
     state, prefix = tmp_path / "state", f"sec{secrets.token_hex(3)}"

@@ -32,7 +32,7 @@ JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
 	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
 .PHONY: setup lab test lint unit notebooks release release-check grade secret bench bench-gpu help \
-	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
+	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback key
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
@@ -40,12 +40,14 @@ help:
 	@echo "make secret   a new course secret SECRET_FILE=path for COURSE_TERM=Fall-2026 (mode 600)"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
+	@echo "make key     SECRET_FILE=path: your class edition's answer key into KEY_OUT=class-key"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
+	@echo "              SECRET_FILE=path: the course secret it releases and grades with (required)"
 	@echo "make classroom-stop  stop it from another terminal"
 
 setup: $(VENV)/.installed $(JUPYTER_CONFIG)
@@ -114,6 +116,13 @@ secret: setup
 	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (and COURSE_TERM=...)"; exit 2; }
 	$(PY) -m course_grading secret "$(SECRET_FILE)" $(if $(strip $(COURSE_TERM)),--term "$(COURSE_TERM)")
 
+# make key SECRET_FILE=path: the answer key of the class edition that secret draws, into the new
+# folder KEY_OUT (docs/instructors.md, 1.1).
+KEY_OUT ?= class-key
+key: setup
+	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (the secret you release with)"; exit 2; }
+	$(PY) -m course_grading key --secret-file "$(SECRET_FILE)" --out "$(KEY_OUT)"
+
 release-check: setup
 	$(PY) scripts/release.py --check
 
@@ -153,7 +162,7 @@ classroom-proxy:
 	else echo "no npm: configurable-http-proxy not installed, the classroom test will be skipped"; fi
 
 classroom: setup $(CHP)
-	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
+	$(PY) classroom/run.py start $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)") $(CLASSROOM_ARGS)
 
 # Stop and clean take the start's CLASSROOM_ARGS, so a custom --state is the one stopped.
 classroom-stop:

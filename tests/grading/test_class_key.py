@@ -6,7 +6,7 @@ nothing else wrote them; ``python -m course_grading key`` (``make key SECRET_FIL
 writes them: each lesson's solutions rendered with the class's numbers and a table of the
 answers an edition changes (``course_grading/nbgrader/answer_key.py``). The key's answers score
 full marks when graded with the secret, by the trusted checks alone (fast, every edition-bound
-item of three lessons) and through the grading command (lesson 5, released as the classroom
+item of three lessons) and through the grading command (lesson 3, released as the classroom
 releases it: ``nbgrader generate_assignment`` with ``SHAPES_COURSE_SECRET_FILE`` naming a copy
 of the instructor's file, then graded with ``make grade SECRET_FILE=`` the file itself).
 """
@@ -30,8 +30,8 @@ from course_grading.judge.items import Evidence
 from course_grading.nbgrader import course as wc
 from course_grading.nbgrader.answer_key import ANSWERS, edition_answers
 
-LESSON = "05_choosing_the_numbers"
-FAST = ["02_padding_and_packing", "03_gradient_accumulation", LESSON]
+LESSON = "03_gradient_accumulation"
+FAST = ["02_padding_and_packing", LESSON, "05_choosing_the_numbers"]
 
 
 def _answers(nb: nbformat.NotebookNode, item: items.Item) -> dict[str, object]:

@@ -59,6 +59,11 @@ class Tape:
     region: int | None = None  # the checkpointed block being recorded
     n_regions: int = 0
     loss: int = -1  # the loss scalar: where the backward pass starts
+    # reentrant checkpointing (torch.utils.checkpoint(use_reentrant=True): every transformers 4
+    # release's default, pinned by its pull request 28538 and changed in 5 by 43203): a block's
+    # first forward runs without grad, so no node of it exists to keep
+    # anything on its ctx, and its recomputation runs the whole block
+    reentrant: bool = False
 
     def tensor(self, nbytes: int, grad: bool = True, component: str = "", name: str = "") -> int:
         """A new tensor of ``nbytes`` made by op ``name`` (an event); returns its id.

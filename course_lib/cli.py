@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from .cli_model import add_model_arguments, card_budget, run_model_plan
+from .cli_model import add_model_arguments, card_budget, hf_only, run_model_plan
 from .units import DTYPE_ALIASES, DTYPE_BYTES, GIB, dtype_name, parse_bytes
 
 PLAN_EXAMPLE = """\
@@ -41,10 +41,9 @@ the CUDA context; the plan never goes above the card's memory. Defaults it assum
 """
 TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size", "dataset_size",
                 "target_min", "target_max", "min_tokens")  # fmt: skip
-HF_ONLY = ("finetune", "lora_rank", "target_tokens", "lora_targets", "optimizer", "loss",
-           "loop", "packing", "lengths", "sharding", "checkpoint_every", "micro_batch",
-           "allocator")  # fmt: skip
-POSITIVE = ("lora_rank", "target_tokens", "checkpoint_every", "micro_batch", "devices")
+HF_ONLY = hf_only()
+POSITIVE = ("lora_rank", "target_tokens", "checkpoint_every", "micro_batch", "devices",
+            "sub_group_size")  # fmt: skip
 DTYPE_CHOICES = (*DTYPE_BYTES, *DTYPE_ALIASES)  # every spelling units.dtype_name reads
 # --checkpointing: off, or on (every block: the library's "blocks", also accepted); TinyGPT
 # also recomputes only its attention halves ("attention").

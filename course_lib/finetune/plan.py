@@ -46,6 +46,8 @@ class FinetunePlan:
     predictor: Predictor = field(repr=False)
     finetune: str = "lora"
     max_micro_batch_by_mode: dict[Checkpointing, int] = field(default_factory=dict)
+    # the same at the device band's low end (the typical reserve and context)
+    max_micro_batch_low_by_mode: dict[Checkpointing, int] = field(default_factory=dict)
     checkpointing: Checkpointing = "off"
     micro_batch: int = 0
     grad_accum_steps: int = 0
@@ -55,6 +57,10 @@ class FinetunePlan:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list, repr=False)  # the table's rows
+    call: dict = field(default_factory=dict, repr=False)  # the keywords it was planned with
+    advice: list[dict] = field(default_factory=list)  # changes that make it fit (verdict.py)
+    # "fits", "may not fit" (fits at the device band's low end only), "does not fit"
+    verdict: str = ""
 
     def __post_init__(self) -> None:
         """The kind of fine-tune, read off the settings."""
@@ -195,6 +201,12 @@ class FinetunePlan:
         return self.max_micro_batch_by_mode.get(self.checkpointing) if self.searched else None
 
     @property
+    def max_micro_batch_low(self) -> int | None:
+        """The largest micro-batch that fits at the device band's low end, with the plan's
+        checkpointing (``None``: the plan predicted a given micro-batch)."""
+        return self.max_micro_batch_low_by_mode.get(self.checkpointing) if self.searched else None
+
+    @property
     def effective_batch_size(self) -> int:
         """Rows per optimiser step, over every device."""
         return self.micro_batch * self.grad_accum_steps * self.devices
@@ -271,6 +283,9 @@ class FinetunePlan:
             "effective_batch_size": self.effective_batch_size,
             "tokens_per_step": self.tokens_per_step, "target_tokens": self.target_tokens,
             "checkpointing": self.checkpointing, "paged_bytes": m.paged_bytes,
+            "verdict": self.verdict, "max_micro_batch_low": self.max_micro_batch_low,
+            "max_micro_batch_low_by_mode": dict(self.max_micro_batch_low_by_mode),
+            "advice": [dict(a) for a in self.advice], "settings": self.settings.as_dict(),
             "assumed": list(self.assumed), "notes": list(self.notes),
             "warnings": list(self.warnings),
         }  # fmt: skip

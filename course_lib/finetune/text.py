@@ -50,19 +50,34 @@ def rows(p: FinetunePlan) -> list[tuple[str, str]]:
     out.append(("one more row", f"+{fb(per_row['off'])} without checkpointing, "
                 f"+{fb(per_row['blocks'])} with (the allocated peak)"))  # fmt: skip
     if p.searched:
-        fits = p.max_micro_batch_by_mode
-        out.append(
-            (
-                "largest micro-batch",
-                ", ".join(
-                    f"{fits[k]} {'with' if k == 'blocks' else 'without'} checkpointing"
-                    for k in fits
-                ),
-            )
-        )
+        top, low = p.max_micro_batch_by_mode, p.max_micro_batch_low_by_mode
+        out.append(("largest micro-batch", "; ".join(
+            f"{'with' if k == 'blocks' else 'without'} checkpointing {top[k]} at the device "
+            f"band's top, {low.get(k, top[k])} at its low end" for k in top)))  # fmt: skip
+    out.append(("verdict", _verdict(p)))
     if not p.micro_batch:
-        return out + [("plan", "nothing fits (see the warning)")]
+        return out + [("plan", "nothing fits for sure (see the verdict and the warning)")]
     return out + _choice(p)
+
+
+def _verdict(p: FinetunePlan) -> str:
+    """The verdict in words: how sure, the band, and what would change the answer."""
+    m = p._any
+    rows = p.micro_batch or (m.step.batch_size if p.memory else 1)
+    band = (
+        f"micro-batch {rows} needs {fb(m.device_bytes_low)} to {fb(m.device_bytes)} on the "
+        f"device (the band's low end and top), the card has {fb(p.memory_budget)}"
+    )
+    text = {
+        "fits": f"fits: {band}",
+        "may not fit": f"may not fit (fits at the band's low end): {band}; with the typical "
+                       "reserve it fits, with the worst measured it does not",
+        "does not fit": f"does not fit: {band}",
+    }[p.verdict]  # fmt: skip
+    if p.advice:
+        text += "; it fits with " + "; or with ".join(
+            f"{a['flag']} (micro-batch {a['micro_batch']})" for a in p.advice)  # fmt: skip
+    return text
 
 
 def _tuning(p: FinetunePlan) -> str:

@@ -257,7 +257,8 @@ def lora_targets_for(
         arch: the model's :class:`~course_lib.hf.spec.Arch`.
         lora_targets: ``None`` (PEFT's default for the family, :func:`default_targets`),
             ``"all-linear"`` (every projection, :func:`lora_modules`), or a list (or a
-            comma-separated string) of PEFT module names.
+            comma-separated string) of PEFT module names, ``lm_head`` (the output layer) and
+            ``all-linear`` among them.
 
     Returns:
         The module names, each once, in the order given.
@@ -272,6 +273,8 @@ def lora_targets_for(
     if lora_targets == "all-linear":
         return allowed
     names = _names(lora_targets)
+    if "all-linear" in names:  # all-linear and more (the head): every projection, then those
+        names = [*allowed, *(n for n in names if n != "all-linear")]
     bad = [n for n in names if n not in (*allowed, HEAD)]
     if bad or not names:
         raise ValueError(

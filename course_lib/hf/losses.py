@@ -38,6 +38,9 @@ def record_loss(
         head: the head's parameter name.
         full: the head's weight trains (a full fine-tune, or PEFT's ``modules_to_save``).
         ad: the LoRA adapters (``lm_head`` among their targets: LoRA on the output layer).
+
+    Raises:
+        ValueError: LoRA on the head with the chunked loss (not modelled).
     """
     C, V = arch.hidden_size, arch.vocab_size
     lora = ad(HEAD) if ad and HEAD in ad.targets else None  # only when named

@@ -24,12 +24,14 @@ from .cards import Band, cublas_workspaces, device_band
 from .families import HEAD, lora_targets_for, saved_modules
 from .predict import HFStepBreakdown, predict_hf_step
 from .states import (
+    DEEPSPEED_SUB_GROUP,
     Sharding,
     int8_bytes,
     nf4_bytes,
     optimizer_state_bytes,
     optimizer_step_bytes,
     paged_state_bytes,
+    zero3_step_bytes,
 )
 
 
@@ -115,7 +117,7 @@ def predict_hf_memory(
     sharding: str = "none", offload: bool = False, double_quant: bool = True,
     card: str | None = None, fused: bool = False, master_weights: object = None,
     reduce_dtype: object = None, workload: str = "fixed", allocator: str = "default",
-    **step_kwargs: Any,
+    sub_group_size: int | None = None, **step_kwargs: Any,
 ) -> HFMemory:  # fmt: skip
     """Peak bytes per device of one step of a fine-tune (module docstring).
 
@@ -149,6 +151,8 @@ def predict_hf_memory(
         workload: ``"fixed"`` rows, ``"varying"`` rows or ``"packing"``: which measured
             reserve the band takes (:mod:`~course_lib.hf.cards`).
         allocator: ``"default"`` or ``"expandable"`` (``expandable_segments:True``).
+        sub_group_size: ``"zero3"`` with ``"adamw-mixed"``: DeepSpeed's ``sub_group_size``,
+            the elements its step casts to fp32 at once (``None``: its default, 1e9).
         **step_kwargs: passed to :func:`predict_hf_step` (``attn_impl``, ``lora_targets``,
             ``weights``, ``loss``, ``loop``, ``device`` (default ``"cuda"``), ...).
 
@@ -184,8 +188,8 @@ def predict_hf_memory(
          "gathered": _gathered(arch, shard, b, b if lora_rank is None else 0,
                                _in_a_layers_backward(step.peak_at), reduce_b),
          # torch.optim groups its tensors by dtype and steps one group at a time
-         "optimizer_step": max(optimizer_step_bytes(shapes, optimizer, e, foreach, fused)
-                               for shapes, e in mine),
+         "optimizer_step": _step_bytes(mine, optimizer, foreach, fused, shard, b,
+                                       sub_group_size),
          "cublas_workspaces": cublas_workspaces(card) if step.settings["device"] == "cuda" else 0,
          "batch": 2 * batch_size * seq_len * 8,  # input_ids and labels, int64
          "ddp_buckets": shard.ddp_buckets(every)}  # fmt: skip
@@ -260,9 +264,10 @@ def _gathered(
     adapters only) and its reduce-scatter input (``reduce_b`` bytes an element)."""
     layer_n = sum(r * c for r, c in layer_dims(arch))
     root_w = sum(r * c for r, c in root_dims(arch)) * b
+    module = max(r * c for r, c in root_dims(arch)) * b
     if not in_backward or not grad_b:
-        return shard.gathered(root_w, layer_n * b, 0)
-    return shard.gathered(root_w, layer_n * b, layer_n * grad_b, layer_n * reduce_b)
+        return shard.gathered(root_w, layer_n * b, 0, root_module_bytes=module)
+    return shard.gathered(root_w, layer_n * b, layer_n * grad_b, layer_n * reduce_b, module)
 
 
 def _mixed_precision(
@@ -333,6 +338,18 @@ def _trained_groups(
     if copies:
         groups.append(([(V, C)] * len(copies), copy_b))
     return groups
+
+
+def _step_bytes(
+    mine: list[tuple[list[int], int]], optimizer: str, foreach: bool, fused: bool,
+    shard: Sharding, b: int, sub_group_size: int | None,
+) -> int:  # fmt: skip
+    """The optimiser step's temporaries on this rank: ``torch.optim`` steps one dtype's
+    tensors at a time; DeepSpeed's ZeRO-3 with fp32 masters one sub-group at a time."""
+    if shard.mode == "zero3" and optimizer == "adamw-mixed":
+        shapes = [n for group, _ in mine for n in group]
+        return zero3_step_bytes(shapes, b, sub_group_size or DEEPSPEED_SUB_GROUP)
+    return max(optimizer_step_bytes(shapes, optimizer, e, foreach, fused) for shapes, e in mine)
 
 
 def _states(mine: list[tuple[list[int], int]], optimizer: str, offload: bool) -> tuple[int, int]:

@@ -42,10 +42,9 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     gpt2 = arch.family == "gpt2"
     # The base model's locals (embeddings, positions, RoPE's tables, the masks) live until it
     # returns the final hidden state; that and the logits live until the loss is computed.
-    # PEFT's modules_to_save trains a copy of the embedding and/or the head beside LoRA
+    # PEFT's modules_to_save trains a copy of the embedding and/or the head beside LoRA.
     embed_trains = full or "embed" in spec.saved_modules
-    embed = "embed" if full else "embed (saved copy)"
-    embeds = [("param", embed, V * C * b)]
+    embeds = [("param", "embed" if full else "embed (saved copy)", V * C * b)]
     x = x0 = tape.op("embed_tokens", "embeddings", [], [N * C * b], (), embeds, embed_trains)[0]
     if arch.embed_scale:  # Gemma: * embed_scale (a buffer already in the model's dtype)
         (x,) = tape.op("embed_tokens", "embeddings", [x0], [N * C * b], (), ops._dx(N * C * b))

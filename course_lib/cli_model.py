@@ -129,12 +129,16 @@ KNOBS: list[Knob] = [
               "reserve the device band takes")),
     Knob("--experts", "experts", dict(choices=IMPLEMENTATIONS,
          help="a mixture of experts' experts_implementation (default: grouped_mm)")),
+    Knob("--utilisation", "utilisation", dict(type=float, metavar="SHARE",
+         help="the share of the card's dense peak the matmuls reach, for the time (default: "
+              "0.75, fitted to H200 runs)")),
     Knob("--device", "device", dict(choices=DEVICES,
          help="cuda (default: the card's kernels) or cpu (the bytes PyTorch counts on the CPU)")),
 ]  # fmt: skip
 
 # flags the --model run shares with the TinyGPT plan (cli.py adds them), by keyword
-SHARED = ("dtype", "attn_impl", "checkpointing", "devices", "gpu", "memory_budget", "seq_len")
+SHARED = ("dtype", "attn_impl", "checkpointing", "devices", "gpu", "memory_budget", "seq_len",
+          "dataset_size")  # fmt: skip
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -191,7 +195,7 @@ def plan_keywords(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, knob.dest)
         if value is not None and value is not False:
             given.update(knob.kwargs(value))
-    for name in ("dtype", "checkpointing", "attn_impl", "devices"):
+    for name in ("dtype", "checkpointing", "attn_impl", "devices", "dataset_size"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
     return given

@@ -18,6 +18,7 @@ from .._checks import Checkpointing
 from ..hf.arch import arch_parameter_count, architecture
 from ..hf.cards import CAPABILITY
 from ..hf.memory import HFMemory, trainable_parameters
+from ..hf.speed import CARD_SPEED, MATMUL_UTILISATION, StepTime, step_seconds
 from ..units import table
 from .options import Settings
 from .predictor import Predictor
@@ -61,6 +62,8 @@ class FinetunePlan:
     advice: list[dict] = field(default_factory=list)  # changes that make it fit (verdict.py)
     # "fits", "may not fit" (fits at the device band's low end only), "does not fit"
     verdict: str = ""
+    dataset_size: int | None = None  # training examples (packed: documents), for the epoch
+    utilisation: float = MATMUL_UTILISATION  # the share of the card's peak the matmuls reach
 
     def __post_init__(self) -> None:
         """The kind of fine-tune, read off the settings."""
@@ -217,6 +220,37 @@ class FinetunePlan:
         per_row = self.predictor.tokens_per_row()
         return round(self.effective_batch_size * per_row)
 
+    @property
+    def step_time(self) -> StepTime | None:
+        """Seconds of one optimiser step on one device and what they are made of
+        (:func:`course_lib.hf.speed.step_seconds`, on the expected micro-batch when packing);
+        ``None`` without a plan or without a shipped card's published peak."""
+        if not self.micro_batch or not self.card or self.card not in CARD_SPEED:
+            return None
+        m = self.predictor(self.checkpointing, self.micro_batch, expected=True)
+        return step_seconds(m.step.flops, self.card, self.grad_accum_steps,
+                            self.gradients, self.utilisation, self.dtype)  # fmt: skip
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens a second over every device (0.0 without a time)."""
+        t = self.step_time
+        return self.tokens_per_step / t.total if t else 0.0
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Optimiser steps in one pass over ``dataset_size`` examples (``None``: no size)."""
+        if not self.dataset_size or not self.micro_batch:
+            return None
+        per_step = self.effective_batch_size * self.predictor.documents_per_row()
+        return -(-self.dataset_size // max(1, int(per_step)))
+
+    @property
+    def epoch_seconds(self) -> float | None:
+        """Seconds of one epoch (``None``: no size or no time)."""
+        t, steps = self.step_time, self.steps_per_epoch
+        return t.total * steps if t and steps else None
+
     def choose(self, mode: Checkpointing, rows: int, searched: bool) -> None:
         """Fix the plan at ``rows`` rows with checkpointing ``mode``.
 
@@ -286,9 +320,21 @@ class FinetunePlan:
             "verdict": self.verdict, "max_micro_batch_low": self.max_micro_batch_low,
             "max_micro_batch_low_by_mode": dict(self.max_micro_batch_low_by_mode),
             "advice": [dict(a) for a in self.advice], "settings": self.settings.as_dict(),
+            **self._time_dict(),
             "assumed": list(self.assumed), "notes": list(self.notes),
             "warnings": list(self.warnings),
         }  # fmt: skip
+
+    def _time_dict(self) -> dict[str, object]:
+        """The time's part of :meth:`to_dict` (zeros and ``None`` without a time)."""
+        t = self.step_time
+        return {"step_seconds": t.total if t else None,
+                "step_seconds_by_part": {"compute": t.compute, "memory": t.memory,
+                                         "optimizer": t.optimizer} if t else {},
+                "flops_per_step": dict(t.flops) if t else {},
+                "tokens_per_second": self.tokens_per_second, "utilisation": self.utilisation,
+                "dataset_size": self.dataset_size, "steps_per_epoch": self.steps_per_epoch,
+                "epoch_seconds": self.epoch_seconds}  # fmt: skip
 
     @property
     def why_micro_batch(self) -> str:

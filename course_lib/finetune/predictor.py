@@ -102,6 +102,16 @@ class Predictor:
         worst, mean, _ = self.packed.shapes(rows, self.settings.attn_impl == "flash")
         return mean if expected else worst
 
+    def documents_per_row(self) -> float:
+        """Examples a row holds (packed: on average; padding-free and unpacked: one).
+
+        Returns:
+            Documents per row.
+        """
+        if self.packed is None or self.packed.capacity is None:
+            return 1.0
+        return float(self.packed.counts.mean())
+
     def tokens_per_row(self) -> float:
         """Tokens a row holds (packed: on average; padding-free: a document, on average).
 

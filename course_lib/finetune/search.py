@@ -67,6 +67,8 @@ def plan_finetune(
     target_tokens: int | None = None,
     gpu_memory: int | str | None = None,
     allocator: str = "default",
+    dataset_size: int | None = None,
+    utilisation: float | None = None,
     **memory_kwargs: object,
 ) -> FinetunePlan:
     """Plan a fine-tune of ``model`` on one card (per device, with ``devices`` of them).
@@ -106,6 +108,9 @@ def plan_finetune(
         gpu_memory: the old name of ``memory_budget`` (deprecated).
         allocator: ``"default"`` or ``"expandable"`` (``PYTORCH_CUDA_ALLOC_CONF=
             expandable_segments:True``): which measured reserve the device band takes.
+        dataset_size: training examples (packed: documents), for the time of an epoch.
+        utilisation: the share of the card's dense peak the matmuls reach, for the time
+            (default: :data:`course_lib.hf.speed.MATMUL_UTILISATION`).
         **memory_kwargs: more of :func:`~course_lib.hf.memory.predict_hf_memory`'s settings
             (``weights``, ``double_quant``, ``kbit_prepare``, ``adapter_dtype``,
             ``lora_dropout``, ``foreach``, ``fused``, ``offload``, ...).
@@ -123,7 +128,8 @@ def plan_finetune(
                 optimizer=optimizer, attn_impl=attn_impl, loss=loss, loop=loop, packing=packing,
                 lengths=lengths, devices=devices, sharding=sharding, checkpointing=checkpointing,
                 checkpoint_every=checkpoint_every, micro_batch=micro_batch,
-                target_tokens=target_tokens, allocator=allocator, **memory_kwargs)  # fmt: skip
+                target_tokens=target_tokens, allocator=allocator, dataset_size=dataset_size,
+                utilisation=utilisation, **memory_kwargs)  # fmt: skip
     return _plan(call)
 
 
@@ -145,10 +151,17 @@ def _plan(call: dict, advise: bool = True) -> FinetunePlan:
              "sharding", "checkpoint_every", "target_tokens", "allocator")  # fmt: skip
     run = Run(**{n: kw.pop(n) for n in names}, packing=mode)
     dtype, attn_impl, lengths = kw.pop("dtype"), kw.pop("attn_impl"), kw.pop("lengths")
+    size, share = kw.pop("dataset_size"), kw.pop("utilisation")
     s, assumed = settings(config, seq_len, dtype, attn_impl, card, run, kw)
     pred = Predictor(config, seq_len, s, mode, lengths)
     p = FinetunePlan(label, config, seq_len, budget, card, run.target_tokens, s, assumed, pred)
     p.call = call
+    if size is not None:
+        p.dataset_size = positive_int("dataset_size", size)
+    if share is not None:
+        if not 0 < float(share) <= 1:
+            raise ValueError(f"utilisation={share!r} must be in (0, 1]: a share of the peak")
+        p.utilisation = float(share)
     if micro_batch is not None:
         _predict_one(p, positive_int("micro_batch", micro_batch), fixed)
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..hf.arch import architecture
 from ..hf.cards import HOPPER_CONTEXT, device_band
 from ..hf.memory import HFMemory
+from ..hf.speed import CARD_SPEED
 from ..units import format_bytes as fb
 from .plan import FinetunePlan
 
@@ -137,7 +138,38 @@ def _choice(p: FinetunePlan) -> list[tuple[str, str]]:
     ]  # fmt: skip
     if p.why_micro_batch:
         out.insert(1, ("why", p.why_micro_batch))
+    return out + _time(p)
+
+
+def _time(p: FinetunePlan) -> list[tuple[str, str]]:
+    """The time rows: a step, tokens a second, an epoch (:mod:`course_lib.hf.speed`)."""
+    t = p.step_time
+    if t is None:
+        return []
+    half, single, bandwidth = CARD_SPEED[p.card or ""]
+    f = t.flops
+    work = ", ".join(f"{k} {f[k] / 1e12:,.0f}" for k in ("forward", "backward", "recompute")
+                     if f.get(k))  # fmt: skip
+    out = [("time per step", f"{t.total:,.2f} s on one {p.card}: {work} TFLOP at "
+            f"{p.utilisation:.0%} of its {half:g} TFLOPS ({t.compute:,.2f} s), memory-bound "
+            f"kernels at {bandwidth:,.0f} GB/s ({t.memory:,.2f} s), the optimiser "
+            f"({t.optimizer:,.3f} s)"),
+           ("tokens per second", f"{p.tokens_per_second:,.0f}" + (
+               f" over {p.devices} devices (each its own step; their communication is not "
+               "counted)" if p.devices > 1 else ""))]  # fmt: skip
+    if p.epoch_seconds is not None:
+        out.append(("time per epoch", f"{_duration(p.epoch_seconds)}: {p.steps_per_epoch:,} "
+                                      f"steps over {p.dataset_size:,} examples"))  # fmt: skip
     return out
+
+
+def _duration(seconds: float) -> str:
+    """``1 h 23 min``, ``4 min 05 s`` or ``12.3 s``."""
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{seconds:.1f} s"
 
 
 def describe(p: FinetunePlan) -> None:

@@ -120,6 +120,8 @@ def _chunked(ops: Ops, h: int, C: int, V: int, head: str, full: bool) -> None:
     loss_1d = t.tensor(N * FP32, False, LOSS, "fused loss: per-token loss")
     mask = t.tensor(N, False, LOSS, "fused loss: target mask")
     rows = chunk_rows(N, C, V)
+    # the head's logits and, in the same forward, the hidden states' (and head's) gradients
+    t.count(2 * N * C * V * (2 + full), 0, b)
     chunk = t.tensor(rows * V * b, False, LOSS, "fused loss: a chunk's logits")
     tmp = t.tensor(rows * C * b, False, LOSS, "fused loss: a chunk's input gradient")
     t.drop(chunk, tmp, mask)

@@ -117,6 +117,8 @@ class Ops(AttentionOps, NormOps):
         else:
             program = dw + dx
         saves = (x,) if trainable else ()
+        mm = 2 * N * n_in * n_out
+        t.count(mm, mm * (t.grad(x) + trainable), b)
         (out,) = t.op(where, comp, [x], [N * n_out * b], saves, program, trainable)
         return out
 
@@ -282,6 +284,7 @@ class Ops(AttentionOps, NormOps):
             t.drop(t.tensor(n_out * FP32, False, comp, where + " (dequantisation scale)"))
         prog = [("new", "w", w), *scale, ("new", "dx", N * n_in * cb), ("del", "w"),
                 ("grad", 0, "dx")]  # fmt: skip
+        t.count(2 * N * n_in * n_out, 2 * N * n_in * n_out * t.grad(xc), cb)
         (out,) = t.op(where, comp, [xc], [N * n_out * cb], (), prog, held=held)
         t.drop(*extra)
         if xc != x:

@@ -27,9 +27,8 @@ from .._checks import Checkpointing, one_of, positive_int
 from ..units import DTYPE_BYTES, FP32, dtype_name
 from .arch import SUPPORTED_MODEL_TYPES, Arch, StepSpec, architecture, config_dict
 from .families import lora_targets_for, saved_modules
-from .models import record_step
 from .moe import IMPLEMENTATIONS
-from .replay import replay
+from .scaling import replay_step
 from .settings import (
     ATTENTION,
     DEVICES,
@@ -88,6 +87,8 @@ class HFStepBreakdown:
     forward_peak: int
     saved: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # the step's floating-point operations by phase and element size ("forward@2", ...)
+    flops: dict[str, float] = field(default_factory=dict)
     lora_targets: tuple = ()  # the projections that got an adapter
     settings: dict = field(default_factory=dict)  # every keyword as the prediction read it
 
@@ -272,11 +273,11 @@ def predict_hf_step(
     notes = notes_for(config, seq_len, spec.attn)
     if lora_rank is not None and lora_targets is None:
         notes.append(f"LoRA on {', '.join(targets)}: PEFT's default for {arch.model_type}")
-    r = replay(record_step(arch, spec))
+    r = replay_step(arch, spec)
     settings = {"attn_impl": spec.attn, "checkpoint_every": spec.checkpoint_every, **kw}
     return HFStepBreakdown(
         arch.model_type, batch_size, seq_len, name, spec.attn, lora_rank, mode, r.activations,
         r.logits_and_loss, r.gradients, r.transient, total=r.peak, peak_at=r.peak_at,
         forward_peak=r.forward_peak, saved=r.saved, notes=notes, lora_targets=targets,
-        settings=settings,
+        settings=settings, flops=dict(r.flops or {}),
     )  # fmt: skip

@@ -41,10 +41,13 @@ class Replayed:
     transient: int
     forward_peak: int
     saved: dict[str, int]  # kept for backward at the end of the forward, by component
-    # Per allocation: (where, live bytes after it, parameter gradients finished before its node).
-    # With every gradient already there (accumulation) the live bytes are ``live - finished +
-    # all``: a gradient in the making is a buffer until AccumulateGrad adds it in place.
-    log: list[tuple[str, int, int]] | None = None
+    # Per allocation: (where, live bytes after it, parameter gradients finished before its node,
+    # then the live bytes by kind: activations, logits_and_loss, gradients, transient). With
+    # every gradient already there (accumulation) the live bytes are ``live - finished + all``:
+    # a gradient in the making is a buffer until AccumulateGrad adds it in place.
+    log: list[tuple[str, int, int, int, int, int, int]] | None = None
+    forward_events: int = 0  # the log's entries made by the forward pass
+    flops: dict[str, float] | None = None  # the step's operations (Tape.flops)
 
 
 class _Ledger:
@@ -70,7 +73,9 @@ class _Ledger:
         if n > 0 and self.total > self.peak[0]:
             self.peak = (self.total, where, dict(self.live))
         if self.log is not None and n > 0:
-            self.log.append((where, self.total, self.grads_before))
+            k = self.live
+            self.log.append((where, self.total, self.grads_before, k["activations"], k[LOSS],
+                             k["gradients"], k["transient"]))  # fmt: skip
 
     def _kind(self, t: int) -> str:
         return LOSS if self.tape.component[t] == LOSS else "activations"
@@ -113,7 +118,7 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
     """
     r = _Ledger(tape, log)
     nodes, saved = _forward(r, tape)
-    forward_peak = r.peak[0]
+    forward_peak, forward_events = r.peak[0], len(r.log or ())
     r.buffer[tape.loss] = r.new_grad(tape.nbytes[tape.loss], "loss")  # ones_like(loss)
     for node in nodes:
         for ins in node.program:
@@ -142,7 +147,8 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
                 r.release(t)
     total, where, split = r.peak
     return Replayed(total, where, split["activations"], split[LOSS], split["gradients"],
-                    split["transient"], forward_peak, saved, r.log)  # fmt: skip
+                    split["transient"], forward_peak, saved, r.log, forward_events,
+                    dict(tape.flops))  # fmt: skip
 
 
 def _forward(r: _Ledger, tape: Tape) -> tuple[list[Node], dict[str, int]]:

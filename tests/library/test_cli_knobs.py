@@ -70,6 +70,7 @@ CASES: dict[str, tuple[tuple[list, dict], list[str], dict]] = {
     "--allocator": (NONE, ["--allocator", "expandable"], dict(allocator="expandable")),
     "--experts": (NONE, ["--experts", "grouped_mm", "--micro-batch", "1"],
                   dict(experts="grouped_mm", micro_batch=1)),
+    "--utilisation": (NONE, ["--utilisation", "0.5"], dict(utilisation=0.5)),
     "--device": (NONE, ["--device", "cpu"], dict(device="cpu")),
 }  # fmt: skip
 # --experts has one modelled value (grouped_mm, the default): it cannot change a plan

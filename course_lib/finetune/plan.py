@@ -318,6 +318,10 @@ class FinetunePlan:
             "tokens_per_step": self.tokens_per_step, "target_tokens": self.target_tokens,
             "checkpointing": self.checkpointing, "paged_bytes": m.paged_bytes,
             "verdict": self.verdict, "max_micro_batch_low": self.max_micro_batch_low,
+            # what the verdict is about: the plan, or when nothing fits for sure, one row
+            "verdict_micro_batch": m.step.batch_size, "verdict_peak_bytes": m.peak_bytes,
+            "verdict_band": [m.device_bytes_low, m.device_bytes],
+            "verdict_components": dict(m.at_peak),
             "max_micro_batch_low_by_mode": dict(self.max_micro_batch_low_by_mode),
             "advice": [dict(a) for a in self.advice], "settings": self.settings.as_dict(),
             **self._time_dict(),

@@ -232,6 +232,15 @@ class FinetunePlan:
                             self.gradients, self.utilisation, self.dtype)  # fmt: skip
 
     @property
+    def recompute_factor(self) -> float:
+        """The operations of a checkpointed step over those of the same step without
+        checkpointing (one row: every layer's forward again)."""
+        f = self.predictor("blocks", 1).step.flops
+        ops = {k: v for k, v in f.items() if not k.endswith("@written")}
+        done = sum(v for k, v in ops.items() if not k.startswith("recompute"))
+        return sum(ops.values()) / done if done else 1.0
+
+    @property
     def tokens_per_second(self) -> float:
         """Tokens a second over every device (0.0 without a time)."""
         t = self.step_time
@@ -354,8 +363,9 @@ class FinetunePlan:
                     "more")  # fmt: skip
         more = self.max_micro_batch_by_mode.get(other, 0)
         if self.checkpointing == "off" and more > top:
-            return (f"checkpointing is off because one row fits without it (recomputing costs "
-                    f"about 1.3x the time per step); with it {more} rows would fit")  # fmt: skip
+            return (f"checkpointing is off because one row fits without it (recomputing runs "
+                    f"{self.recompute_factor:.2f}x the operations a step); with it {more} rows "
+                    "would fit")  # fmt: skip
         return ""
 
     def capability(self) -> tuple[int, int] | None:

@@ -211,7 +211,7 @@ def warn(p: FinetunePlan) -> None:
         p.warnings.append(
             f"one row of {p.seq_len:,} tokens does not fit without activation checkpointing "
             f"(it needs {fb(one['off'].device_bytes)} on the device), so the plan turns it on: "
-            "every layer's forward runs twice, about 1.3x the time per step"
+            f"every layer's forward runs twice, {p.recompute_factor:.2f}x the operations a step"
         )
 
 

@@ -91,13 +91,14 @@ class AttentionOps:
         del src
         return out
 
-    def _attention_flops(self, H: int, d: int, share: float, b: int = 0) -> None:
+    def _attention_flops(self, H: int, d: int, parts: int, b: int = 0) -> None:
         """A fused attention kernel's operations: ``q @ k.T`` and ``p @ v``, ``2 x B x H x T**2
-        x d`` each, over the ``share`` of the score blocks it computes (a causal kernel skips
+        x d`` each, over ``1 / parts`` of the score blocks it computes (a causal kernel skips
         the masked half); its backward computes the scores again and four products: 2.5 times
-        the forward (FlashAttention-2's paper, section 3.2)."""
-        forward = 4 * self.B * H * self.T**2 * d * share
-        self.tape.count(forward, 2.5 * forward, b or self.b)
+        the forward (FlashAttention-2's paper, section 3.2). Whole numbers, so a step read off
+        its line (:mod:`~course_lib.hf.scaling`) counts them exactly."""
+        forward = 4 * self.B * H * self.T**2 * d // parts
+        self.tape.count(forward, 5 * forward // 2, b or self.b)
 
     def sdpa(self, where: str, comp: str, q: int, k: int, v: int, H: int, K: int, d: int) -> int:
         """``scaled_dot_product_attention(is_causal=True)`` on the CPU's fused flash kernel, with
@@ -122,7 +123,7 @@ class AttentionOps:
         program = self._dx(N * H * d * b, 0) + self._dx(N * K * d * b, 1)
         program += self._dx(N * K * d * b, 2)
         outs = [N * H * d * b, self.N * H * FP32]
-        self._attention_flops(H, d, 0.5)  # is_causal: the fused kernels skip the masked half
+        self._attention_flops(H, d, 2)  # is_causal: the fused kernels skip the masked half
         out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1"), program)
         t.drop(lse)
         return out
@@ -154,7 +155,7 @@ class AttentionOps:
         n = N * H * d * b
         program = self._dx(n, 0) + self._dx(n, 1) + self._dx(n, 2)
         outs = [n, N * H * FP32]
-        self._attention_flops(H, d, 1.0)  # a dense mask: every block computed
+        self._attention_flops(H, d, 1)  # a dense mask: every block computed
         out, lse = t.op(where, comp, [q, k, v, mask], outs, (q, k, v, fmask, "out", "out1"),
                         program)  # fmt: skip
         t.drop(lse, fmask)
@@ -220,7 +221,7 @@ class AttentionOps:
         outs = [N * H * d * b, N * H * FP32]
         # causal, within each document; FlashAttention-2 takes no fp32: transformers casts fp32
         # queries, keys and values (kbit preparation's hidden states) to the compute dtype
-        self._attention_flops(H, d, 0.5 / max(1, documents), min(self.b, self.compute_b))
+        self._attention_flops(H, d, 2 * max(1, documents), min(self.b, self.compute_b))
         out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1", rng), prog)
         t.drop(lse, rng)
         return out

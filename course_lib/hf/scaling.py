@@ -18,7 +18,8 @@ layers, checkpointing every n-th layer) the short models are a whole number of p
 as long as the real one modulo the period, so the same layers sit at both ends
 (:func:`period`); a model too short for that is read off its whole depth. Packed micro-batches
 (whose shape is not a line in the rows) and a mixture of experts (its routed tokens are counted
-per micro-batch) are replayed whole (:func:`replay_step` decides).
+per micro-batch) are carried in the depth only, at their own rows (:func:`replay_step`
+decides).
 """
 
 from __future__ import annotations
@@ -158,12 +159,14 @@ def _at_depth(arch: Arch, spec: StepSpec, rows: int) -> tuple:
 @lru_cache(maxsize=64)
 def step_line(arch: Arch, spec: StepSpec, one: bool = False) -> StepLine:
     """The step's log as lines in the rows at ``arch``'s depth (module docstring); ``spec``'s
-    ``batch_size`` is ignored (``one``: the line is flat, the step at one row).
+    ``batch_size`` is ignored (``one``: the line is flat, the step at ``spec``'s own rows).
 
     Args:
         arch: the model's :class:`~course_lib.hf.spec.Arch`.
         spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
-        one: one row (which skips the labels' copy, so it is not on the line of two and more).
+        one: carried in the depth only, at ``spec.batch_size`` rows (one row skips the labels'
+            copy, so it is not on the line of two and more; packed rows and experts' routed
+            tokens change with the micro-batch).
 
     Returns:
         The :class:`StepLine`.
@@ -174,7 +177,7 @@ def step_line(arch: Arch, spec: StepSpec, one: bool = False) -> StepLine:
     """
     L = arch.num_hidden_layers
     if one:
-        names, numbers, forward, counts = _at_depth(arch, spec, 1)
+        names, numbers, forward, counts = _at_depth(arch, spec, spec.batch_size)
         flat = tuple((0,) * FIELDS for _ in numbers)
         zero = {k: 0 for k in counts}
         saved_a, saved_b, flops_a, flops_b = _split(counts, zero)
@@ -225,7 +228,6 @@ def replay_step(arch: Arch, spec: StepSpec) -> Replayed:
     Returns:
         The :class:`~course_lib.hf.replay.Replayed` step.
     """
-    if spec.documents or spec.expert_tokens:  # not a line in the rows (module docstring)
-        return replay(record_step(arch, spec))
-    line = step_line(arch, replace(spec, batch_size=0), spec.batch_size == 1)
-    return line.at(max(2, spec.batch_size))  # one row: a flat line
+    if spec.documents or spec.expert_tokens or spec.batch_size == 1:  # in the depth only
+        return step_line(arch, spec, True).at(2)
+    return step_line(arch, replace(spec, batch_size=0)).at(spec.batch_size)

@@ -453,10 +453,11 @@ def _line_and_replay(name: str, rows: int, **kw):
     lora = kw.pop("lora_rank", None)
     targets = lora_targets_for(arch, "all-linear") if lora else ()
     attn = "eager" if arch.attn_softcap or any(arch.windows) else "sdpa"
+    attn = kw.pop("attn", attn)
     _, spec, *_ = step_spec(config, rows, 64, attn, "bf16", lora, kw.pop("ckpt", "off"),
                             targets=targets, device="cuda", **kw)  # fmt: skip
     fields = ("peak", "peak_at", "activations", "logits_and_loss", "gradients", "transient",
-              "forward_peak", "saved")  # fmt: skip
+              "forward_peak", "saved", "flops")  # fmt: skip
     whole, line = replay(record_step(arch, spec)), replay_step(arch, spec)
     return [getattr(whole, f) for f in fields], [getattr(line, f) for f in fields]
 
@@ -482,6 +483,20 @@ def test_the_step_read_off_its_line_is_the_whole_replay(name, kw):
     (hf.scaling): the same peak, split, forward peak and saved bytes as the whole replay."""
     for rows in (1, 2, 5):
         whole, line = _line_and_replay(name, rows, **dict(kw))
+        assert line == whole, (name, kw, rows)
+
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [("Llama-3.1-8B", dict(attn="flash", documents=3)), ("Qwen3-8B", dict(documents=4)),
+     ("Mixtral-8x7B-v0.1", dict(attn="flash"))],
+    ids=["flash-packed", "sdpa-packed", "mixtral"],
+)  # fmt: skip
+def test_packed_rows_and_experts_are_carried_in_the_depth_exactly(name, kw):
+    """Packed rows and routed experts change shape with the micro-batch: read off short models
+    at their own rows, they are still the whole replay."""
+    for rows in (1, 2, 3):
+        whole, line = _line_and_replay(name, rows, lora_rank=8, ckpt="blocks", **dict(kw))
         assert line == whole, (name, kw, rows)
 
 

@@ -27,7 +27,7 @@ JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
 	$(VENV_JUPYTER)/jupyter_server_config.d/shapes_lab.json \
 	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
-.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help planner-page \
+.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help \
 	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
 
 help:
@@ -110,6 +110,7 @@ grade: setup
 
 # The planner as a static page: Pyodide from its npm package (pinned by web/package-lock.json),
 # the course's wheel beside it; serve web/build with any web server (README, "the page").
+.PHONY: planner-page
 planner-page: setup
 	npm ci --prefix web --no-audit --no-fund
 	$(PY) web/build.py

@@ -45,6 +45,7 @@ help:
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
+	@echo "make planner-page  the fine-tune planner as a static page in web/build (Pyodide, no server)"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
 	@echo "              SECRET_FILE=path: the course secret it releases and grades with (required)"
@@ -84,9 +85,9 @@ feedback: setup
 # ruff reads the notebooks itself (solutions/ and notebooks/: checked, not reformatted: their
 # cells keep the course's compact style); mypy checks course_lib with pyproject's [tool.mypy].
 lint: setup
-	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py \
+	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom web nbgrader_config.py \
 	  solutions notebooks
-	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom web nbgrader_config.py
 	$(VENV)/bin/mypy course_lib
 	$(PY) scripts/release.py --strip-solutions --check
 
@@ -130,12 +131,20 @@ grade: setup
 	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
 	  $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)")
 
+# The planner as a static page: Pyodide from its npm package (pinned by web/package-lock.json),
+# the course's wheel beside it; serve web/build with any web server (README, "the page").
+.PHONY: planner-page
+planner-page: setup
+	npm ci --prefix web --no-audit --no-fund
+	$(PY) web/build.py
+
 bench: setup
 	$(PY) benchmarks/memory_model.py
 	$(PY) benchmarks/packing.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/checkpointing.py
 	$(PY) benchmarks/hf_memory.py
+	$(PY) benchmarks/planner_throughput.py
 	$(PY) benchmarks/grading.py
 	$(PY) benchmarks/sandbox_envelope.py
 

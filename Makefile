@@ -9,6 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # The student install is the base package; `make` installs every extra its targets use.
 EXTRAS ?= lab,grader,dev,hf,classroom
 CHP := classroom/node_modules/.bin/configurable-http-proxy
+PYODIDE := web/node_modules/pyodide/pyodide.asm.wasm
 CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
@@ -163,12 +164,18 @@ $(CHP): classroom/package.json classroom/package-lock.json
 	npm ci --prefix classroom --no-audit --no-fund
 	@touch $@
 
-# For the tests, as .ci/run does: the proxy when npm is there; without npm (or when npm fails)
-# the classroom test is skipped with its reason.
+# Pyodide for the planner page, from npm, pinned by web/package-lock.json.
+$(PYODIDE): web/package.json web/package-lock.json
+	npm ci --prefix web --no-audit --no-fund
+	@touch $@
+
+# For the tests, as .ci/run does: the proxy and Pyodide when npm is there; without npm (or when
+# npm fails) the classroom test and the planner page's test are skipped with their reasons.
 classroom-proxy:
 	@if command -v npm >/dev/null; then \
 	  $(MAKE) --no-print-directory $(CHP) || echo "could not install configurable-http-proxy: the classroom test will be skipped"; \
-	else echo "no npm: configurable-http-proxy not installed, the classroom test will be skipped"; fi
+	  $(MAKE) --no-print-directory $(PYODIDE) || echo "could not install Pyodide: the planner page's test will be skipped"; \
+	else echo "no npm: configurable-http-proxy and Pyodide not installed, the classroom and planner page tests will be skipped"; fi
 
 classroom: setup $(CHP)
 	$(PY) classroom/run.py start $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)") $(CLASSROOM_ARGS)

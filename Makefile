@@ -94,7 +94,7 @@ lint: setup
 
 # -rs: every skipped test is listed with its reason.
 unit: setup classroom-proxy
-	$(PY) -m pytest tests -q -rs
+	$(PY) -m pytest tests -q -rs --durations=25
 
 notebooks: setup
 	CI=1 $(PY) -m pytest -q -rs -p no:cacheprovider --nbval-lax --nbval-cell-timeout=$(NBVAL_TIMEOUT) solutions/

@@ -12,16 +12,18 @@ and every other page keep theirs):
   static files under ``/formgrader/static/`` (``'self'``); its templates also hold inline
   ``<script>`` blocks (page variables such as the submission id, tooltips): those get a fresh
   nonce per response, but only when they come before the notebook's own markup, so nothing a
-  notebook holds ever carries one. Three inline ``onclick`` handlers of its templates (show or
-  hide student names) are allowed by their hashes alone. MathJax 2 (nbconvert's templates
-  load it, formgrader's script calls it) from its folder on cdnjs only; where there is no
-  network it fails to load, as it would without this policy. No ``'unsafe-inline'`` and no
-  ``'unsafe-eval'`` for scripts (formgrader needs neither). ``style-src 'self'
-  'unsafe-inline'``: its templates and nbconvert's pages style inline. ``img-src``,
-  ``font-src``: ``'self' data:`` (plots are data: images); ``connect-src 'self'`` (its API);
-  ``frame-ancestors 'self'`` (JupyterLab's Formgrader tab frames it); ``base-uri 'none'``,
-  ``object-src 'none'``, ``form-action 'self'``; violations are reported to jupyter_server's
-  CSP report handler, which logs them.
+  notebook holds ever carries one. The five inline ``onclick`` handlers of its templates (show
+  or hide student names, "Add new student…", "Add new assignment…") are allowed by the hashes
+  of their exact text alone (``'unsafe-hashes'``): a submission's markup can run nothing but
+  those five calls, each of which only opens formgrader's own dialog or toggles names.
+  MathJax 2 (nbconvert's templates load it, formgrader's script calls it) from its folder on
+  cdnjs only; where there is no network it fails to load, as it would without this policy.
+  No ``'unsafe-inline'`` and no ``'unsafe-eval'`` for scripts (formgrader needs neither).
+  ``style-src 'self' 'unsafe-inline'``: its templates and nbconvert's pages style inline.
+  ``img-src``, ``font-src``: ``'self' data:`` (plots are data: images); ``connect-src
+  'self'`` (its API); ``frame-ancestors 'self'`` (JupyterLab's Formgrader tab frames it);
+  ``base-uri 'none'``, ``object-src 'none'``, ``form-action 'self'``; violations are reported
+  to jupyter_server's CSP report handler, which logs them.
 - a submission's own files (``/formgrader/submissions/<id>/files/…``: whatever the student put
   beside the notebook, an ``.html`` file included): no script at all, and ``sandbox``, as
   jupyter_server serves ``/files/``;
@@ -52,8 +54,15 @@ from course_grading.pages.course_style import with_course_style
 #: nbconvert's templates load MathJax 2 from this CDN folder, and formgrader's script needs it
 #: (``formgrade.js`` calls ``MathJax.Hub`` while it sets up its keyboard navigation).
 MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
-#: The inline event handlers of formgrader's templates (nbgrader 0.9), allowed by hash.
-INLINE_HANDLERS = ("toggle_name(true);", "toggle_name(false);", "toggleAllNames()")
+#: The inline event handlers of formgrader's templates (nbgrader 0.9), allowed by hash: each
+#: attribute's exact text, which calls a function of formgrader's own static scripts.
+INLINE_HANDLERS = (
+    "toggle_name(true);",  # formgrade/formgrade_macros.html.j2: show or hide a student's name
+    "toggle_name(false);",
+    "toggleAllNames()",  # gradebook_notebook_submissions.tpl
+    "createStudentModal();",  # manage_students.tpl: "Add new student..."
+    "createAssignmentModal();",  # manage_assignments.tpl: "Add new assignment..."
+)
 #: Where a submission page's notebook begins (``formgrade/index.html.j2``): no nonce after it.
 NOTEBOOK_START = 'id="notebook-container"'
 API_POLICY = "default-src 'none'; frame-ancestors 'self'"

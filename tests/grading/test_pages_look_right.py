@@ -41,7 +41,7 @@ from course_grading.nbgrader import course as wc
 from course_grading.pages import mathml
 from course_grading.pages.active import clean_html
 from course_grading.pages.course_style import STYLE_ID, with_course_style
-from course_grading.pages.formgrader_csp import install
+from course_grading.pages.formgrader_csp import INLINE_HANDLERS, install
 from course_grading.pages.safe_pages import FEEDBACK_CSP, FeedbackExporter, SafeMarkdown
 
 ANSWER = r"""Scores grow with $s = b \times h \times n^2$:
@@ -321,3 +321,113 @@ def test_a_long_check_message_wraps_in_the_feedback_page(graded, tmp_path):
     assert seen["feedback"] and not any(m["scrolls"] for m in seen["feedback"]), seen
     assert any(m["height"] >= 2 * m["line"] for m in seen["feedback"]), seen  # it wrapped
     assert all(m["scrolls"] for m in seen["bare"]), seen
+
+
+# --- every formgrader control, clicked once under the course's policy ---------------------------
+
+#: An inline event handler in a template: ``onClick="createStudentModal();"``.
+_HANDLER = re.compile(r"""\son[a-z]+\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.I)
+
+
+def test_the_policy_allows_each_inline_handler_of_formgraders_templates():
+    """Every inline handler in the installed formgrader's templates is allowed by hash (a newer
+    nbgrader with another one fails here, before an instructor finds a dead button), and no
+    allowed hash is for a handler the templates no longer hold."""
+    import nbgrader.server_extensions.formgrader as fg
+
+    found = set()
+    for template in (Path(fg.__file__).parent / "templates").rglob("*"):
+        if template.is_file():
+            for match in _HANDLER.finditer(template.read_text(encoding="utf-8")):
+                found.add(match.group(1) if match.group(1) is not None else match.group(2))
+    assert found == set(INLINE_HANDLERS), found ^ set(INLINE_HANDLERS)
+
+
+#: Clicks every control of the page once (links, buttons, form fields, anything with an inline
+#: event handler), then those the clicks brought up (a dialog's buttons), and says what it
+#: clicked and whether a dialog opened. A link's default action (navigation) is prevented; its
+#: handlers still run.
+CLICK_ALL = """async () => {
+  const isControl = (e) => ['A', 'BUTTON', 'INPUT', 'SELECT', 'TEXTAREA'].includes(e.tagName)
+      || e.getAttribute('role') === 'button'
+      || [...e.attributes].some(a => a.name.toLowerCase().startsWith('on'));
+  document.addEventListener(
+      'click', (e) => { if (e.target.closest('a[href]')) e.preventDefault(); }, true);
+  const done = new WeakSet(), clicked = [];
+  const dialogs = () => document.querySelectorAll('.modal').length;  // formgrader makes each
+  const pause = (ms) => new Promise(r => setTimeout(r, ms));
+  for (let round = 0; round < 3; round++) {
+    const fresh = [...document.querySelectorAll('*')].filter(e => isControl(e) && !done.has(e));
+    if (!fresh.length) break;
+    for (const e of fresh) {
+      done.add(e);
+      const before = dialogs();
+      e.click();
+      await pause(5);
+      const label = (e.tagName + ' ' + (e.textContent || e.value || '').trim()).slice(0, 60);
+      clicked.push(dialogs() > before ? label + ' [opened a dialog]' : label);
+    }
+    await pause(200);
+  }
+  return {clicked};
+}"""
+#: Records each violation of the page's policy (the init script is the browser's, not the page's).
+LISTEN = """window.__violations = [];
+document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(
+    e.effectiveDirective + ': ' + (e.sample || e.blockedURI)));"""
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_every_formgrader_control_runs_under_the_policy(graded):
+    """Issue 40, item 1: "Add new student…" and "Add new assignment…" did nothing, since the
+    policy blocked their inline handlers (``createStudentModal();``). Every page of formgrader
+    (graded class: one lesson, two students) is opened in Chromium and each of its controls
+    clicked once; any violation of the policy (the ``securitypolicyviolation`` event, or
+    Chromium's console line) fails the test, and both buttons must open their dialog. Requests
+    that would change anything (formgrader's API other than GET, navigation) are refused, so
+    nothing is graded, released or saved."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    course = graded / "course"
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        submission = gb.find_submission_notebook(FIXTURE, FIXTURE, "student").id
+    pages = ["manage_assignments", f"manage_submissions/{FIXTURE}", "gradebook",
+             f"gradebook/{FIXTURE}", f"gradebook/{FIXTURE}/{FIXTURE}", "manage_students",
+             "manage_students/student", f"manage_students/student/{FIXTURE}",
+             f"submissions/{submission}"]  # fmt: skip
+    seen, console = {}, []
+    with playwright.sync_playwright() as p, formgrader(course) as url:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.add_init_script(LISTEN)
+        page.on("console", lambda m: console.append(m.text))
+        here = {"loaded": False}
+
+        def only_reads(route):
+            request = route.request
+            if request.is_navigation_request() and here["loaded"]:
+                route.fulfill(status=204)  # a browser stays on the page it has
+            elif request.method != "GET" and "/csp-report" not in request.url:
+                route.abort()
+            else:
+                route.continue_()
+
+        page.route("**/*", only_reads)
+        for name in pages:
+            here["loaded"] = False
+            page.goto(f"{url}/formgrader/{name}")
+            page.wait_for_load_state("networkidle")
+            here["loaded"] = True
+            seen[name] = page.evaluate(CLICK_ALL)
+            seen[name]["violations"] = page.evaluate("window.__violations")
+        browser.close()
+    blocked = [line for line in console if "Content Security Policy" in line]
+    violations = {name: s["violations"] for name, s in seen.items() if s["violations"]}
+    assert not violations and not blocked, (violations, blocked)
+    for name in pages:
+        assert seen[name]["clicked"], f"no control found on {name}"
+    for name, button in (("manage_students", "Add new student"),
+                         ("manage_assignments", "Add new assignment")):  # fmt: skip
+        opened = [c for c in seen[name]["clicked"] if button in c and "[opened a dialog]" in c]
+        assert opened, f"{button}… opened no dialog: {seen[name]['clicked']}"
+    print({name: len(s["clicked"]) for name, s in seen.items()})

@@ -94,14 +94,14 @@ class StepTimeline:
         """The worst moment in words.
 
         Returns:
-            ``"eager: peak 140.3 MiB at op 512 of 830, backward: aten._softmax_backward_data in
+            ``"eager: peak 141 MiB in the backward pass, aten._softmax_backward_data in
             SoftmaxBackward0 (CPU: counted bytes)"``.
         """
         p = self.peak
         where = f"{p.op} in {p.node}" if p.node else p.op
+        pass_ = {"recompute": "a recomputation"}.get(p.phase, f"the {p.phase} pass")
         return (
-            f"{self.label}: peak {format_bytes(p.live_bytes)} at op {p.index + 1} of "
-            f"{len(self.events)}, {p.phase}: {where} ({self.method})"
+            f"{self.label}: peak {format_bytes(p.live_bytes)} in {pass_}, {where} ({self.method})"
         )
 
 

@@ -328,7 +328,7 @@ def lesson_02(out: dict[str, str], method: str) -> list[Claim]:
 
 
 def lesson_03(out: dict[str, str], method: str) -> list[Claim]:
-    text = out.get("cell-006", "")
+    text = out.get("2ae74766", "")
     claims = [
         Claim(
             "03",

@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,hf,classroom
+# The student install is the base package; `make` installs every extra its targets use.
+EXTRAS ?= lab,grader,dev,hf,classroom
 CHP := classroom/node_modules/.bin/configurable-http-proxy
 CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
@@ -16,9 +17,12 @@ GRADING_OUT ?= grading
 # make grade SECRET_FILE=path grades with it (else $$SHAPES_COURSE_SECRET_FILE, or practice).
 SECRET_FILE ?=
 CLASS_OUT ?= class-release
+# make secret SECRET_FILE=path COURSE_TERM=Fall-2026: a new course secret for that term (never
+# over a file). Not TERM: that is the terminal's variable.
+COURSE_TERM ?=
 # make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
 SCHEDULER ?=
-LESSON ?= *
+LESSON ?=
 LAB_ARGS ?=
 # What jupyter-config/ holds, also installed in the venv: Jupyter servers started without
 # scripts/lab.py (formgrader in a hub, `jupyter lab` by hand) get the same settings.
@@ -27,17 +31,18 @@ JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
 	$(VENV_JUPYTER)/jupyter_server_config.d/shapes_lab.json \
 	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
-.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help \
+.PHONY: setup lab test lint unit notebooks release release-check grade secret bench bench-gpu help \
 	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
 	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
+	@echo "make secret   a new course secret SECRET_FILE=path for COURSE_TERM=Fall-2026 (mode 600)"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
-	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
+	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks, the five lessons on CUDA), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
@@ -66,11 +71,13 @@ lab: setup
 
 # Manual grading in a grading workspace's course (formgrader reads the folder's config).
 formgrader: setup
-	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" . $(LAB_ARGS)
+	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" --instructor . $(LAB_ARGS)
 
-# Feedback again after manual grading; withheld feedback is listed, and the exit status is 0.
+# After manual grading: the feedback pages (GRADING_OUT/feedback/, what students get),
+# report.csv, report.md and scores.csv made again from the gradebook's grades now, wherever they
+# were entered (course_grading/refresh.py); withheld feedback is listed, and the exit status is 0.
 feedback: setup
-	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" -m nbgrader generate_feedback "$(LESSON)" --force
+	$(PY) -m course_grading refresh "$(GRADING_OUT)" $(if $(strip $(LESSON)),--lessons $(LESSON))
 
 # ruff reads the notebooks itself (solutions/ and notebooks/: checked, not reformatted: their
 # cells keep the course's compact style); mypy checks course_lib with pyproject's [tool.mypy].
@@ -96,9 +103,16 @@ release: setup
 ifneq ($(strip $(SECRET_FILE)),)
 	$(PY) scripts/release.py --secret-file "$(SECRET_FILE)" --out "$(CLASS_OUT)"
 else
+	@# scripts/links.py: every lesson's Colab link, "how to answer" note and install cell, from
+	@# the one repository address it holds
+	$(PY) scripts/links.py
 	$(PY) scripts/release.py --strip-solutions
 	$(PY) scripts/release.py
 endif
+
+secret: setup
+	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (and COURSE_TERM=...)"; exit 2; }
+	$(PY) -m course_grading secret "$(SECRET_FILE)" $(if $(strip $(COURSE_TERM)),--term "$(COURSE_TERM)")
 
 release-check: setup
 	$(PY) scripts/release.py --check
@@ -114,6 +128,7 @@ bench: setup
 	$(PY) benchmarks/checkpointing.py
 	$(PY) benchmarks/hf_memory.py
 	$(PY) benchmarks/grading.py
+	$(PY) benchmarks/sandbox_envelope.py
 
 # GPU checks: the memory model and checkpointing against the CUDA allocator, and the lessons on CUDA. Needs a CUDA torch
 # (make setup TORCH_SPEC=...); each script says so and exits 0 on a machine without a GPU.
@@ -142,8 +157,9 @@ classroom-proxy:
 classroom: setup $(CHP)
 	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
 
+# Stop and clean take the start's CLASSROOM_ARGS, so a custom --state is the one stopped.
 classroom-stop:
-	$(PY) classroom/run.py stop
+	$(PY) classroom/run.py stop $(CLASSROOM_ARGS)
 
 classroom-clean:
-	$(PY) classroom/run.py clean
+	$(PY) classroom/run.py clean $(CLASSROOM_ARGS)

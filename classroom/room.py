@@ -1,9 +1,11 @@
 """The classroom's state folder and the long-running parts started from it.
 
 ``STATE/`` holds ``classroom.json`` (ports, accounts, folders: no secrets), ``secrets/`` (root
-only: passwords, the gradebook URL, the hub's cookie secret), ``hub/`` (root only: the hub's
-database and log), ``postgres/`` (the ``postgres`` account's only), ``exchange/`` (1777),
-``etc/`` (per-role Jupyter configuration) and ``home/`` (demo accounts' homes, 0700 each).
+only: passwords, the gradebook URL, the hub's cookie secret, the LTI registry), ``hub/`` (root
+only: the hub's database and log), ``lti/`` (under the LTI login: each launched account's
+nbgrader id, for the instructor), ``postgres/`` (the ``postgres`` account's only),
+``exchange/`` (1777), ``etc/`` (per-role Jupyter configuration) and ``home/`` (the homes of
+demo accounts and of LTI launches, 0700 each).
 """
 
 from __future__ import annotations
@@ -65,10 +67,18 @@ class Classroom:
         self.settings_file = self.state / "classroom.json"
         self.accounts_file = self.secrets / "accounts.json"
         self.pids_file = self.state / "pids.json"
+        self.lti_registry = self.secrets / "lti_users.json"  # lti.py's: launches' accounts
+        self.lti_ids = self.state / "lti" / "student_ids.json"  # lti.ids_file: account -> id
 
     # --- accounts ---------------------------------------------------------------------------
     def load_accounts(self) -> dict:
         return json.loads(self.accounts_file.read_text()) if self.accounts_file.exists() else {}
+
+    def lti_accounts(self) -> list[str]:
+        """The accounts the hub made for LTI launches (``lti.py``'s registry), made by us all."""
+        if not self.lti_registry.is_file():
+            return []
+        return sorted(json.loads(self.lti_registry.read_text()).get("users", {}))
 
     def ensure_accounts(self, instructor: str, students: list[str]) -> dict:
         """Create the missing accounts (recorded as ours); existing ones are used as they are."""
@@ -193,7 +203,7 @@ class Classroom:
 
     def teardown(self, hub_pid: int | None, cluster: Cluster | None, people: list[str]) -> None:
         self.stop_hub(hub_pid)
-        left = accounts.stop_processes(people)
+        left = accounts.stop_processes([*people, *self.lti_accounts()])
         if left:
             print(f"stopped {len(left)} process(es) the hub left running as classroom users")
         if cluster is not None:

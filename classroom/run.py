@@ -179,6 +179,10 @@ def cmd_clean(args) -> int:
         if entry.get("created") and accounts.exists(name):
             accounts.remove(name)
             print(f"removed account {name}")
+    for name in room.lti_accounts():  # made by the hub for LTI launches, in their own uid range
+        if accounts.in_range(name, accounts.LTI_UIDS):
+            accounts.remove(name)
+            print(f"removed account {name} (an LTI launch's)")
     shutil.rmtree(room.state)
     print(f"removed {room.state}")
     return 0
@@ -217,6 +221,8 @@ def as_instructor(room: Classroom, command: list[str]) -> int:
         "PYTHONPATH": settings["grader"],  # the instructor's own copy of course_grading
         "SHAPES_COURSE_SECRET_FILE": settings["course_secret"],  # the hidden inputs' secret
     }
+    if room.lti_ids.is_file():  # LTI: collect maps each account to its student's nbgrader id
+        env["SHAPES_STUDENT_IDS"] = str(room.lti_ids)
     enter_private_view()  # the instructor's tools see what the hub's users see
     return subprocess.run(
         command,
@@ -226,6 +232,33 @@ def as_instructor(room: Classroom, command: list[str]) -> int:
         group=account.pw_gid,
         extra_groups=[],
     ).returncode
+
+
+def _start_options(parser: argparse.ArgumentParser, unused: bool = False) -> None:
+    """``start``'s options; on ``stop`` and ``clean`` taken but unused (hidden from --help)."""
+
+    def helped(text: str) -> str:
+        return argparse.SUPPRESS if unused else text
+
+    parser.add_argument(
+        "--students", type=int, default=3, help=helped("demo students (%(default)s)")
+    )
+    parser.add_argument(
+        "--prefix", default="shapes", help=helped("demo account names: PREFIX-student1 ...")
+    )
+    parser.add_argument(
+        "--instructor", help=helped("an existing Unix account to teach (default: a demo one)")
+    )
+    parser.add_argument(
+        "--student", action="append", help=helped("an existing Unix account (repeat)")
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help=helped("public port; 0 picks a free one")
+    )
+    parser.add_argument("--ip", default="127.0.0.1", help=helped("public address (%(default)s)"))
+    parser.add_argument(
+        "--exit-with-parent", action="store_true", help=helped("stop everything if the caller dies")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,19 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     start = sub.add_parser(
         "start", parents=[common], help="bring the classroom up (Ctrl-C stops it)"
     )
-    start.add_argument("--students", type=int, default=3, help="demo students (%(default)s)")
-    start.add_argument("--prefix", default="shapes", help="demo account names: PREFIX-student1 ...")
-    start.add_argument(
-        "--instructor", help="an existing Unix account to teach (default: a demo one)"
+    _start_options(start)
+    # `make classroom-stop` and `classroom-clean` pass CLASSROOM_ARGS, start's options: the
+    # state folder is read from them, the others are taken and left unused.
+    _start_options(sub.add_parser("stop", parents=[common], help="stop a running classroom"), True)
+    clean = sub.add_parser(
+        "clean", parents=[common], help="stop; remove demo accounts and all data"
     )
-    start.add_argument("--student", action="append", help="an existing Unix account (repeat)")
-    start.add_argument("--port", type=int, default=8000, help="public port; 0 picks a free one")
-    start.add_argument("--ip", default="127.0.0.1", help="public address (%(default)s)")
-    start.add_argument(
-        "--exit-with-parent", action="store_true", help="stop everything if the caller dies"
-    )
-    sub.add_parser("stop", parents=[common], help="stop a running classroom")
-    sub.add_parser("clean", parents=[common], help="stop; remove demo accounts and all data")
+    _start_options(clean, True)
     instr = sub.add_parser("instructor", parents=[common], help="a command as the instructor")
     instr.add_argument("command", nargs=argparse.REMAINDER)
     grade = sub.add_parser("autograde", parents=[common], help="sandboxed autograde of a lesson")

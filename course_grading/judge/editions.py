@@ -14,16 +14,18 @@ public value and the values a class may get), and every cell whose text uses the
 template in its metadata (``metadata.shapes.edition``): the cell's source with each number
 written ``«expression»`` or ``«expression:format»`` (``«rows * accum»``, ``«row_tokens:,»``), an
 expression of the edition's names (``«edition_name»`` is the edition's own name: "self-study
-edition" or "class edition" and 8 hex digits). Rendered with the public numbers, a template must
-give the cell's source exactly (``tests/grading/test_editions.py`` reads every lesson): the
-source stays the readable, runnable notebook, and the template says which of its numbers an
-edition changes.
+edition", or "class edition", 8 hex digits and the term: :meth:`Edition.label`). Rendered with
+the public numbers, a template must give the cell's source exactly
+(``tests/grading/test_editions.py`` reads every lesson): the source stays the readable, runnable
+notebook, and the template says which of its numbers an edition changes.
 The release renders each template and removes it, so a student version holds neither the
 template (its solution region) nor any other edition's numbers.
 
-**The draw.** ``HMAC-SHA256(secret, "edition" NUL lesson)`` seeds the generator: every notebook
-of one class gets the same numbers (classmates can discuss the questions), a re-grade draws them
-again exactly, and nobody without the secret predicts them. A draw is kept only when every item
+**The draw.** ``HMAC-SHA256(key, "edition" NUL lesson)`` seeds the generator, where the key is
+the class's (``secret.load``: the secret, and the term when the secret file names one, so one
+secret asks each term its own numbers): every notebook of one class gets the same numbers
+(classmates can discuss the questions), a re-grade draws them again exactly, and nobody without
+the secret predicts them. A draw is kept only when every item
 that depends on it has answers that differ from the self-study edition's, each by its own form
 (:meth:`Edition.draw`): a public answer typed into a class edition earns nothing.
 """
@@ -126,16 +128,24 @@ class Edition:
         """The edition's name as a student version records it (``metadata.shapes.edition``).
 
         Args:
-            secret: the course secret, or ``None``.
+            secret: the class's key (``secret.load``), or ``None``.
 
         Returns:
-            ``"self-study edition"``, or ``"class edition "`` and 8 hex digits that name the
-            secret's edition of this lesson without revealing anything of it.
+            ``"self-study edition"``, or ``"class edition "``, 8 hex digits and the term in
+            brackets if there is one. The digits come from the secret file's public random
+            edition id, the term and the lesson, never from the secret, so a student's label
+            checks no guess of the secret; for a key without an id (a one-line secret file, a
+            key made in code), from an HMAC of the key, as before ids.
         """
         if secret is None:
             return SELF_STUDY
-        digest = hmac.new(secret, f"label\0{self.lesson}".encode(), hashlib.sha256).hexdigest()
-        return f"class edition {digest[:8]}"
+        edition_id, term = getattr(secret, "edition_id", ""), getattr(secret, "term", "")
+        if edition_id:
+            named = f"label\0{edition_id}\0{term}\0{self.lesson}".encode()
+            digest = hashlib.sha256(named).hexdigest()
+        else:
+            digest = hmac.new(secret, f"label\0{self.lesson}".encode(), hashlib.sha256).hexdigest()
+        return f"class edition {digest[:8]}" + (f" ({term})" if term else "")
 
 
 def render(template: str, numbers: Mapping[str, Any]) -> str:

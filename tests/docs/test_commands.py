@@ -116,14 +116,17 @@ def _course_grading(args: list[str], tmp: Path) -> str:
 
     if args[:1] == ["secret"]:
         (tmp / "course_secret").unlink(missing_ok=True)
-        return "" if cli.main(["secret", str(tmp / "course_secret")]) == 0 else "secret failed"
-    if args[:1] == ["export"]:
+        made = cli.main(["secret", str(tmp / "course_secret"), *args[2:]])  # its options too
+        return "" if made == 0 else "secret failed"
+    if args[:1] in (["export"], ["refresh"]):
+        from course_grading import refresh
         from course_grading.lms import export
 
+        parser = (export if args[0] == "export" else refresh).build_parser()
         try:
-            export.build_parser().parse_args(args[1:])
+            parser.parse_args(args[1:])
         except SystemExit as done:  # --help ends with 0, a bad argument with 2
-            bad = f"python -m course_grading export does not accept {args[1:]}"
+            bad = f"python -m course_grading {args[0]} does not accept {args[1:]}"
             return bad if done.code else ""
         return ""
     try:
@@ -365,7 +368,8 @@ MADE_AT_RUN_TIME = {
     "steps.txt", "values.json", "in.ipynb", "out.ipynb", "worker.log", "hub.db",
     "jupyter_server_config.json", "page_config.json", "course_secret", "values.schema.json",
     "node_modules", "copies.md", "rows.json", "gpu_held_out_rows.json", "canvas.csv",
-    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv", "graded.csv",
+    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv", "graded.csv", "WORKSHEET.csv",
+    "class_gradebook.json",
 }  # fmt: skip
 #: Files of other projects the docs name, and why.
 NOT_OURS = {

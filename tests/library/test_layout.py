@@ -194,6 +194,13 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         "worker, hand out jobs with their budgets, notice a dead worker and grade its job "
         "again once, record what came back; the worker's side and the resume store are apart",
     ),
+    "course_grading.submissions": (
+        263,
+        "one walk over a submissions folder, whatever layout it holds (nbgrader's, a flat "
+        "folder, Canvas's and Moodle's downloads: their names read in lms/download_names.py), "
+        "every entry a submission or a row saying why not, no link followed, one submission "
+        "per student and lesson (an LMS's latest file), ids made safe and distinct",
+    ),
     "course_grading.judge.items.lesson_02": (
         343,
         "one lesson's trusted checks, one module per lesson: its two function items each need "

@@ -9,6 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # The student install is the base package; `make` installs every extra its targets use.
 EXTRAS ?= lab,grader,dev,hf,classroom
 CHP := classroom/node_modules/.bin/configurable-http-proxy
+PYODIDE := web/node_modules/pyodide/pyodide.asm.wasm
 CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
 SUBMISSIONS ?= submitted
@@ -32,7 +33,7 @@ JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
 	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
 .PHONY: setup lab test lint unit notebooks release release-check grade secret bench bench-gpu help \
-	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
+	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback key
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
@@ -40,12 +41,15 @@ help:
 	@echo "make secret   a new course secret SECRET_FILE=path for COURSE_TERM=Fall-2026 (mode 600)"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
+	@echo "make key     SECRET_FILE=path: your class edition's answer key into KEY_OUT=class-key"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
+	@echo "make planner-page  the fine-tune planner as a static page in web/build (Pyodide, no server)"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks, the five lessons on CUDA), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
+	@echo "              SECRET_FILE=path: the course secret it releases and grades with (required)"
 	@echo "make classroom-stop  stop it from another terminal"
 
 setup: $(VENV)/.installed $(JUPYTER_CONFIG)
@@ -82,15 +86,15 @@ feedback: setup
 # ruff reads the notebooks itself (solutions/ and notebooks/: checked, not reformatted: their
 # cells keep the course's compact style); mypy checks course_lib with pyproject's [tool.mypy].
 lint: setup
-	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py \
+	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom web nbgrader_config.py \
 	  solutions notebooks
-	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom web nbgrader_config.py
 	$(VENV)/bin/mypy course_lib
 	$(PY) scripts/release.py --strip-solutions --check
 
 # -rs: every skipped test is listed with its reason.
 unit: setup classroom-proxy
-	$(PY) -m pytest tests -q -rs
+	$(PY) -m pytest tests -q -rs --durations=25
 
 notebooks: setup
 	CI=1 $(PY) -m pytest -q -rs -p no:cacheprovider --nbval-lax --nbval-cell-timeout=$(NBVAL_TIMEOUT) solutions/
@@ -114,6 +118,13 @@ secret: setup
 	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (and COURSE_TERM=...)"; exit 2; }
 	$(PY) -m course_grading secret "$(SECRET_FILE)" $(if $(strip $(COURSE_TERM)),--term "$(COURSE_TERM)")
 
+# make key SECRET_FILE=path: the answer key of the class edition that secret draws, into the new
+# folder KEY_OUT (docs/instructors.md, 1.1).
+KEY_OUT ?= class-key
+key: setup
+	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (the secret you release with)"; exit 2; }
+	$(PY) -m course_grading key --secret-file "$(SECRET_FILE)" --out "$(KEY_OUT)"
+
 release-check: setup
 	$(PY) scripts/release.py --check
 
@@ -121,12 +132,20 @@ grade: setup
 	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
 	  $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)")
 
+# The planner as a static page: Pyodide from its npm package (pinned by web/package-lock.json),
+# the course's wheel beside it; serve web/build with any web server (README, "the page").
+.PHONY: planner-page
+planner-page: setup
+	npm ci --prefix web --no-audit --no-fund
+	$(PY) web/build.py
+
 bench: setup
 	$(PY) benchmarks/memory_model.py
 	$(PY) benchmarks/packing.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/checkpointing.py
 	$(PY) benchmarks/hf_memory.py
+	$(PY) benchmarks/planner_throughput.py
 	$(PY) benchmarks/grading.py
 	$(PY) benchmarks/sandbox_envelope.py
 
@@ -147,15 +166,21 @@ $(CHP): classroom/package.json classroom/package-lock.json
 	npm ci --prefix classroom --no-audit --no-fund
 	@touch $@
 
-# For the tests, as .ci/run does: the proxy when npm is there; without npm (or when npm fails)
-# the classroom test is skipped with its reason.
+# Pyodide for the planner page, from npm, pinned by web/package-lock.json.
+$(PYODIDE): web/package.json web/package-lock.json
+	npm ci --prefix web --no-audit --no-fund
+	@touch $@
+
+# For the tests, as .ci/run does: the proxy and Pyodide when npm is there; without npm (or when
+# npm fails) the classroom test and the planner page's test are skipped with their reasons.
 classroom-proxy:
 	@if command -v npm >/dev/null; then \
 	  $(MAKE) --no-print-directory $(CHP) || echo "could not install configurable-http-proxy: the classroom test will be skipped"; \
-	else echo "no npm: configurable-http-proxy not installed, the classroom test will be skipped"; fi
+	  $(MAKE) --no-print-directory $(PYODIDE) || echo "could not install Pyodide: the planner page's test will be skipped"; \
+	else echo "no npm: configurable-http-proxy and Pyodide not installed, the classroom and planner page tests will be skipped"; fi
 
 classroom: setup $(CHP)
-	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
+	$(PY) classroom/run.py start $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)") $(CLASSROOM_ARGS)
 
 # Stop and clean take the start's CLASSROOM_ARGS, so a custom --state is the one stopped.
 classroom-stop:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import secrets
 import shutil
 from pathlib import Path
 
@@ -149,28 +148,6 @@ def install_grader(repo: Path, instructor: str) -> Path:
         os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
     folder.chmod(0o700)
     return folder
-
-
-def course_secret(instructor: str) -> Path:
-    """The course secret hidden inputs are drawn with (``course_grading/judge/secret.py``):
-    ``~instructor/.shapes-secret/course_secret``, made once (mode 0600 in a 0700 folder, the
-    instructor's) and kept across restarts, so a re-grade draws the same inputs. Nobody else
-    can read it; the hub and ``run.py autograde`` name it in ``SHAPES_COURSE_SECRET_FILE``."""
-    account = pwd.getpwnam(instructor)
-    folder = Path(account.pw_dir) / ".shapes-secret"
-    if folder.is_symlink():
-        folder.unlink()
-    folder.mkdir(mode=0o700, exist_ok=True)
-    path = folder / "course_secret"
-    if not path.exists():
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            out.write(secrets.token_hex(32) + "\n")
-    for item in (folder, path):
-        os.chown(item, account.pw_uid, account.pw_gid, follow_symlinks=False)
-    folder.chmod(0o700)
-    path.chmod(0o600)
-    return path
 
 
 if __name__ == "__main__":  # for an image: python classroom/course_folder.py /etc/shapes

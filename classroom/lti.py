@@ -78,6 +78,8 @@ _spec.loader.exec_module(accounts)
 
 CLAIM = "https://purl.imsglobal.org/spec/lti/claim/"
 CUSTOM, EXT, CONTEXT, ROLES = CLAIM + "custom", CLAIM + "ext", CLAIM + "context", CLAIM + "roles"
+#: Where a launch names the course's grade service (LTI Advantage's AGS): its line items URL.
+AGS_ENDPOINT = "https://purl.imsglobal.org/spec/lti-ags/claim/endpoint"
 MEMBERSHIP = "http://purl.imsglobal.org/vocab/lis/v2/membership#"
 INSTRUCTOR, LEARNER = MEMBERSHIP + "Instructor", MEMBERSHIP + "Learner"
 #: What lti.json must give.
@@ -149,6 +151,20 @@ def login_of(id_token: dict[str, Any], claims: list[str]) -> str:
     raise LoginError(f"the launch names no user (none of {claims} or sub)")
 
 
+def lineitems_of(id_token: dict[str, Any]) -> str:
+    """The course's line items URL a launch names (``""``: none, or not an https URL).
+
+    Args:
+        id_token: the launch's verified claims.
+
+    Returns:
+        The AGS endpoint claim's ``lineitems``.
+    """
+    endpoint = id_token.get(AGS_ENDPOINT)
+    url = endpoint.get("lineitems") if isinstance(endpoint, dict) else None
+    return url if isinstance(url, str) and url.startswith(("https://", "http://127.0.0.1")) else ""
+
+
 def unsubstituted(id_token: dict[str, Any]) -> list[str]:
     """The custom fields a launch carries as the variable they should have been replaced by.
 
@@ -182,11 +198,13 @@ class Registry:
             return {}
         return dict(json.loads(self.path.read_text(encoding="utf-8")).get("users", {}))
 
-    def claim(self, name: str, issuer: str, sub: str, login: str) -> str:
+    def claim(self, name: str, issuer: str, sub: str, login: str, lineitems: str = "") -> str:
         """Bind ``name`` to the platform user, and their nbgrader id to ``name``; that id.
 
         A returning user keeps the id they were first given (their submissions are under it),
-        whatever login they launch with now.
+        whatever login they launch with now. ``sub`` is what the grade passback posts to
+        (``course_grading/lms/passback.py``), and ``lineitems``, the course's line items URL
+        the launch named (its AGS endpoint claim), where.
 
         Raises:
             LoginError: ``name`` is another platform user's (a digest collision), or the id is
@@ -198,6 +216,8 @@ class Registry:
             if (mine["issuer"], mine["sub"]) != (issuer, sub):
                 raise LoginError(f"hub user {name} belongs to another platform user: refused")
             mine["last"] = _now()
+            if lineitems:
+                mine["lineitems"] = lineitems
             self._write(users)
             return str(mine["student_id"])
         wanted = student_id(login)
@@ -211,6 +231,8 @@ class Registry:
                 )
         users[name] = {"issuer": issuer, "sub": sub, "login": login, "student_id": wanted,
                        "first": _now(), "last": _now()}  # fmt: skip
+        if lineitems:
+            users[name]["lineitems"] = lineitems
         self._write(users)
         return wanted
 
@@ -313,7 +335,7 @@ class ClassroomLTI13Authenticator(LocalAuthenticator, LTI13Authenticator):
         if accounts.exists(name) and not accounts.in_range(name, tuple(self.uids)):
             raise LoginError(f"a Unix account {name} exists outside the classroom's uids: unused")
         login = login_of(token, list(self.login_claims))
-        self.registry().claim(name, issuer, sub, login)
+        self.registry().claim(name, issuer, sub, login, lineitems_of(token))
         return {"name": name, "auth_state": token}
 
     def student_id_of(self, name: str) -> str | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import accounts
 import course_folder
+import course_secret
 from pgcluster import Cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,6 +99,9 @@ class Classroom:
         return {n: known[n] for n in [instructor, *students]}
 
     # --- start ------------------------------------------------------------------------------
+    def instructor_of(self, args) -> str:
+        return args.instructor or f"{args.prefix}-instructor"
+
     def prepare(self, args) -> dict:
         self.state.mkdir(parents=True, exist_ok=True)
         self.state.chmod(0o755)  # users pass through to their homes, the exchange, etc/
@@ -109,7 +113,7 @@ class Classroom:
         students = args.student or [
             f"{args.prefix}-student{i}" for i in range(1, args.students + 1)
         ]
-        instructor = args.instructor or f"{args.prefix}-instructor"
+        instructor = self.instructor_of(args)
         people = self.ensure_accounts(instructor, students)
         exchange = self.state / "exchange"
         exchange.mkdir(exist_ok=True)
@@ -117,7 +121,7 @@ class Classroom:
         etc = course_folder.write_role_configs(self.state / "etc")
         course_root = course_folder.build(REPO, instructor, COURSE_ID)
         grader = course_folder.install_grader(REPO, instructor)
-        secret = course_folder.course_secret(instructor)
+        secret = course_secret.install(args.secret_file, instructor)  # a copy of the given file
         settings = {
             "ip": args.ip,
             "port": args.port or free_port(),
@@ -130,7 +134,8 @@ class Classroom:
             "course_id": COURSE_ID,
             "course_root": str(course_root),
             "grader": str(grader),
-            "course_secret": str(secret),
+            "course_secret": str(secret),  # the instructor's copy, named to their servers
+            "secret_file": str(Path(args.secret_file).expanduser().resolve()),  # the original
             "exchange": str(exchange),
             "etc": {role: str(path) for role, path in etc.items()},
         }

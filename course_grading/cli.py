@@ -1,7 +1,9 @@
 """The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
-``python -m course_grading secret PATH`` (a course secret); ``export`` (scores into an LMS's
-file) is ``course_grading.lms.export``, ``refresh`` (every output again after manual grading)
-``course_grading.refresh``.
+``python -m course_grading secret PATH`` (a course secret); ``key`` (the class edition's answer
+key) is ``course_grading.nbgrader.answer_key``; ``export`` (scores into an LMS's file) is
+``course_grading.lms.export``; ``refresh`` (every output again after manual grading)
+``course_grading.refresh``; ``passback`` and ``lti-key`` (scores into the LMS through LTI
+Advantage) are ``course_grading.lms.passback_cli``.
 
 This is the only place a ``GradingError`` becomes a message and an exit status: one line on
 stderr, exit status 2.
@@ -77,10 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         "checks outside the student's kernel; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",
         epilog="Instructors: `python -m course_grading secret PATH` makes a course secret; "
-        "`python -m course_grading refresh GRADING_OUT` makes the feedback, report and scores "
-        "again after manual grading (`--due LESSON=WHEN`: a due date decided now); "
-        "`python -m course_grading export GRADING_OUT --format canvas|moodle ...` writes the "
-        "scores as a file Canvas or Moodle imports.",
+        "`... key --secret-file PATH --out FOLDER` writes your class edition's answer key; "
+        "`... refresh GRADING_OUT` makes the feedback, report and scores again after manual "
+        "grading (`--due LESSON=WHEN`: a due date decided now); "
+        "`... export GRADING_OUT --format canvas|moodle ...` writes the scores as a file Canvas "
+        "or Moodle imports; `... passback GRADING_OUT --platform lti.json --registry "
+        "lti_users.json` posts them to the LMS through LTI Advantage (a dry run without --post).",
     )
     add = parser.add_argument
     add(
@@ -210,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["secret"]:
             return course_secret.secret_main(argv[1:])
+        if argv[:1] == ["key"]:
+            from course_grading.nbgrader.answer_key import key_main
+
+            return key_main(argv[1:], _default_root())
         if argv[:1] == ["export"]:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 
@@ -218,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
             from course_grading.refresh import refresh_main
 
             return refresh_main(argv[1:])
+        if argv[:1] in (["passback"], ["lti-key"]):
+            from course_grading.lms.passback_cli import key_main, passback_main
+
+            return (passback_main if argv[0] == "passback" else key_main)(argv[1:])
         return _grade_main(argv)
     except GradingError as err:
         print(f"python -m course_grading: {err}", file=sys.stderr)

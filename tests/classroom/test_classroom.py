@@ -95,9 +95,12 @@ class Room:
         self.prefix = prefix
         self.log_path = ARTIFACTS / "run.log"
         self.log = open(self.log_path, "w")
+        # the instructor's course secret, outside the state folder (the classroom makes none)
+        self.secret_file = course_secret.create(state.parent / f"{state.name}-secret", term="T1")
         self.proc = subprocess.Popen(
             [sys.executable, str(RUN), "start", "--state", str(state), "--students", "2",
-             "--prefix", prefix, "--port", "0", "--exit-with-parent"],
+             "--prefix", prefix, "--port", "0", "--exit-with-parent",
+             "--secret-file", str(self.secret_file)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a terminal's Ctrl-C is simulated below, on purpose
@@ -157,6 +160,7 @@ class Room:
         )
         (ARTIFACTS / "clean.log").write_text(clean.stdout + clean.stderr)
         self.log.close()
+        self.secret_file.unlink(missing_ok=True)  # clean leaves it: the instructor's own file
 
 
 @pytest.fixture(scope="module")
@@ -341,6 +345,8 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         peek = subprocess.run([*as_student, "cat", str(secret_file)], capture_output=True)
         assert peek.returncode != 0 and not peek.stdout, "a student reads the course secret"
         assert secret_file.stat().st_mode & 0o077 == 0, oct(secret_file.stat().st_mode)
+        # and it is the instructor's file, byte for byte (the classroom made none of its own)
+        assert secret_file.read_bytes() == room.secret_file.read_bytes()
         teacher_account = pwd.getpwnam(teacher_name)
         found = subprocess.run(
             ["nsenter", f"--target={hub_pid}", "--mount", f"--setuid={teacher_account.pw_uid}",

@@ -111,6 +111,31 @@ def test_no_login_is_another_ones_id_and_no_launch_a_system_account():
     assert lti.hub_name(ISSUER, "1") != lti.hub_name("https://other.example", "1")
 
 
+def test_the_registry_keeps_where_each_launch_says_grades_go(tmp_path):
+    """The grade passback posts to the line items URL a launch named (its AGS endpoint claim)
+    for the ``sub`` the registry bound: a returning student's newer URL replaces the old one, a
+    launch without the claim keeps it, and a URL that is not https is never recorded (the
+    passback would send the bearer token there)."""
+    if lti is None:
+        pytest.skip(WHY_NOT)
+    course = "https://lms.example.edu/api/lti/courses/7/line_items"
+    claim = {lti.AGS_ENDPOINT: {"lineitems": course, "scope": []}}
+    assert lti.lineitems_of(claim) == course
+    for bad in ("http://lms.example.edu/line_items", "file:///etc/passwd", 7, None):
+        assert lti.lineitems_of({lti.AGS_ENDPOINT: {"lineitems": bad}}) == ""
+    assert lti.lineitems_of({}) == "" and lti.lineitems_of({lti.AGS_ENDPOINT: "x"}) == ""
+    registry = lti.Registry(tmp_path / "secrets" / "lti_users.json")
+    registry.claim("lti-a", ISSUER, "sub-a", "ann", lti.lineitems_of(claim))
+    registry.claim("lti-b", ISSUER, "sub-b", "bob", "")
+    users = registry.users()
+    assert users["lti-a"]["lineitems"] == course and "lineitems" not in users["lti-b"]
+    moved = course.replace("/7/", "/8/")
+    registry.claim("lti-a", ISSUER, "sub-a", "ann", moved)
+    registry.claim("lti-a", ISSUER, "sub-a", "ann", "")
+    assert registry.users()["lti-a"]["lineitems"] == moved
+    assert registry.path.stat().st_mode & 0o777 == 0o600
+
+
 def test_the_classroom_turns_lti_on_from_its_state_folder(tmp_path):
     if lti is None:
         pytest.skip(WHY_NOT)

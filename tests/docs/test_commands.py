@@ -118,11 +118,18 @@ def _course_grading(args: list[str], tmp: Path) -> str:
         (tmp / "course_secret").unlink(missing_ok=True)
         made = cli.main(["secret", str(tmp / "course_secret"), *args[2:]])  # its options too
         return "" if made == 0 else "secret failed"
-    if args[:1] in (["export"], ["refresh"]):
+    if args[:1] in (["export"], ["refresh"], ["key"], ["passback"], ["lti-key"]):
         from course_grading import refresh
-        from course_grading.lms import export
+        from course_grading.lms import export, passback_cli
+        from course_grading.nbgrader import answer_key
 
-        parser = (export if args[0] == "export" else refresh).build_parser()
+        parser = {
+            "export": export.build_parser,
+            "refresh": refresh.build_parser,
+            "key": lambda: answer_key.build_parser(ROOT),
+            "passback": passback_cli.build_parser,
+            "lti-key": passback_cli.key_parser,
+        }[args[0]]()
         try:
             parser.parse_args(args[1:])
         except SystemExit as done:  # --help ends with 0, a bad argument with 2
@@ -318,6 +325,9 @@ BAD_DOC = """
 nbgrader export
 make no-such-target
 .venv/bin/python -m course_grading submitted --no-such-flag
+.venv/bin/python -m course_grading key --secret-file PATH --no-such-flag
+.venv/bin/python -m course_grading passback grading --platform lti.json --no-such-flag
+.venv/bin/python -m course_grading lti-key
 .venv/bin/nbgrader generate_feedback LESSON --no-such-flag
 .venv/bin/nbgrader no_such_subcommand
 .venv/bin/python benchmarks/grading.py --no-such-flag

@@ -47,7 +47,7 @@ help:
 	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
 	@echo "make planner-page  the fine-tune planner as a static page in web/build (Pyodide, no server)"
-	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
+	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks, the five lessons on CUDA), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
 	@echo "              SECRET_FILE=path: the course secret it releases and grades with (required)"
 	@echo "make classroom-stop  stop it from another terminal"
@@ -149,7 +149,7 @@ bench: setup
 	$(PY) benchmarks/grading.py
 	$(PY) benchmarks/sandbox_envelope.py
 
-# GPU checks: the memory model and checkpointing against the CUDA allocator. Needs a CUDA torch
+# GPU checks: the memory model and checkpointing against the CUDA allocator, and the lessons on CUDA. Needs a CUDA torch
 # (make setup TORCH_SPEC=...); each script says so and exits 0 on a machine without a GPU.
 bench-gpu: setup
 	$(PY) benchmarks/memory_model.py --device cuda
@@ -158,6 +158,8 @@ bench-gpu: setup
 	$(PY) benchmarks/gpu_held_out.py --out gpu_held_out_rows.json
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
 	  && $(PY) benchmarks/checkpointing.py --device cuda || echo "no CUDA: checkpointing GPU run skipped"
+	@# the five lessons executed on CUDA, each GPU-path statement they make checked (exits 0 without CUDA)
+	$(PY) benchmarks/gpu_lessons.py --out gpu_lessons.json
 
 # JupyterHub's proxy from npm, pinned by classroom/package-lock.json.
 $(CHP): classroom/package.json classroom/package-lock.json

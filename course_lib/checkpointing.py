@@ -35,7 +35,7 @@ from .memory.meter import Device
 from .model import TinyGPT, TinyGPTConfig
 from .timing import Step, interleave
 
-__all__ = ["StepTimes", "time_checkpointing"]
+__all__ = ["StepTimes", "step_flops", "time_checkpointing"]
 
 
 @dataclass
@@ -197,3 +197,36 @@ def _training_step(config: TinyGPTConfig, batch: dict, seed: int, device: torch.
         model(**batch).loss.backward()
 
     return run
+
+
+def step_flops(config: TinyGPTConfig, batch_size: int, seq_len: int, seed: int = 0) -> int:
+    """The floating-point operations of one training step, counted, not timed.
+
+    PyTorch's ``torch.utils.flop_counter.FlopCounterMode`` adds up the FLOPs of every matrix
+    multiply and attention kernel a step runs (``model(**batch).loss.backward()``), recomputed
+    forward passes included: the same count on every machine and every run, where a wall-clock
+    ratio moves with the load. It counts what recomputation adds to the work, not how long the
+    machine takes over it (small kernels and bookkeeping are free here and are not on a CPU).
+
+    Args:
+        config: the model (its ``checkpointing`` and ``checkpoint_every`` included).
+        batch_size: rows of the random full-row batch.
+        seq_len: tokens per row (at most ``config.max_seq_len``).
+        seed: the weights' and the batch's seed.
+
+    Returns:
+        FLOPs of the step (a multiply-add counts 2).
+
+    Raises:
+        ValueError: a size that is not positive, or ``seq_len`` above ``max_seq_len``.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    positive_int("batch_size", batch_size)
+    seq_len_within(seq_len, config.max_seq_len)
+    torch.manual_seed(seed)
+    model = TinyGPT(config)
+    batch = random_batch(config.vocab_size, batch_size, seq_len, seed)
+    with FlopCounterMode(display=False) as counter:
+        model(**batch).loss.backward()
+    return int(counter.get_total_flops())

@@ -19,10 +19,10 @@ from matplotlib.ticker import FormatStrFormatter
 from ..lessons.accumulation import AccumulationRuns, AccumulationWindow, StepErrors
 from ..lessons.accumulation_cost import AccumulationCost, SummedLoss
 from ..noise import GradientNoise
-from .style import MODE_COLOURS, label_above, mib, require
+from .style import BLUE, INK, MODE_COLOURS, MUTED, PURPLE, VERMILLION, label_above, mib, require
 
 ERROR_FLOOR = 1e-9
-RUN_COLOURS = {"averaged, lr": "tab:blue", "summed, lr": "tab:red", "averaged, K × lr": "black"}
+RUN_COLOURS = {"averaged, lr": BLUE, "summed, lr": VERMILLION, "averaged, K × lr": INK}
 
 
 def _floor(x: float) -> float:
@@ -53,7 +53,7 @@ def plot_gradient_error_vs_spread(
             "plot_gradient_error_vs_spread needs (spread, mode, error) triples")  # fmt: skip
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for mode in dict.fromkeys(m for _, m, _ in points):
-        colour = MODE_COLOURS.get(mode, "black")
+        colour = MODE_COLOURS.get(mode, INK)
         sel = sorted((s, e) for s, m, e in points if m == mode)
         xs = sorted({s for s, _ in sel})
         means = [sum(e for s, e in sel if s == x) / sum(1 for s, _ in sel if s == x) for x in xs]
@@ -64,11 +64,11 @@ def plot_gradient_error_vs_spread(
     for mode in dict.fromkeys(m for _, m, _ in real):
         sel = [(s, e) for s, m, e in real if m == mode]
         ax.plot([s for s, _ in sel], [_floor(e) for _, e in sel], "D", mfc="none",
-                color=MODE_COLOURS.get(mode, "black"), label=f"{mode}: untrimmed data")  # fmt: skip
+                color=MODE_COLOURS.get(mode, INK), label=f"{mode}: untrimmed data")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.set_yscale("log")
-    ax.axhline(ERROR_FLOOR, color="gray", lw=0.8, ls=":")
+    ax.axhline(ERROR_FLOOR, color=MUTED, lw=0.8, ls=":")
     ax.set_xlabel("spread: loss tokens of the fullest micro-batch / of the emptiest")
     ax.set_ylabel("‖g_acc − g_full‖ / ‖g_full‖")
     ax.set_title(title or "Accumulated gradient vs one full batch (measured)")
@@ -102,7 +102,7 @@ def _draw_window_errors(ax: Axes, window: AccumulationWindow) -> None:
     errors = window.errors
     names = list(errors)
     ax.bar(names, [_floor(errors[m]) for m in names],
-           color=[MODE_COLOURS.get(m, "black") for m in names])  # fmt: skip
+           color=[MODE_COLOURS.get(m, INK) for m in names])  # fmt: skip
     for x, m in enumerate(names):
         label_above(ax, f"{errors[m]:.1e}", (x, _floor(errors[m])))
     ax.tick_params(axis="x", labelsize=8)
@@ -150,7 +150,7 @@ def _draw_heldout(ax: Axes, heldout: dict) -> None:
     for j, mode in enumerate(modes):
         xs = [g + (j - (len(modes) - 1) / 2) * w for g in range(len(groups))]
         vals = [heldout[mode][g] for g in groups]
-        ax.bar(xs, vals, w, color=MODE_COLOURS.get(mode, "k"), label=mode)
+        ax.bar(xs, vals, w, color=MODE_COLOURS.get(mode, INK), label=mode)
         for x, v in zip(xs, vals):
             label_above(ax, f"{v:.3f}", (x, v), fontsize=7)
     lo = min(min(h.values()) for h in heldout.values())
@@ -188,14 +188,14 @@ def plot_accumulation_runs(runs: AccumulationRuns) -> Figure:
     fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8))
     ax_loss, ax_dist = axes[0], axes[1]
     for mode, losses in loss_by_mode.items():
-        ax_loss.plot(range(1, len(losses) + 1), losses, "-", color=MODE_COLOURS.get(mode, "k"),
+        ax_loss.plot(range(1, len(losses) + 1), losses, "-", color=MODE_COLOURS.get(mode, INK),
                      label=mode, alpha=0.8)  # fmt: skip
     ax_loss.set_xlabel("optimiser step")
     ax_loss.set_ylabel("training loss per loss token (nats)")
     ax_loss.set_title("training loss (same init, same windows)")
     ax_loss.legend(fontsize=8)
     ax_loss.grid(alpha=0.3)
-    ax_dist.plot(range(1, len(distance) + 1), distance, "o-", color="tab:purple", ms=3)
+    ax_dist.plot(range(1, len(distance) + 1), distance, "o-", color=PURPLE, ms=3)
     ax_dist.set_xlabel("optimiser step")
     ax_dist.set_ylabel("‖θ_mean − θ_tw‖ / ‖θ_tw − θ_0‖")
     ax_dist.set_title("distance between the two runs")
@@ -226,8 +226,8 @@ def plot_summed_loss(summed: SummedLoss) -> Figure:
     require(bool(summed.scale) and bool(summed.losses), "plot_summed_loss needs a measurement")
     fig, (ax_scale, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.8))
     ks = sorted(summed.scale)
-    ax_scale.plot(ks, ks, "-", color="gray", alpha=0.6, label="y = k")
-    ax_scale.plot(ks, [summed.scale[k] for k in ks], "o", color="tab:red", label="measured")
+    ax_scale.plot(ks, ks, "-", color=MUTED, alpha=0.6, label="y = k")
+    ax_scale.plot(ks, [summed.scale[k] for k in ks], "o", color=VERMILLION, label="measured")
     ax_scale.set_xticks(ks)
     ax_scale.set_xlabel("micro-batches accumulated, k")
     ax_scale.set_ylabel("‖g_summed‖ / ‖g_averaged‖")
@@ -235,7 +235,7 @@ def plot_summed_loss(summed: SummedLoss) -> Figure:
     ax_scale.legend(fontsize=8)
     for name, losses in summed.losses.items():
         style = ":" if name.endswith("K × lr") else "-"
-        ax_loss.plot(range(1, len(losses) + 1), losses, style, color=RUN_COLOURS.get(name, "k"),
+        ax_loss.plot(range(1, len(losses) + 1), losses, style, color=RUN_COLOURS.get(name, INK),
                      label=name.replace("K", str(summed.grad_accum_steps)), lw=2)  # fmt: skip
     ax_loss.set_xlabel("optimiser step")
     ax_loss.set_ylabel("training loss (nats)")
@@ -265,8 +265,8 @@ def plot_accumulation_cost(cost: AccumulationCost) -> Figure:
     require(bool(cost.ks), "plot_accumulation_cost needs at least one measured K")
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.8))
     rows = f"{cost.micro_batch_size} rows of {cost.seq_len}"
-    for batch, colour, name in ((False, "tab:blue", f"accumulate K micro-batches of {rows}"),
-                                (True, "tab:gray", "one batch of the same K × rows")):  # fmt: skip
+    for batch, colour, name in ((False, BLUE, f"accumulate K micro-batches of {rows}"),
+                                (True, MUTED, "one batch of the same K × rows")):  # fmt: skip
         peaks = cost.batch_peak_bytes if batch else cost.peak_bytes
         ax_mem.plot(cost.ks, [mib(peaks[k]) for k in cost.ks], "o-", color=colour, label=name)
         med = np.array([cost.median(k, batch) for k in cost.ks]) * 1e3
@@ -335,7 +335,7 @@ def plot_gradient_noise(noise: GradientNoise) -> Figure:
     """
     require(bool(noise.ks), "plot_gradient_noise needs at least one step size")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for name, colour in (("short", "tab:blue"), ("long", "tab:red")):
+    for name, colour in (("short", BLUE), ("long", VERMILLION)):
         per_example = noise.tokens_per_example[name]
         label = f"{name} completions (~{per_example:.0f} loss tokens each)"
         for ax, unit in zip(axes, (1, per_example)):
@@ -389,12 +389,12 @@ def plot_noise_target(
     require(accum >= 1 and micro_batch_size >= 1, "plot_noise_target needs positive sizes")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     rho, grid = noise.noise_to_signal, np.arange(1, 129)
-    ax.loglog(grid, rho / (micro_batch_size * grid), color="tab:purple", alpha=0.6,
+    ax.loglog(grid, rho / (micro_batch_size * grid), color=PURPLE, alpha=0.6,
               label="measured 1/K law (all examples)")  # fmt: skip
     # the target drawn over a hollow marker: a point near the line must not hide it
-    ax.axhline(target, color="black", ls="--", label=f"target {target}", zorder=3)
+    ax.axhline(target, color=INK, ls="--", label=f"target {target}", zorder=3)
     ratio = rho / (micro_batch_size * accum)
-    ax.loglog([accum], [ratio], "o", ms=10, color="tab:purple", mfc="none", mew=2)
+    ax.loglog([accum], [ratio], "o", ms=10, color=PURPLE, mfc="none", mew=2)
     tokens = micro_batch_size * accum * noise.tokens_per_example["all"]
     ax.set_title(f"accumulation {accum}: ~{tokens:,.0f} loss tokens per step, noise-to-signal "
                  f"{ratio:.4g}: {noise_verdict(ratio, target)}", fontsize=10)  # fmt: skip

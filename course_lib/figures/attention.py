@@ -14,9 +14,14 @@ from matplotlib.figure import Figure
 from ..lessons.attention import BudgetSplit, ValuesPerLayer
 from ..memory import ActivationBreakdown, ShapeComparison
 from .style import (
+    BLUE,
     COMPONENT_COLOURS,
     IMPL_COLOURS,
+    INK,
+    VERMILLION,
+    draw_budget,
     draw_predicted_vs_measured,
+    label_above,
     mib,
     require,
 )
@@ -45,7 +50,7 @@ def plot_measured_vs_predicted(rows: Sequence[ShapeComparison], title: str = "")
         2, 1, figsize=(7.5, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
     )
     draw_predicted_vs_measured(
-        ax, ax_ratio, rows, lambda r: r.attn_impl, lambda impl: IMPL_COLOURS.get(impl, "black")
+        ax, ax_ratio, rows, lambda r: r.attn_impl, lambda impl: IMPL_COLOURS.get(impl, INK)
     )
     labels = [f"{r.batch_size}×{r.seq_len}" for r in sorted(rows, key=lambda r: r.seq_len)]
     ax.set_title(title or f"Same tokens per step, different shapes ({rows[0].method})")
@@ -60,14 +65,19 @@ def plot_breakdown(
     breakdowns: Sequence[ActivationBreakdown],
     measured: Sequence[int] | None = None,
     title: str = "",
+    memory_budget: int | None = None,
+    y_max_bytes: int | None = None,
 ) -> Figure:
     """Stacked bars of predicted components per shape; measured peaks (bytes, one per breakdown)
-    as black diamonds.
+    as black diamonds, each with its size written above it.
 
     Args:
         breakdowns: predictions, one bar each (:func:`~course_lib.memory.activation_bytes`).
         measured: measured peak bytes, one per breakdown; ``None`` draws no diamonds.
         title: the title; empty: "Where the bytes go (predicted)".
+        memory_budget: a target in bytes, drawn as a dashed line; ``None``: no line.
+        y_max_bytes: the top of the y axis in bytes (an explorer keeps it fixed from frame to
+            frame); ``None``: matplotlib's choice.
 
     Returns:
         A new matplotlib ``Figure``: one bar per shape, in MiB, stacked by component. The caller
@@ -89,10 +99,18 @@ def plot_breakdown(
         heights = [mib(b.components()[name]) for b in breakdowns]
         if not any(heights):
             continue
-        ax.bar(xs, heights, bottom=bottom, color=colour, label=name.replace("_", " "))
+        ax.bar(xs, heights, bottom=bottom, color=colour, label=name.replace("_", " "),
+               edgecolor="white", linewidth=0.5)  # fmt: skip
         bottom = [b + h for b, h in zip(bottom, heights)]
     if measured is not None:
-        ax.plot(list(xs), [mib(m) for m in measured], "D", color="black", label="measured peak")
+        ax.plot(list(xs), [mib(m) for m in measured], "D", color=INK, label="measured peak")
+        for x, m in zip(xs, measured):
+            label_above(ax, f"{mib(m):.1f} MiB", (x, mib(m)), xytext=(0, 7), fontsize=9,
+                        bbox=dict(fc="white", ec="none", alpha=0.85, pad=1))  # fmt: skip
+    if memory_budget is not None:
+        draw_budget(ax, memory_budget, "target")
+    if y_max_bytes is not None:
+        ax.set_ylim(0, mib(y_max_bytes))
     ax.set_xticks(list(xs))
     ax.set_xticklabels([f"{b.attn_impl}\n{b.batch_size}×{b.seq_len}" for b in breakdowns])
     ax.set_ylabel("MiB")
@@ -127,14 +145,14 @@ def plot_linear_vs_quadratic(values: ValuesPerLayer) -> Figure:
         values.seq_lens,
         values.linear,
         "s-",
-        color="tab:blue",
+        color=BLUE,
         label="linear / MLP: ∝ batch × seq",
     )
     ax.plot(
         values.seq_lens,
         values.scores,
         "o-",
-        color="tab:red",
+        color=VERMILLION,
         label="attention scores: ∝ batch × heads × seq²",
     )
     ax.set_xscale("log", base=2)
@@ -148,12 +166,16 @@ def plot_linear_vs_quadratic(values: ValuesPerLayer) -> Figure:
     return fig
 
 
-def plot_split(split: BudgetSplit) -> Figure:
+def plot_split(
+    split: BudgetSplit, memory_budget: int | None = None, y_max_bytes: int | None = None
+) -> Figure:
     """One split of a token budget (:func:`~course_lib.lessons.attention.budget_split`): predicted
     components and, when measured, the measured peaks, one bar per attention path.
 
     Args:
         split: one ``batch_size × seq_len`` split, predicted (and maybe measured) per path.
+        memory_budget: a target in bytes, drawn as a dashed line; ``None``: no line.
+        y_max_bytes: the top of the y axis in bytes (fixed across an explorer's frames).
 
     Returns:
         A new matplotlib ``Figure``: :func:`plot_breakdown` of the split, its shape in the title.
@@ -176,6 +198,9 @@ def plot_split(split: BudgetSplit) -> Figure:
         measured,
         title=f"{split.batch_size} × {split.seq_len} = {split.token_budget:,} tokens; "
         f"{split.score_elements:,} score elements per layer",
+        memory_budget=memory_budget,
+        y_max_bytes=y_max_bytes,
     )
     fig.axes[0].set_xlabel(split.method)
+    fig.tight_layout()
     return fig

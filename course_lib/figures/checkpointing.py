@@ -16,13 +16,27 @@ from .._checks import Checkpointing
 from ..checkpointing import StepTimes
 from ..lessons.checkpointing import BudgetFit
 from ..memory import ShapeComparison, mode_label
-from .style import CHECKPOINT_COLOURS, draw_predicted_vs_measured, mib, require
+from .style import (
+    CHECKPOINT_COLOURS,
+    GREEN,
+    MUTED,
+    draw_budget,
+    draw_predicted_vs_measured,
+    mib,
+    require,
+)
 
 FIT_LABELS: dict[Checkpointing, str] = {"off": "checkpointing off", "blocks": "checkpointed blocks"}
 
 
 def _checkpoint_colour(label: str) -> str:
-    return CHECKPOINT_COLOURS.get(label.split("/")[0], "tab:green")
+    return CHECKPOINT_COLOURS.get(label.split("/")[0], GREEN)
+
+
+def _strided(n_layers: int, every: int) -> str:
+    """Blocks ``0, k, 2k, ...`` of ``n_layers``, in words."""
+    blocks = list(range(0, n_layers, every))
+    return ", ".join(map(str, blocks)) if len(blocks) <= 6 else f"0, {every}, ..., {blocks[-1]}"
 
 
 def plot_checkpointing_peaks(rows: Sequence[ShapeComparison], title: str = "") -> Figure:
@@ -102,15 +116,19 @@ def plot_step_times(times: StepTimes, title: str = "") -> Figure:
     return fig
 
 
-def plot_budget_fit(fit: BudgetFit) -> Figure:
+def plot_budget_fit(fit: BudgetFit, y_range_bytes: tuple[int, int] | None = None) -> Figure:
     """Does one step fit a memory budget? (:func:`course_lib.lessons.checkpointing.budget_fit`)
 
-    Predicted peaks over ``seq_len``, checkpointing off and on; the dashed line is the budget; the
-    chosen ``seq_len`` is marked (a circle fits, a cross does not) and the title says which fits.
+    Predicted peaks over ``seq_len`` (a linear axis: neighbouring row lengths stay apart),
+    checkpointing off and on; the dashed line is the budget; the chosen ``seq_len`` is marked (a
+    circle fits, a cross does not), its predicted peaks are written beside the markers and the
+    title says which fits.
 
     Args:
         fit: the predicted peaks of both modes, from
             :func:`~course_lib.lessons.checkpointing.budget_fit`.
+        y_range_bytes: ``(bottom, top)`` of the log y axis in bytes, the same for every frame of
+            an explorer; ``None``: matplotlib's choice.
 
     Returns:
         The figure.
@@ -123,32 +141,42 @@ def plot_budget_fit(fit: BudgetFit) -> Figure:
         set(fit.peaks) == set(fit.at_seq_len) == set(FIT_LABELS),
         f"plot_budget_fit needs peaks for the modes {tuple(FIT_LABELS)}, got {tuple(fit.peaks)}",
     )
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    budget = mib(fit.memory_budget)
+    require(
+        y_range_bytes is None or 0 < y_range_bytes[0] < y_range_bytes[1],
+        f"plot_budget_fit needs y_range_bytes as (bottom, top), 0 < bottom < top; got "
+        f"{y_range_bytes}",
+    )
+    fig, ax = plt.subplots(figsize=(8.5, 4))
     for mode, label in FIT_LABELS.items():
         colour = _checkpoint_colour(mode_label(mode))
         here = mib(fit.at_seq_len[mode])
         peaks = [mib(p) for p in fit.peaks[mode]]
         ax.plot(fit.seq_lens, peaks, "-", color=colour, label=f"{label} (predicted)")
+        words = f"{here:.1f} MiB"
         ax.plot([fit.seq_len], [here], "o" if fit.fits[mode] else "X", color=colour, ms=10)
         ax.annotate(
-            f"{here:.1f} MiB",
+            words,
             (fit.seq_len, here),
             textcoords="offset points",
-            xytext=(6, 6 if mode == "off" else -12),
-            fontsize=8,
+            xytext=(8, 4 if mode == "off" else -13),
+            fontsize=9,
             color=colour,
+            bbox=dict(fc="white", ec="none", alpha=0.85, pad=1),
         )
-    ax.axhline(budget, color="black", ls="--", lw=1, label=f"budget {budget:g} MiB")
-    ax.axvline(fit.seq_len, color="gray", lw=0.8)
-    ax.set_xscale("log", base=2)
+    draw_budget(ax, fit.memory_budget)
+    ax.axvline(fit.seq_len, color=MUTED, lw=0.8)
+    ax.set_xlim(0, max(max(fit.seq_lens), fit.seq_len) * 1.02)
     ax.set_yscale("log")
-    ax.set_xlabel("seq_len")
+    if y_range_bytes is not None:
+        ax.set_ylim(mib(y_range_bytes[0]), mib(y_range_bytes[1]))
+    ax.set_xlabel("seq_len (tokens per row)")
     ax.set_ylabel("predicted peak of one step (MiB)")
     ax.set_title(
-        f"{fit.batch_size} × {fit.seq_len}, {fit.n_layers} blocks, {fit.attn_impl}: {fit.verdict}"
+        f"{fit.batch_size} × {fit.seq_len}, {fit.n_layers} blocks, {fit.attn_impl}, checkpointed: "
+        f"blocks {_strided(fit.n_layers, fit.checkpoint_every)}\n{fit.verdict}",
+        fontsize=10,
     )
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig

@@ -14,11 +14,19 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from ..lessons.padding import PACKERS, BatchLayouts, RowLengthPadding, Throughput
-from .style import PAD_COLOUR, SCHEME_COLOURS, label_above, require
+from .style import (
+    INK,
+    PAD_COLOUR,
+    PURPLE,
+    SCHEME_COLOURS,
+    SERIES_COLOURS,
+    label_above,
+    require,
+)
 
 
 def _scheme_colour(name: str) -> str:
-    return next((c for k, c in SCHEME_COLOURS.items() if name.startswith(k)), "black")
+    return next((c for k, c in SCHEME_COLOURS.items() if name.startswith(k)), INK)
 
 
 def plot_padding_waste(batch_sizes: Sequence[int], waste: dict, title: str = "") -> Figure:
@@ -208,7 +216,9 @@ def plot_loss_curves(curves: dict, title: str = "") -> Figure:
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     styles = ("o-", "s--", "^:", "d-.")
     for k, (name, losses) in enumerate(curves.items()):
-        ax.plot(range(1, len(losses) + 1), losses, styles[k % len(styles)], ms=3, label=name)
+        colour = SERIES_COLOURS[k % len(SERIES_COLOURS)]
+        ax.plot(range(1, len(losses) + 1), losses, styles[k % len(styles)], ms=3, label=name,
+                color=colour)  # fmt: skip
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("training loss per label token (nats)")
     ax.set_title(title or "Same weights, same rows: can you tell which run leaks?")
@@ -237,7 +247,7 @@ def plot_row_length_padding(result: RowLengthPadding, title: str = "") -> Figure
     require(bool(splits), "plot_row_length_padding needs at least one split")
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     xs = [s.seq_len for s in splits]
-    styles = {"greedy": ("o-", "tab:purple"), "bfd": ("s--", SCHEME_COLOURS["packed"])}
+    styles = {"greedy": ("o-", PURPLE), "bfd": ("s--", SCHEME_COLOURS["packed"])}
     for packer, name in PACKERS.items():
         ys = [100 * s.waste[packer] for s in splits]
         ax.plot(xs, ys, styles[packer][0], color=styles[packer][1], label=name)

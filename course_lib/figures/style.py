@@ -8,26 +8,65 @@ from typing import Any
 
 from matplotlib.axes import Axes
 
-# Lesson 1: attention paths, and the components of the memory model.
-IMPL_COLOURS = {"eager": "tab:red", "sdpa": "tab:blue", "varlen": "tab:green"}
+from ..units import format_bytes
+
+# Okabe and Ito's palette ("Color Universal Design", 2008): eight colours that stay apart for the
+# common kinds of colour blindness. Every figure draws with these, black and greys; colours shown
+# side by side for a comparison are never a red/green pair (tests/library/test_figures.py checks
+# each pair simulated for protanopia, deuteranopia and tritanopia).
+PALETTE = {
+    "vermillion": "#D55E00",
+    "blue": "#0072B2",
+    "reddish purple": "#CC79A7",
+    "orange": "#E69F00",
+    "sky blue": "#56B4E9",
+    "bluish green": "#009E73",
+    "yellow": "#F0E442",
+    "black": "#000000",
+}
+VERMILLION, BLUE, PURPLE = PALETTE["vermillion"], PALETTE["blue"], PALETTE["reddish purple"]
+ORANGE, SKY, GREEN, YELLOW = (
+    PALETTE["orange"],
+    PALETTE["sky blue"],
+    PALETTE["bluish green"],
+    PALETTE["yellow"],
+)
+INK, MUTED, FAINT = "#000000", "#999999", "#D3D3D3"  # text and reference lines, models, padding
+
+# Lesson 1: attention paths, and the components of the memory model (stacked in this order:
+# neighbours in the stack differ for every kind of colour blindness too).
+IMPL_COLOURS = {"eager": VERMILLION, "sdpa": BLUE, "varlen": PURPLE}
 COMPONENT_COLOURS = {
-    "attention_scores": "tab:red",
-    "attention_qkv": "tab:orange",
-    "mlp_hidden": "tab:blue",
-    "norms": "tab:cyan",
-    "residual_stream": "tab:purple",
-    "rope_and_masks": "tab:gray",
-    "logits_and_loss": "tab:olive",
-    "backward_transient": "lightgray",
+    "attention_scores": VERMILLION,
+    "attention_qkv": SKY,
+    "mlp_hidden": BLUE,
+    "norms": YELLOW,
+    "residual_stream": GREEN,
+    "rope_and_masks": INK,
+    "logits_and_loss": PURPLE,
+    "backward_transient": FAINT,
 }
 # Lesson 2: batching schemes; padding is always this gray.
-SCHEME_COLOURS = {"random": "tab:red", "length-grouped": "tab:orange", "packed": "tab:green"}
-PAD_COLOUR = "lightgray"
+SCHEME_COLOURS = {"random": VERMILLION, "length-grouped": PURPLE, "packed": BLUE}
+PAD_COLOUR = FAINT
 # Lesson 3: accumulation modes.
-MODE_COLOURS = {"token_weighted": "tab:blue", "mean": "tab:red", "full batch": "black"}
+MODE_COLOURS = {"token_weighted": BLUE, "mean": VERMILLION, "full batch": INK}
 # Lessons 4 and 5: checkpointing modes (labels from ``course_lib.memory.mode_label``).
-CHECKPOINT_COLOURS = {"off": "tab:red", "blocks": "tab:blue", "attention": "tab:purple"}
-FIT_COLOUR, NO_FIT_COLOUR = "tab:green", "tab:red"
+CHECKPOINT_COLOURS = {"off": VERMILLION, "blocks": BLUE, "attention": PURPLE}
+# Lesson 5: a probe that fits, one that does not (also told apart by the marker: o against X).
+FIT_COLOUR, NO_FIT_COLOUR = BLUE, VERMILLION
+# Two quantities on twin axes, or a pair of series with no role of their own; more series, in order.
+FIRST_COLOUR, SECOND_COLOUR = BLUE, ORANGE
+SERIES_COLOURS = (BLUE, ORANGE, PURPLE, SKY, GREEN, VERMILLION)
+#: Groups of colours a reader compares side by side (the figures' test checks each pair).
+COMPARED = {
+    "attention paths": IMPL_COLOURS,
+    "batching schemes": SCHEME_COLOURS,
+    "accumulation modes": MODE_COLOURS,
+    "checkpointing modes": CHECKPOINT_COLOURS,
+    "fits or not": {"fits": FIT_COLOUR, "does not fit": NO_FIT_COLOUR},
+    "twin axes": {"first": FIRST_COLOUR, "second": SECOND_COLOUR},
+}
 
 
 def mib(n_bytes: float) -> float:
@@ -66,10 +105,25 @@ def label_above(
         text: the label.
         xy: the point, in data coordinates.
         fontsize: in points.
-        **kwargs: passed to ``Axes.annotate`` (``ha`` defaults to ``"center"``).
+        **kwargs: passed to ``Axes.annotate`` (``ha`` defaults to ``"center"``, ``xytext`` to 2
+            points above).
     """
     kwargs.setdefault("ha", "center")
-    ax.annotate(text, xy, textcoords="offset points", xytext=(0, 2), fontsize=fontsize, **kwargs)
+    kwargs.setdefault("xytext", (0, 2))
+    ax.annotate(text, xy, textcoords="offset points", fontsize=fontsize, **kwargs)
+
+
+def draw_budget(ax: Axes, memory_budget: int, name: str = "budget") -> None:
+    """A memory budget (or target) as a dashed black line across ``ax``, its size in the legend.
+
+    Args:
+        ax: axes whose y axis is in MiB.
+        memory_budget: bytes.
+        name: what the line is (``"budget"``, ``"target"``), the legend's first word.
+    """
+    ax.axhline(
+        mib(memory_budget), color=INK, ls="--", lw=1, label=f"{name} {format_bytes(memory_budget)}"
+    )
 
 
 def draw_predicted_vs_measured(
@@ -107,7 +161,7 @@ def draw_predicted_vs_measured(
     ax.set_xscale("log", base=2)
     ax.set_ylabel("peak memory of one step (MiB)")
     ax.grid(alpha=0.3)
-    ax_ratio.axhline(1.0, color="black", lw=0.8)
+    ax_ratio.axhline(1.0, color=INK, lw=0.8)
     ratios = [r.ratio for r in rows]
     ax_ratio.set_ylim(min(0.95, min(ratios) - 0.01), max(1.05, max(ratios) + 0.01))
     ax_ratio.ticklabel_format(axis="y", useOffset=False)

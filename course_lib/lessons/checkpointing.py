@@ -35,7 +35,8 @@ TRADE_MODES: tuple[Checkpointing, ...] = ("off", "blocks", "attention")
 class BudgetFit:
     """Predicted peak bytes of one step per checkpointing mode: ``peaks[mode][i]`` at
     ``seq_lens[i]``, ``at_seq_len[mode]`` at the chosen ``seq_len``. ``fits[mode]``: that peak is
-    within ``memory_budget`` (bytes)."""
+    within ``memory_budget`` (bytes). ``checkpoint_every``: the checkpointed side's stride
+    (blocks ``0, k, 2k, ...``)."""
 
     batch_size: int
     seq_len: int
@@ -45,6 +46,7 @@ class BudgetFit:
     seq_lens: list[int]
     peaks: dict[Checkpointing, list[int]]
     at_seq_len: dict[Checkpointing, int]
+    checkpoint_every: int = 1
 
     @property
     def fits(self) -> dict[Checkpointing, bool]:
@@ -120,6 +122,7 @@ def budget_fit(
         batch_size, seq_len, n_layers, cfg.attn_impl, budget, lens,
         peaks={mode: [peak(mode, t) for t in lens] for mode in FIT_MODES},
         at_seq_len={mode: peak(mode, seq_len) for mode in FIT_MODES},
+        checkpoint_every=cfg.checkpoint_every,
     )  # fmt: skip
 
 

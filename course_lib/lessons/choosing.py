@@ -217,7 +217,8 @@ def logged_run(
 @dataclass
 class SmallDatasetTrap:
     """Two rules of thumb over the effective batch ``E``: ``steps[i]`` full optimiser steps per
-    epoch and ``tokens[i]`` loss tokens per step at ``effective_batches[i]``."""
+    epoch and ``tokens[i]`` loss tokens per step at ``effective_batches[i]``; ``chosen``: one
+    effective batch to mark (an explorer's micro-batch × accumulation), or ``None``."""
 
     dataset_size: int
     loss_tokens_per_example: float
@@ -226,6 +227,7 @@ class SmallDatasetTrap:
     effective_batches: list[int]
     steps: list[int]
     tokens: list[float]
+    chosen: int | None = None
 
     @property
     def max_effective_for_steps(self) -> float:
@@ -244,9 +246,11 @@ def small_dataset_trap(
     effective_batches: Sequence[int],
     min_tokens: int = 4000,
     min_steps: int = 25,
+    chosen: int | None = None,
 ) -> SmallDatasetTrap:
     """Full steps per epoch (``dataset_size // E``) and loss tokens per step
-    (``E * loss_tokens_per_example``) for every effective batch ``E`` (sorted).
+    (``E * loss_tokens_per_example``) for every effective batch ``E`` (sorted), and for
+    ``chosen`` (tabulated too, and marked by the figure).
 
     Args:
         dataset_size: examples in the dataset.
@@ -254,6 +258,7 @@ def small_dataset_trap(
         effective_batches: the effective batches ``E`` to tabulate.
         min_tokens: the tokens-per-step rule of thumb.
         min_steps: the steps-per-epoch rule of thumb.
+        chosen: an effective batch to mark (micro-batch × accumulation), or ``None``.
 
     Returns:
         :class:`SmallDatasetTrap`.
@@ -265,7 +270,9 @@ def small_dataset_trap(
     positive_number("loss_tokens_per_example", loss_tokens_per_example)
     positive_int("min_tokens", min_tokens)
     positive_int("min_steps", min_steps)
-    es = sorted(positive_int("effective batch", e) for e in effective_batches)
+    es = sorted({positive_int("effective batch", e) for e in effective_batches})
+    if chosen is not None:
+        es = sorted({*es, positive_int("chosen", chosen)})
     if not es:
         raise ValueError("small_dataset_trap needs at least one effective batch")
     return SmallDatasetTrap(
@@ -276,6 +283,7 @@ def small_dataset_trap(
         effective_batches=es,
         steps=[steps_per_epoch(dataset_size, e, drop_last=True) for e in es],
         tokens=[e * loss_tokens_per_example for e in es],
+        chosen=chosen,
     )
 
 

@@ -807,7 +807,8 @@ def test_a_wrong_noise_target_is_told_which_side_it_is_on_without_the_answer(mon
 
 #: graded functions by what the grader hands them: tensors (so `torch` must be at hand in the
 #: cell the grader runs alone) or plain numbers and proxies
-GETS_TENSORS = {"packed_row", "packed_forward", "accumulate_token_weighted", "fixed_train"}
+GETS_TENSORS = {"packed_row", "packed_forward", "accumulate_token_weighted", "fixed_train",
+                "count_saved_bytes"}  # fmt: skip
 GETS_NUMBERS = {"saved_per_token", "saved_values_per_token", "predict_micro_batch",
                 "largest_fitting", "tokens_per_batch"}  # fmt: skip
 

@@ -5,16 +5,27 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import pkgutil
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 from helpers import tiny_config
 from matplotlib.figure import Figure
 
 import course_lib.figures
 from course_lib.checkpointing import StepTimes
-from course_lib.figures import accumulation, attention, checkpointing, choosing, padding
+from course_lib.figures import (
+    accumulation,
+    attention,
+    checkpointing,
+    choosing,
+    padding,
+    style,
+    timeline,
+)
 from course_lib.lessons.accumulation import AccumulationRuns, AccumulationWindow, StepErrors
 from course_lib.lessons.accumulation_cost import AccumulationCost, SummedLoss
 from course_lib.lessons.attention import BudgetSplit, ValuesPerLayer, budget_split, values_per_layer
@@ -29,6 +40,7 @@ from course_lib.lessons.padding import (
     row_length_padding,
 )
 from course_lib.memory import ShapeComparison, activation_bytes
+from course_lib.memory.timeline import OpEvent, StepTimeline
 from course_lib.noise import GradientNoise
 from course_lib.token_log import StepTokens
 
@@ -121,9 +133,12 @@ def case_linear_vs_quadratic():
 def case_split():
     split = budget_split(tiny_config(), 256, 64, measure=False)
     split.measured = [row("eager", 64, measured=MiB), row("sdpa", 64, measured=2 * MiB)]
-    fig = attention.plot_split(split)
+    fig = attention.plot_split(split, memory_budget=3 * MiB, y_max_bytes=10 * MiB)
     assert ydata(fig.axes[0], "measured peak") == [1.0, 2.0]
     assert "4 × 64 = 256 tokens" in fig.axes[0].get_title()
+    assert ydata(fig.axes[0], "target 3 MiB") == [3.0, 3.0]
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1.0 MiB", "2.0 MiB"]  # peaks printed
+    assert fig.axes[0].get_ylim() == (0.0, 10.0)
     return fig
 
 
@@ -257,11 +272,17 @@ def case_step_times():
 
 
 def case_budget_fit():
-    fit = budget_fit(tiny_config(n_layers=4), seq_len=512, n_layers=4, memory_budget="8MiB")
-    fig = checkpointing.plot_budget_fit(fit)
-    assert fit.verdict in fig.axes[0].get_title()
+    config = tiny_config(n_layers=4, checkpoint_every=2)
+    fit = budget_fit(config, seq_len=512, n_layers=4, memory_budget="8MiB")
+    fig = checkpointing.plot_budget_fit(fit, y_range_bytes=(MiB, 2**30))
+    assert fit.verdict in fig.axes[0].get_title() and "blocks 0, 2" in fig.axes[0].get_title()
     plain = ydata(fig.axes[0], "checkpointing off (predicted)")
     assert plain == pytest.approx([p / MiB for p in fit.peaks["off"]])
+    assert fig.axes[0].get_ylim() == pytest.approx((1.0, 1024.0))
+    assert fig.axes[0].get_xscale() == "linear"  # neighbouring row lengths stay apart
+    assert "budget 8 MiB" in [ln.get_label() for ln in fig.axes[0].get_lines()]
+    peaks = [t.get_text() for t in fig.axes[0].texts]
+    assert peaks == [f"{fit.at_seq_len[m] / MiB:.1f} MiB" for m in ("off", "blocks")]
     return fig
 
 
@@ -282,9 +303,13 @@ def case_step_tokens():
 
 
 def case_small_dataset_trap():
-    trap = small_dataset_trap(800, 30.0, [16, 64, 256])
-    fig = choosing.plot_small_dataset_trap(trap)
-    assert ydata(fig.axes[0], "full optimiser steps per epoch") == [50, 12, 3]
+    trap = small_dataset_trap(800, 30.0, [16, 64, 256], chosen=72)
+    fig = choosing.plot_small_dataset_trap(trap, steps_range=(0.5, 1000))
+    assert ydata(fig.axes[0], "full optimiser steps per epoch") == [50, 12, 11, 3]
+    assert ydata(fig.axes[0], "your E = 72") == [11]  # the chosen batch starred...
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["16", "64", "256"]
+    assert "your E = 72: 11 full steps per epoch, 2,160 loss tokens" in fig.axes[0].get_title()
+    assert fig.axes[0].get_ylim() == pytest.approx((0.5, 1000))
     return fig
 
 
@@ -323,7 +348,34 @@ def case_noise_target():
     return fig
 
 
+def timeline_of(label, lives, phases=None):
+    phases = phases or ["forward"] * (len(lives) // 2) + ["backward"] * (
+        len(lives) - len(lives) // 2
+    )
+    events = [OpEvent(i, f"aten.op{i}", ph, "" if ph == "forward" else "MmBackward0", b)
+              for i, (b, ph) in enumerate(zip(lives, phases))]  # fmt: skip
+    return StepTimeline(label, "CPU: counted bytes", events)
+
+
+def case_step_timeline():
+    plain = timeline_of("plain", [MiB, 3 * MiB, 4 * MiB, 2 * MiB])
+    ckpt = timeline_of("checkpointed", [MiB, MiB, 2 * MiB, 3 * MiB, MiB],
+                       ["forward", "forward", "recompute", "backward", "backward"])  # fmt: skip
+    gpu = replace(plain, method="GPU: allocator history")
+    fig = timeline.plot_step_timeline([plain, ckpt, gpu], memory_budget=2 * MiB)
+    assert len(fig.axes) == 2  # one panel per way of measuring
+    assert ydata(fig.axes[0], "plain") == [1.0, 3.0, 4.0, 2.0]
+    assert ydata(fig.axes[0], "checkpointed: recomputed op") == [2.0]
+    stars = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "*"]
+    assert [list(s.get_xydata()[0]) for s in stars] == [[3, 4.0], [4, 3.0]]  # op 3, op 4
+    words = [t.get_text() for t in fig.axes[0].texts if "peak" in t.get_text()]
+    assert words[0].startswith("plain: peak 4.0 MiB (backward)\naten.op2\nin MmBackward0")
+    assert "allocation" in fig.axes[1].get_xlabel()
+    return fig
+
+
 CASES = {
+    "plot_step_timeline": case_step_timeline,
     "plot_gradient_noise": case_gradient_noise,
     "plot_noise_target": case_noise_target,
     "plot_measured_vs_predicted": case_measured_vs_predicted,
@@ -384,6 +436,10 @@ def _fit_without_checkpointing():
 
 
 BAD = {
+    "plot_step_timeline": (
+        lambda: timeline.plot_step_timeline([StepTimeline("plain", "CPU: counted bytes")]),
+        r"timelines \['plain'\] have no events",
+    ),
     "plot_measured_vs_predicted": (lambda: attention.plot_measured_vs_predicted([]), "at least"),
     "plot_breakdown": (
         lambda: attention.plot_breakdown([activation_bytes(tiny_config(), 1, 8)], [1, 2]),
@@ -487,3 +543,132 @@ def test_figure_rejects_bad_input(name):
     make, match = BAD[name]
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# --- labels that never print over each other (issue 39, item 7) ---------------------------------
+
+
+def overlapping_labels(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of texts (annotations and x tick labels) drawn over each other on one axes."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        texts = [*ax.texts, *ax.get_xticklabels()]
+        boxes = [(t.get_text(), t.get_window_extent(renderer))
+                 for t in texts if t.get_visible() and t.get_text().strip()]  # fmt: skip
+        found += [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1 :]
+                  if box.overlaps(other)]  # fmt: skip
+    return found
+
+
+def crowded_probes() -> Figure:
+    """A search whose last probes are a row apart on an axis 64 rows wide."""
+    history = [(1, True), (2, True), (4, True), (8, True), (16, True), (32, True), (64, False),
+               (48, False), (40, True), (44, False), (42, True), (43, False)]  # fmt: skip
+    needed = {n: (3 + n / 2) * MiB for n in range(1, 65)}
+    return choosing.plot_search_probes(history, needed, 24 * MiB, predicted=needed)
+
+
+def crowded_trap() -> Figure:
+    """An effective batch of 136 chosen beside the tick at 128."""
+    return choosing.plot_small_dataset_trap(
+        small_dataset_trap(3500, 30.0, [8, 16, 32, 64, 128, 256, 512], chosen=136)
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_no_labels_overlap(name):
+    assert overlapping_labels(CASES[name]()) == []
+
+
+@pytest.mark.parametrize("make", [crowded_probes, crowded_trap])
+def test_no_labels_overlap_where_the_numbers_crowd(make):
+    assert overlapping_labels(make()) == []
+
+
+def test_the_overlap_check_sees_labels_printed_over_each_other():
+    fig, ax = plt.subplots()
+    ax.annotate("128", (0.5, 0.5))
+    ax.annotate("136", (0.51, 0.5))
+    assert overlapping_labels(fig) == [("128", "136")]
+
+
+# --- a palette for every reader (issue 39, item 7) -----------------------------------------------
+
+#: Machado, Oliveira and Fernandes (2009), severity 1: linear RGB as each kind of dichromat sees it.
+CVD = {
+    "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                   [-0.003882, -0.048116, 1.051998]],
+    "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                     [-0.011820, 0.042940, 0.968881]],
+    "tritanopia": [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602],
+                   [0.004733, 0.691367, 0.303900]],
+}  # fmt: skip
+MIN_DELTA_E = 20  # CIE76 distance between two colours a reader must tell apart
+
+
+def _lab(colour: str, matrix) -> np.ndarray:
+    from matplotlib.colors import to_rgb
+
+    c = np.asarray(to_rgb(colour))
+    linear = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    seen = np.clip(np.asarray(matrix) @ linear, 0, 1)
+    to_xyz = [[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]
+    xyz = np.asarray(to_xyz) @ seen / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def too_close(colours: dict[str, str]) -> list[str]:
+    """Pairs of ``colours`` closer than :data:`MIN_DELTA_E` for some reader."""
+    found = []
+    for (a, ca), (b, cb) in itertools.combinations(colours.items(), 2):
+        for who, matrix in {"normal vision": np.eye(3), **CVD}.items():
+            distance = float(np.linalg.norm(_lab(ca, matrix) - _lab(cb, matrix)))
+            if distance < MIN_DELTA_E:
+                found.append(f"{a}/{b} for {who}: {distance:.0f}")
+    return found
+
+
+@pytest.mark.parametrize("group", sorted(style.COMPARED))
+def test_colours_compared_side_by_side_stay_apart_for_colour_blind_readers(group):
+    assert too_close(style.COMPARED[group]) == []
+
+
+def test_stacked_components_differ_from_their_neighbours():
+    stack = list(style.COMPONENT_COLOURS.items())
+    assert [p for a, b in zip(stack, stack[1:]) for p in too_close(dict([a, b]))] == []
+
+
+def test_the_palette_check_sees_a_red_green_pair():
+    assert any("deuteranopia" in p for p in too_close({"eager": "tab:red", "varlen": "tab:green"}))
+
+
+def _drawn_colours(fig: Figure) -> set[tuple[float, float, float]]:
+    from matplotlib.colors import to_rgb
+
+    found = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            found += [line.get_color(), line.get_markerfacecolor(), line.get_markeredgecolor()]
+        for patch in ax.patches:
+            found += [patch.get_facecolor()]
+        for collection in ax.collections:
+            found += [tuple(c) for c in collection.get_facecolors()]
+        found += [t.get_color() for t in ax.texts]
+    return {tuple(round(x, 3) for x in to_rgb(c)) for c in found
+            if not (isinstance(c, str) and c == "none")}  # fmt: skip
+
+
+def _allowed() -> set[tuple[float, float, float]]:
+    from matplotlib.colors import to_rgb
+
+    return {tuple(round(x, 3) for x in to_rgb(c)) for c in style.PALETTE.values()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_figure_draws_with_the_palette(name):
+    """Okabe and Ito's colours, black, white and greys: nothing else (no tab:red, no tab:green)."""
+    odd = {c for c in _drawn_colours(CASES[name]()) - _allowed() if len(set(c)) > 1}
+    assert odd == set()

@@ -79,6 +79,33 @@ def saved_values_per_token(n_layers, d_model, d_mlp, n_heads, checkpoint_every):
     return max(moments)
 """
 
+
+def _counter(
+    *,
+    key: str = "storage.data_ptr()",
+    size: str = "storage.nbytes()",
+    skip: str = "params | inputs",
+    call: str = "model(**batch).loss",
+) -> str:
+    """A saved-tensor counter as a student might write it, one choice changed at a time."""
+    return (
+        "import torch\n\n"
+        "def count_saved_bytes(model, batch):\n"
+        "    params = {p.untyped_storage().data_ptr() for p in model.parameters()}\n"
+        "    inputs = {t.untyped_storage().data_ptr() for t in batch.values()}\n"
+        f"    skip = {skip}\n"
+        "    saved = {}\n"
+        "    def pack(t):\n"
+        "        storage = t.untyped_storage()\n"
+        "        if storage.data_ptr() not in skip:\n"
+        f"            saved[{key}] = {size}\n"
+        "        return t\n"
+        "    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):\n"
+        f"        {call}\n"
+        "    return sum(saved.values())\n"
+    )
+
+
 ITEMS: dict[str, Item] = {
     "predict-time-ratio": Item(
         wrong={  # outside the rule (between 1 and 2): 0
@@ -132,6 +159,30 @@ ITEMS: dict[str, Item] = {
             "the lesson's S as a constant": _LESSON_S,
         },
         library=_LIBRARY_SAVED,
+    ),
+    "count-saved-bytes": Item(
+        wrong={
+            "every saved tensor counted, views of one storage again and again": _counter(
+                key="len(saved)"
+            ),
+            "the parameters counted too": _counter(skip="inputs"),
+            "the batch's token ids counted too": _counter(skip="params"),
+            "each tensor's own elements instead of its storage": _counter(
+                size="t.numel() * t.element_size()"
+            ),
+            "the forward pass without its loss": _counter(
+                call="model(input_ids=batch['input_ids'])"
+            ),
+            "counted under torch.no_grad()": _counter(
+                call="with torch.no_grad(): model(**batch).loss"
+            ),
+        },
+        # the course's own meter: the right count, by way of course_lib
+        library=(
+            "from course_lib.memory import measure\n\n"
+            "def count_saved_bytes(model, batch):\n"
+            "    return measure(lambda: model(**batch).loss).saved_bytes\n"
+        ),
     ),
     "target-practice": Item(
         wrong={

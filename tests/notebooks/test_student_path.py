@@ -19,6 +19,13 @@ in lesson 5's section 9.
    in a fresh kernel with nbclient, with neither ``CI`` nor ``NBGRADER_EXECUTION`` in its
    environment (the widgets take their interactive path, as on a student's machine), under a
    per-cell timeout and a wall-clock limit that ends a hang. Each lesson's time is printed.
+   Lesson 5 once hung in 3 of 10 such runs at its plan explorer (issue 39, item 2): the explorer
+   captured each frame into an ``ipywidgets.Output``, and nbclient, which mimics that widget,
+   answered every captured output with a comm message sent into the kernel mid-cell
+   (jupyter/nbclient#312); the client then missed the kernel's reply until the per-cell timeout
+   woke it (597 s late once here). So a run also fails on any message from nbclient's ``Output``
+   mimic, on a reply read more than :data:`LATE_S` s after the kernel sent it, and on an
+   explorer whose first frame is not in its widget's state.
 3. **Graded** with ``python -m course_grading``: full autograded marks, no cell of the lesson
    reported as "added by the student", though the honest student edits or adds every cell the
    lesson invites (INVITED: lessons 1, 4 and 5; each was flagged so before issue 39, item 3).
@@ -37,6 +44,7 @@ import csv
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -67,6 +75,8 @@ REPO = Path(__file__).resolve().parents[2]
 LESSONS = wc.find_lessons(REPO)
 #: Seconds one cell may run headless, and a whole lesson (a hang ends at the latter).
 CELL_TIMEOUT, LESSON_TIMEOUT = 300, 600
+#: A reply the client reads this many seconds after the kernel sent it was lost until a timeout.
+LATE_S = 20.0
 #: Environment variables that make the course's widgets draw one static frame.
 HEADLESS_FLAGS = ("CI", "NBGRADER_EXECUTION", "NBGRADER_VALIDATING")
 
@@ -76,9 +86,9 @@ HEADLESS_FLAGS = ("CI", "NBGRADER_EXECUTION", "NBGRADER_VALIDATING")
 INVITED = [
     (
         "01",
-        "budget_split_explorer(config, token_budget=token_budget",
-        "# My explorer for the target: 4,096 tokens per step.\n"
-        "budget_split_explorer(config, token_budget=4096, device=device)",
+        "budget_split_explorer(config, token_budget=4096",
+        "# My explorer for the target: 4,096 tokens per step, and my card's 100 MiB.\n"
+        'budget_split_explorer(config, token_budget=4096, device=device, memory_budget="100MiB")',
     ),
     (
         "04",
@@ -237,17 +247,32 @@ def test_validate_reports_every_graded_cell_of_the_blank_notebook(lesson, tmp_pa
 _RUNNER = textwrap.dedent(
     """
     import pathlib, sys, time, nbformat
+    from datetime import datetime, timezone
+    import nbclient.output_widget as ow
     from nbclient import NotebookClient
     path, cell_timeout = sys.argv[1], int(sys.argv[2])
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     folder = str(pathlib.Path(path).parent)
+    sends, lags = [], []  # the Output mimic's messages into the kernel; each reply's lag
+    real_send = ow.OutputWidget.send
+    def counted(widget, *args, **kwargs):
+        sends.append(widget.comm_id)
+        return real_send(widget, *args, **kwargs)
+    ow.OutputWidget.send = counted
+    def executed(cell, **_):  # when the client read the reply against when the kernel sent it
+        sent = cell.metadata.get("execution", {}).get("shell.execute_reply")
+        if sent:
+            lag = datetime.now(timezone.utc) - datetime.fromisoformat(sent.replace("Z", "+00:00"))
+            lags.append([round(lag.total_seconds(), 1), (cell.source.splitlines() or [""])[0]])
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": folder}})
+                            resources={"metadata": {"path": folder}}, on_cell_executed=executed)
     try:
         client.execute()
     finally:
         nb.metadata["shapes_seconds"] = time.perf_counter() - start
+        nb.metadata["shapes_output_sends"] = sends
+        nb.metadata["shapes_reply_lags"] = lags
         nbformat.write(nb, path)
     """
 )
@@ -303,12 +328,43 @@ def errors_in(nb: nbformat.NotebookNode) -> list[str]:
     ]
 
 
+def late_replies(nb: nbformat.NotebookNode) -> list[list]:
+    """Every reply the runner read more than :data:`LATE_S` s after the kernel sent it."""
+    return [lag for lag in nb.metadata.get("shapes_reply_lags", []) if lag[0] > LATE_S]
+
+
+def drawn_frames(nb: nbformat.NotebookNode) -> list[int]:
+    """For every ``Output`` widget the run left, how many images its state holds."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [
+        sum("image/png" in o.get("data", {}) for o in model["state"].get("outputs", []))
+        for model in state.get("state", {}).values()
+        if model.get("model_name") == "OutputModel"
+    ]
+
+
+def explorer_cells(nb: nbformat.NotebookNode) -> int:
+    """How many code cells open an explorer (``explore(...)``, ``budget_split_explorer(...)``)."""
+    opens = re.compile(r"^(explore|\w+_explorer)\(", re.M)
+    return sum(bool(opens.search(c.source)) for c in nb.cells if c.cell_type == "code")
+
+
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_the_answered_student_notebook_runs_headless_without_ci(lesson, tmp_path):
     path = write_lesson(tmp_path, lesson, student_notebook(lesson))
     nb, seconds = run_headless(path)
     print(f"{lesson}: {seconds:.0f} s top to bottom, headless without CI, load {_load()}")
     assert not errors_in(nb), errors_in(nb)
+    assert nb.metadata["shapes_output_sends"] == [], (
+        f"{lesson}: nbclient's Output mimic wrote into the kernel mid-cell (the hang's path)"
+    )
+    assert late_replies(nb) == [], (
+        f"{lesson}: replies read late (a lost wake-up): {late_replies(nb)}"
+    )
+    frames = drawn_frames(nb)
+    assert len(frames) == explorer_cells(nb) > 0 and all(n == 1 for n in frames), (
+        f"{lesson}: every explorer draws its first frame into its widget's state: {frames}"
+    )
 
 
 def test_the_headless_runner_reports_an_error_and_a_hang(tmp_path):
@@ -323,6 +379,23 @@ def test_the_headless_runner_reports_an_error_and_a_hang(tmp_path):
     nbformat.write(hang, str(tmp_path / "hang.ipynb"))
     with pytest.raises(pytest.fail.Exception, match="did not finish within 5 s"):
         run_headless(tmp_path / "hang.ipynb", cell_timeout=30, wall_timeout=5)
+
+
+def test_the_headless_runner_counts_the_hang_path_and_late_replies(tmp_path):
+    """The old explorers' way to draw (``with out:`` and ``clear_output(wait=True)``) makes
+    nbclient's mimic write into the kernel, the count every lesson must keep at 0; a reply read
+    as long after its sending as the old lesson 5's (597 s) is late, one read at once is not."""
+    cell = (
+        "import ipywidgets as w\nfrom IPython.display import display\nout = w.Output()\n"
+        "with out:\n    out.clear_output(wait=True)\n    print('a frame')\ndisplay(out)"
+    )
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]),
+                   str(tmp_path / "captured.ipynb"))  # fmt: skip
+    ran, _ = run_headless(tmp_path / "captured.ipynb")
+    assert len(ran.metadata["shapes_output_sends"]) >= 1 and not errors_in(ran)
+    assert late_replies(ran) == [] and len(ran.metadata["shapes_reply_lags"]) == 1
+    ran.metadata["shapes_reply_lags"] = [[597.0, "explore(plot_plan, ...)"], [0.1, "x = 1"]]
+    assert late_replies(ran) == [[597.0, "explore(plot_plan, ...)"]]
 
 
 def test_headless_means_without_the_ci_flags(tmp_path, monkeypatch):

@@ -9,7 +9,11 @@ plausible value (``Evidence.recorded``): a right one earns no more, and their wr
 with the measurements carry the points. The
 derivation carries five: ``saved_values_per_token`` is re-created from its cell where
 ``course_lib`` is absent and called on depths, widths, head counts and strides drawn for each
-student, which no table of the visible cases answers. Each value is compared by its declared
+student, which no table of the visible cases answers. The saved-tensor counter carries three:
+``count_saved_bytes`` is re-created where only ``course_lib.model`` is staged (the models it
+counts are built there), called on TinyGPT models and batches drawn for each student, and
+compared with the course's own meter (``course_lib.memory.measure``) run here on the same
+model and batch. Each value is compared by its declared
 form (``course_lib.forms``), which the visible test reads it with too. Expected values are
 computed from the lesson's parameters (its first cell), with which the autograder runs it.
 """
@@ -27,6 +31,9 @@ from course_grading.judge.items import (
     Sig,
     call,
     describe,
+    new,
+    seeded_torch,
+    tensor,
 )
 
 ITEMS = Lesson("04_activation_checkpointing")
@@ -234,3 +241,89 @@ def target_practice(ev: Evidence) -> str:
         "that fits with an allowed stride",
     )
     return "target_seq_len, target_every: right"
+
+
+#: Models the saved-tensor counter is called on beyond the drawn ones: (d_model, n_heads,
+#: n_layers, attn_impl, rows, seq_len); fused and eager attention, one block and several.
+COUNTED = [(48, 4, 3, "sdpa", 2, 40), (16, 2, 1, "eager", 3, 17), (96, 6, 2, "sdpa", 1, 96)]
+COUNTED_DRAWN = 6  # models and batches drawn for each student
+
+
+def _counted_case(rng) -> tuple:
+    heads = rng.choice([1, 2, 4])
+    d_model = 2 * heads * rng.randint(2, 12)  # an even head dimension, for RoPE
+    return (d_model, heads, rng.randint(1, 4), rng.choice(["sdpa", "eager"]),
+            rng.randint(1, 3), rng.randint(8, 96))  # fmt: skip
+
+
+def _ids(rng, rows: int, seq_len: int) -> list[list[int]]:
+    return [[rng.randrange(260) for _ in range(seq_len)] for _ in range(rows)]
+
+
+def _course_count(case: tuple, ids: list[list[int]], seed: int) -> int:
+    """What the course's meter counts as saved for backward in ``model(**batch).loss``."""
+    import torch
+
+    from course_lib.memory import measure
+    from course_lib.model import TinyGPT, TinyGPTConfig
+
+    d_model, heads, layers, impl, _, seq_len = case
+    config = TinyGPTConfig(d_model=d_model, n_heads=heads, n_layers=layers, attn_impl=impl,
+                           max_seq_len=max(128, seq_len))  # fmt: skip
+    with seeded_torch(seed):
+        model = TinyGPT(config)
+    batch = {"input_ids": torch.tensor(ids), "labels": torch.tensor(ids)}
+    return measure(lambda: model(**batch).loss, device="cpu").saved_bytes
+
+
+def _counted_call(case: tuple, ids: list[list[int]], seed: int) -> dict:
+    d_model, heads, layers, impl, rows, seq_len = case
+    config = new("course_lib.model:TinyGPTConfig", d_model=d_model, n_heads=heads,
+                 n_layers=layers, attn_impl=impl, max_seq_len=max(128, seq_len))  # fmt: skip
+    model = new("course_lib.model:TinyGPT", config, seed=seed, shown="model")
+    request = call(model, {"input_ids": tensor(ids), "labels": tensor(ids)})
+    request["shown"] = (
+        f"TinyGPT({impl}, {layers} blocks, d_model {d_model}, {heads} heads), "
+        f"{rows} × {seq_len} token ids"
+    )
+    return request
+
+
+@ITEMS.item(
+    "test-count-saved-bytes",
+    answer="count-saved-bytes",
+    points=3,
+    function="count_saved_bytes",
+    returns=Integer(),
+    visible=Property(
+        "count_saved_bytes",
+        "a positive whole number of bytes, the same for other token ids, about twice for twice "
+        "the rows, and whole fp32 values per token for more blocks",
+    ),
+    allowed=("course_lib.model",),
+    forbidden=("course_lib.memory",),
+)
+def count_saved_bytes(ev: Evidence) -> str:
+    """What autograd saves for backward in one forward pass with a loss, right to the byte on
+    3 fixed TinyGPT models and 6 drawn for each student (1-4 blocks, widths to 96, 1-4 heads,
+    eager or sdpa, 1-3 rows of 8-96 tokens), as the course's meter counts it.
+
+    Args:
+        ev: the submission's evidence: ``count_saved_bytes(model, batch)`` is called on each
+            model, built in the sandbox, and a batch of token ids (``input_ids``, ``labels``).
+
+    Returns:
+        The full-marks message, with how many models were drawn.
+
+    Raises:
+        Reject: a call fails or returns another number of bytes than the meter counts.
+    """
+    cases = COUNTED + [_counted_case(ev.rng) for _ in range(COUNTED_DRAWN)]
+    batches = [_ids(ev.rng, c[4], c[5]) for c in cases]
+    results = ev.call([_counted_call(c, ids, ev.seed) for c, ids in zip(cases, batches)])
+    for case, ids, result in zip(cases, batches, results):
+        ev.returned(result, _course_count(case, ids, ev.seed), "not the bytes saved for backward")
+    return (
+        f"count_saved_bytes: right on {len(cases)} models and batches, {COUNTED_DRAWN} of them "
+        "drawn for you"
+    )

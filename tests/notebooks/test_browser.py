@@ -2,8 +2,11 @@
 
 For each lesson this starts JupyterLab on a free local port, opens the notebook in Debian's
 Chromium through Playwright, runs all cells, checks that a slider widget rendered with a plot,
-moves the slider with the keyboard and waits for the plot to be re-drawn, saves a screenshot
-(``artifacts/browser/``), and shuts the server down by its PID.
+moves the slider with the keyboard and waits for the plot to be re-drawn, measures the width of
+every control's track on the page (none under :data:`MIN_TRACK_PX`: six sliders once shared one
+row on tracks of 3-26 px), saves a screenshot of the page and of every explorer
+(``artifacts/browser/``, the widths in ``control-widths.json``), and shuts the server down by its
+PID.
 
 The notebooks opened are the student notebooks *with their exercises answered* (the solution
 text), because JupyterLab stops "Run All" at the first error and a blank exercise raises
@@ -16,6 +19,7 @@ package (dev extra); never downloads a browser.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -30,6 +34,11 @@ from helpers import CHROMIUM, CHROMIUM_ARGS, wait_for_jupyter
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "browser"
+MIN_TRACK_PX = 150  # a slider's track a mouse can use (64 positions on 13 px could not be)
+MIN_BUTTON_PX = 40  # a dropdown or a toggle button: room for its word and a click
+#: Every control of an explorer, and the part of it a person drags or clicks.
+CONTROLS = ".widget-slider, .widget-hslider, .widget-dropdown, .widget-toggle-buttons"
+TRACK = ".slider-container, select, .widget-toggle-button"
 LESSONS = sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))
 
 pytestmark = [
@@ -149,6 +158,44 @@ def _run_all_cells(page, tries: int = 3) -> None:
                 raise
 
 
+def control_widths(page) -> list[dict]:
+    """Every control on the page: its label, its own width and its track's, in CSS pixels."""
+    found = []
+    for control in page.locator(CONTROLS).all():
+        control.scroll_into_view_if_needed()
+        label = control.locator(".widget-label").first
+        track = control.locator(TRACK).first
+        kind = "slider" if control.locator(".slider-container").count() else "button"
+        found.append({
+            "kind": kind,
+            "label": label.inner_text() if label.count() else "",
+            "control_px": round(control.bounding_box()["width"]),
+            "track_px": round(track.bounding_box()["width"]) if track.count() else 0,
+        })  # fmt: skip
+    return found
+
+
+def _least(width: dict) -> int:
+    """The narrowest a control's part may be: a slider's track, else a button or a list."""
+    return MIN_TRACK_PX if width["kind"] == "slider" else MIN_BUTTON_PX
+
+
+def screenshot_explorers(page, lesson: str) -> int:
+    """A screenshot of every explorer (its controls, status line and frame), for a person."""
+    explorers = page.locator(".widget-vbox").filter(has=page.locator(".widget-output img")).all()
+    for k, explorer in enumerate(explorers):
+        explorer.scroll_into_view_if_needed()
+        explorer.screenshot(path=str(ARTIFACTS / f"{lesson}-explorer-{k + 1}.png"))
+    return len(explorers)
+
+
+def record_widths(lesson: str, widths: list[dict]) -> None:
+    path = ARTIFACTS / "control-widths.json"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known[lesson] = widths
+    path.write_text(json.dumps(known, indent=1, sort_keys=True))
+
+
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_lesson_runs_and_its_slider_redraws(lab, browser, lesson):
     page = _open_and_run_all(browser, lab, f"{lesson}.ipynb")
@@ -179,6 +226,27 @@ def test_lesson_runs_and_its_slider_redraws(lab, browser, lesson):
     widget.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / f"{lesson}-after.png"), full_page=False)
     assert after != before, f"{lesson}: moving the slider did not re-draw its plot"
+    widths = control_widths(page)
+    record_widths(lesson, widths)
+    assert screenshot_explorers(page, lesson) >= 1
+    narrow = [w for w in widths if w["track_px"] < _least(w)]
+    assert widths and not narrow, f"{lesson}: controls too narrow to use: {narrow}"
+    page.close()
+
+
+def test_the_width_check_sees_a_row_of_squeezed_sliders(browser):
+    """Six sliders in one row of a 700 px page, as lesson 4's explorer once laid them out."""
+    page = browser.new_page(viewport={"width": 700, "height": 600})
+    page.set_content(
+        "<div style='display:flex;width:680px'>"
+        + "".join("<div class='widget-slider' style='display:flex;flex:1 1 0;min-width:0'>"
+                  "<label class='widget-label'>blocks</label>"
+                  "<div class='slider-container' style='flex:1'></div>"
+                  "<div style='width:90px'>1024</div></div>" for _ in range(6))
+        + "</div>"
+    )  # fmt: skip
+    narrow = [w for w in control_widths(page) if w["track_px"] < _least(w)]
+    assert len(narrow) == 6
     page.close()
 
 

@@ -16,7 +16,14 @@ from pathlib import Path
 
 from course_grading.errors import GradingError
 from course_grading.grading_run import Options
-from course_grading.report import REPORT_FIELDS, STATUSES, Row, csv_text, write_reports
+from course_grading.report import (
+    REPORT_FIELDS,
+    STATUSES,
+    Row,
+    csv_text,
+    unguarded,
+    write_reports,
+)
 from course_grading.submissions import Submission
 
 
@@ -51,7 +58,7 @@ def unescaped(cell: str) -> str:
     Returns:
         The text as it was before it was guarded.
     """
-    return cell[1:] if cell.startswith("'") and cell[1:2] in "=+-@\t\r" else cell
+    return unguarded(cell)
 
 
 def merge_student(

@@ -14,14 +14,15 @@ punctuation character that means something there is backslash-escaped, as Common
 for any of them: no link, image, autolink, HTML, entity or code span can start, ``|`` cannot
 end a table cell, and a bare URL's ``:``, ``/``, ``.`` and ``@`` are escaped so GFM's
 linkify does not see one), and no CSV cell that a spreadsheet would run as a formula (a
-cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading
-``'``).
+cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return, once read as NFKC and
+past any spaces and invisible characters, gets a leading ``'``).
 """
 
 from __future__ import annotations
 
 import csv
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -96,6 +97,31 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in str(text))
 
 
+def formula_start(text: str) -> bool:
+    """Whether a spreadsheet could read ``text`` as a formula: it starts with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return once read as NFKC (full-width ``＝`` is ``=``) and
+    without the spaces and invisible characters before it (a no-break or zero-width space,
+    which :func:`one_line` makes a plain space, hides nothing).
+
+    Args:
+        text: a cell's text.
+
+    Returns:
+        ``True`` when :func:`csv_text` guards it.
+    """
+    folded = unicodedata.normalize("NFKC", text)
+    start = 0
+    while start < len(folded) and _invisible(folded[start]):
+        start += 1
+    return folded.startswith(_FORMULA, start)
+
+
+def _invisible(ch: str) -> bool:
+    """A space, a format character (zero-width space and joiners, a byte-order mark) or a
+    control character, but the tab and carriage return the guard looks for."""
+    return ch not in "\t\r" and (ch.isspace() or unicodedata.category(ch) in ("Cf", "Cc"))
+
+
 def csv_text(text: str) -> str:
     """A CSV cell no spreadsheet runs as a formula, on one line.
 
@@ -103,11 +129,23 @@ def csv_text(text: str) -> str:
         text: the cell's text.
 
     Returns:
-        :func:`one_line` of it, with a leading ``'`` when it starts like a formula (``=``,
-        ``+``, ``-``, ``@``, a tab or a carriage return).
+        :func:`one_line` of it, with a leading ``'`` when it could read as a formula
+        (:func:`formula_start`).
     """
     text = one_line(text)
-    return "'" + text if text.startswith(_FORMULA) else text
+    return "'" + text if formula_start(text) else text
+
+
+def unguarded(cell: str) -> str:
+    """A CSV cell :func:`csv_text` wrote, without the quote it put before a formula.
+
+    Args:
+        cell: the cell as written.
+
+    Returns:
+        The text as it was before it was guarded.
+    """
+    return cell[1:] if cell.startswith("'") and formula_start(cell[1:]) else cell
 
 
 def markdown_text(text: str) -> str:

@@ -25,12 +25,13 @@ REPLACED = "replaces a different grade in the LMS file"
 KEPT = "kept as the LMS file had it"
 OVER_MAXIMUM = "above the LMS's default maximum grade"
 FORMULA_ID = "an id a spreadsheet may read as a formula: written exactly, the LMS matches on it"
+SAME_USER = "one LMS user for several students (ids compared without case): none written"
 KINDS = (
-    NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID, MISSING, NOT_GRADED,
-    PENDING, REPLACED, KEPT, OVER_MAXIMUM, FORMULA_ID,
+    NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID, SAME_USER, MISSING,
+    NOT_GRADED, PENDING, REPLACED, KEPT, OVER_MAXIMUM, FORMULA_ID,
 )  # fmt: skip
 #: Listed one by one in the command's output; the others are counted there.
-LISTED = (NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID)
+LISTED = (NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID, SAME_USER)
 FIELDS = ["finding", "student", "lesson", "row", "lms_user", "detail"]
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from course_grading.errors import GradingError
-from course_grading.report import REPORT_FIELDS
+from course_grading.report import REPORT_FIELDS, unguarded
 from course_grading.workspace import MARKER
 
 GRADED = "graded"
@@ -33,7 +33,6 @@ MISSING = "missing"
 NOT_GRADED = "not graded"
 #: report.csv's statuses of a submission that was graded.
 _GRADED_STATUSES = ("ok", "flagged")
-_FORMULA_GUARDED = ("'=", "'+", "'-", "'@")
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def report_text(cell: str) -> str:
     Returns:
         The id.
     """
-    return cell[1:] if cell.startswith(_FORMULA_GUARDED) else cell
+    return unguarded(cell)
 
 
 def _read_only_url(db: Path) -> str:

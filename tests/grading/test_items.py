@@ -788,6 +788,22 @@ def test_a_borrowed_or_unreadable_answer_scores_zero_on_an_own_work_item():
 # --- the report ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["=1+1", "\xa0=1+1", "\u200b=1+1", " =1+1", "\ufeff+1", "\uff1d1+1", "\u2060 @SUM(A1)",
+     "\uff0d2", "\t=1"],
+    ids=repr,
+)  # fmt: skip
+def test_no_cell_that_could_read_as_a_formula_escapes_the_guard(text):
+    """Issue 42: after a no-break or zero-width space became a plain one (`` =1+1``), and for a
+    full-width ``＝``, the guard let the cell through."""
+    from course_grading.report import unguarded
+
+    assert csv_text(text).startswith("'"), csv_text(text)
+    assert unguarded(csv_text(text)) == csv_text(text)[1:]
+    assert csv_text("alice") == "alice" and unguarded("'alice") == "'alice"
+
+
 def test_the_report_writes_student_text_as_text(tmp_path):
     hostile = '=HYPERLINK("http://x")\n<script>alert(1)</script> | row'
     rows = [

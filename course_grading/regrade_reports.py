@@ -16,14 +16,8 @@ from pathlib import Path
 
 from course_grading.errors import GradingError
 from course_grading.grading_run import Options
-from course_grading.report import (
-    REPORT_FIELDS,
-    STATUSES,
-    Row,
-    csv_text,
-    unguarded,
-    write_reports,
-)
+from course_grading.report import REPORT_FIELDS, STATUSES, Row, write_reports
+from course_grading.report_text import csv_text, read_rows, unguarded
 from course_grading.submissions import Submission
 
 
@@ -36,8 +30,7 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
     Returns:
         Each row, in order.
     """
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    return read_rows(path)
 
 
 def _md_table(path: Path) -> tuple[list[str], list[str]]:

@@ -7,7 +7,9 @@ checks' messages, and the reasons in plain words. ``scores.csv``: one row per st
 per lesson, total and maximum.
 
 Much of a row is text a student controls (their id, their file's name, an exception's message,
-a value quoted back to them). Every such text is written as text: one line (newlines and other
+a value quoted back to them, a field of their notebook's metadata). Every such text is written
+bounded (``report_text.LIMITS``: each field cut at its limit, the cut saying how long the text
+was) and as text (``report_text.py``): one line (newlines and other
 control characters, terminal escapes included, become spaces, already in each ``Row``, so the
 command's summary on the terminal is safe too), nothing live in ``report.md`` (every ASCII
 punctuation character that means something there is backslash-escaped, as CommonMark allows
@@ -21,14 +23,20 @@ past any spaces and invisible characters, gets a leading ``'``).
 from __future__ import annotations
 
 import csv
-import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.secret import PRACTICE
+from course_grading.report_text import (
+    LIMITS,
+    bounded,
+    bounded_all,
+    csv_text,
+    markdown_text,
+    one_line,
+)
 from course_grading.review.copies import NOISE, THRESHOLD, Copy
 from course_grading.submissions import Skipped, Submission
 
@@ -40,15 +48,13 @@ UNSANDBOXED = (
     "submission may be hostile."
 )
 STATUSES = ("ok", "flagged", "not graded", "missing", "unrecognised")
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
-#: What can start a link, image, autolink, HTML, entity, code span or emphasis, or end a cell
-#: (``_`` inside a word is not emphasis in CommonMark and stays, so ``99_fixture`` reads as is).
-_PUNCTUATION = re.compile(r"([\\`*~!\[\]()<>&|:./@{}])")
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the report: a student's lesson (or a file that was not understood)."""
+    """One row of the report: a student's lesson (or a file that was not understood); every
+    text field :func:`bounded` (``LIMITS``), so no row can grow past a spreadsheet's or
+    ``csv``'s reach."""
 
     student: str
     lesson: str
@@ -62,6 +68,13 @@ class Row:
     reasons: tuple[str, ...] = ()
     file: str = ""
     sandbox: str = "bubblewrap"
+
+    def __post_init__(self) -> None:
+        for name in ("student", "lesson", "file"):
+            object.__setattr__(self, name, bounded(getattr(self, name), LIMITS[name]))
+        object.__setattr__(self, "reasons", bounded_all(self.reasons, LIMITS["reason"]))
+        failed = bounded_all(self.failed_tests, LIMITS["failed_test"])
+        object.__setattr__(self, "failed_tests", failed)
 
     def csv_cells(self) -> dict[str, str]:
         """The row as CSV cells (text made safe, see the module docstring).
@@ -83,82 +96,6 @@ class Row:
 
 
 REPORT_FIELDS = [f.name for f in fields(Row)]
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: every control character (newlines included) becomes a space.
-
-    Args:
-        text: any text (a student's name, a reason); other values are turned into text.
-
-    Returns:
-        The text, every unprintable character a space.
-    """
-    return "".join(ch if ch.isprintable() else " " for ch in str(text))
-
-
-def formula_start(text: str) -> bool:
-    """Whether a spreadsheet could read ``text`` as a formula: it starts with ``=``, ``+``,
-    ``-``, ``@``, a tab or a carriage return once read as NFKC (full-width ``＝`` is ``=``) and
-    without the spaces and invisible characters before it (a no-break or zero-width space,
-    which :func:`one_line` makes a plain space, hides nothing).
-
-    Args:
-        text: a cell's text.
-
-    Returns:
-        ``True`` when :func:`csv_text` guards it.
-    """
-    folded = unicodedata.normalize("NFKC", text)
-    start = 0
-    while start < len(folded) and _invisible(folded[start]):
-        start += 1
-    return folded.startswith(_FORMULA, start)
-
-
-def _invisible(ch: str) -> bool:
-    """A space, a format character (zero-width space and joiners, a byte-order mark) or a
-    control character, but the tab and carriage return the guard looks for."""
-    return ch not in "\t\r" and (ch.isspace() or unicodedata.category(ch) in ("Cf", "Cc"))
-
-
-def csv_text(text: str) -> str:
-    """A CSV cell no spreadsheet runs as a formula, on one line.
-
-    Args:
-        text: the cell's text.
-
-    Returns:
-        :func:`one_line` of it, with a leading ``'`` when it could read as a formula
-        (:func:`formula_start`).
-    """
-    text = one_line(text)
-    return "'" + text if formula_start(text) else text
-
-
-def unguarded(cell: str) -> str:
-    """A CSV cell :func:`csv_text` wrote, without the quote it put before a formula.
-
-    Args:
-        cell: the cell as written.
-
-    Returns:
-        The text as it was before it was guarded.
-    """
-    return cell[1:] if cell.startswith("'") and formula_start(cell[1:]) else cell
-
-
-def markdown_text(text: str) -> str:
-    """Text for a Markdown table cell: one line, its meaningful punctuation escaped, so nothing of
-    it is a link, an image, HTML or a cell break (module docstring).
-
-    Args:
-        text: the cell's text.
-
-    Returns:
-        The escaped text.
-    """
-    return _PUNCTUATION.sub(r"\\\1", one_line(text))
 
 
 def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:

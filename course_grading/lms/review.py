@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_grading.lms.csv_files import Table, safe_cell
-from course_grading.report import one_line
+from course_grading.report_text import LIMITS, bounded, one_line
 
 #: Kinds of note, in the order the output lists them.
 NOT_IN_LMS = "graded, but in no row of the LMS file"
@@ -45,6 +45,12 @@ class Note:
     row: int | None = None  # in the LMS file, the header being row 1
     lms_user: str = ""
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        # names and cells of the LMS's file, which students may have chosen: bounded
+        for name, limit in (("student", LIMITS["student"]), ("lms_user", LIMITS["student"]),
+                            ("detail", LIMITS["reason"])):  # fmt: skip
+            object.__setattr__(self, name, bounded(getattr(self, name), limit))
 
     def line(self) -> str:
         """The note on one line of the command's output (student text kept on one line).

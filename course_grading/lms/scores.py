@@ -25,7 +25,8 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from course_grading.errors import GradingError
-from course_grading.report import REPORT_FIELDS, unguarded
+from course_grading.report import REPORT_FIELDS
+from course_grading.report_text import raise_field_limit, unguarded
 from course_grading.workspace import MARKER
 
 GRADED = "graded"
@@ -121,6 +122,7 @@ def _report_rows(folder: Path) -> list[dict[str, str]]:
             f"{folder} is not a grading workspace (no {MARKER} and report.csv): give the --out "
             "folder of a `python -m course_grading` run"
         )
+    raise_field_limit()  # a workspace graded before fields were bounded: read it whole
     with open(report, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames != REPORT_FIELDS:

@@ -797,7 +797,7 @@ def test_a_borrowed_or_unreadable_answer_scores_zero_on_an_own_work_item():
 def test_no_cell_that_could_read_as_a_formula_escapes_the_guard(text):
     """Issue 42: after a no-break or zero-width space became a plain one (`` =1+1``), and for a
     full-width ``＝``, the guard let the cell through."""
-    from course_grading.report import unguarded
+    from course_grading.report_text import unguarded
 
     assert csv_text(text).startswith("'"), csv_text(text)
     assert unguarded(csv_text(text)) == csv_text(text)[1:]

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from course_grading import cluster, regrade
+from course_grading import cluster, cluster_connect, regrade
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
 from course_grading.judge import secret as course_secret
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_class_options(parser)
     _add_run_options(parser)
-    cluster.add_options(parser)  # --scheduler, --resume, --worker-wait
+    cluster_connect.add_options(parser)  # --scheduler, --resume, --worker-wait
     return parser
 
 
@@ -262,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["secret"]:
             return secret_main(argv[1:])
+        if argv[:1] == ["cluster-certs"]:
+            from course_grading.cluster_certs import certs_main  # cryptography only when used
+
+            return certs_main(argv[1:])
         if argv[:1] == ["export"]:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 

@@ -21,7 +21,8 @@ edition changes.
 The release renders each template and removes it, so a student version holds neither the
 template (its solution region) nor any other edition's numbers.
 
-**The draw.** ``HMAC-SHA256(secret, "edition" NUL lesson)`` seeds the generator: every notebook
+**The draw.** ``HMAC-SHA256(lesson key, "edition")`` seeds the generator (the lesson's key, derived
+from the secret: ``secret.lesson_key``; a Dask worker holds it, never the secret): every notebook
 of one class gets the same numbers (classmates can discuss the questions), a re-grade draws them
 again exactly, and nobody without the secret predicts them. A draw is kept only when every item
 that depends on it has answers that differ from the self-study edition's, each by its own form
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_grading.errors import GradingError
+from course_grading.judge.secret import LessonKeys, lesson_key
 
 #: Where a cell keeps its template: ``cell.metadata["shapes"]["edition"]``.
 METADATA, KEY = "shapes", "edition"
@@ -99,11 +101,12 @@ class Edition:
         """
         return {name: n.public for name, n in self.numbers.items()}
 
-    def draw(self, secret: bytes | None) -> Numbers:
+    def draw(self, secret: bytes | LessonKeys | None) -> Numbers:
         """The class's numbers: drawn from ``secret``, the public ones without.
 
         Args:
-            secret: the course secret (``judge/secret.py``); ``None``: the self-study edition.
+            secret: the course secret (``judge/secret.py``) or the lesson's key; ``None``: the
+                self-study edition.
 
         Returns:
             Name -> its value in this class's edition.
@@ -114,19 +117,19 @@ class Edition:
         """
         if secret is None:
             return self.public()
-        message = f"edition\0{self.lesson}".encode()
-        rng = random.Random(hmac.new(secret, message, hashlib.sha256).digest())
+        key = lesson_key(secret, self.lesson)
+        rng = random.Random(hmac.new(key, b"edition", hashlib.sha256).digest())
         for _ in range(_TRIES):
             drawn = {name: rng.choice(n.choices) for name, n in sorted(self.numbers.items())}
             if all(differs(drawn) for differs in self.answers):
                 return drawn
         raise GradingError(f"{self.lesson}: no edition changes every answer; widen its choices")
 
-    def label(self, secret: bytes | None) -> str:
+    def label(self, secret: bytes | LessonKeys | None) -> str:
         """The edition's name as a student version records it (``metadata.shapes.edition``).
 
         Args:
-            secret: the course secret, or ``None``.
+            secret: the course secret (or the lesson's key), or ``None``.
 
         Returns:
             ``"self-study edition"``, or ``"class edition "`` and 8 hex digits that name the
@@ -134,7 +137,8 @@ class Edition:
         """
         if secret is None:
             return SELF_STUDY
-        digest = hmac.new(secret, f"label\0{self.lesson}".encode(), hashlib.sha256).hexdigest()
+        key = lesson_key(secret, self.lesson)
+        digest = hmac.new(key, b"label", hashlib.sha256).hexdigest()
         return f"class edition {digest[:8]}"
 
 

@@ -5,7 +5,8 @@ from public facts alone (the lesson, the item, the student's name), anyone holdi
 repository can compute them, and a second submission can return a table for exactly those
 inputs. With a course secret, the seed is
 
-    HMAC-SHA256(secret, lesson NUL item NUL student NUL SHA-256(answer cell as submitted))
+    HMAC-SHA256(lesson key, item NUL student NUL SHA-256(answer cell as submitted))
+    lesson key = HMAC-SHA256(secret, "lesson" NUL lesson)
 
 so the same submission always gets the same inputs (a re-grade stays byte-identical), a
 different answer cell gets different ones (a table of last time's inputs answers nothing), and
@@ -13,6 +14,10 @@ nobody without the secret can compute them. The secret lives outside the reposit
 only the grader can read: ``python -m course_grading ... --secret-file PATH``, or
 ``SHAPES_COURSE_SECRET_FILE`` for ``nbgrader autograde`` (the course's ``nbgrader_config.py``
 and ``make classroom`` set it). ``python -m course_grading secret PATH`` makes one.
+
+Everything one lesson draws from the secret (these seeds, and its class edition's numbers and
+label: ``editions.py``) is derived from that lesson's key alone, so a Dask worker grading a
+lesson is sent its key (:class:`LessonKeys`), never the secret (``cluster.py``).
 
 Without a secret the grader still works ("practice grading"): the seed is SHA-256 of the public
 facts, and the report's first line says so.
@@ -24,6 +29,8 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_grading.errors import GradingError
@@ -34,6 +41,62 @@ PRACTICE = (
     "practice grading: no course secret was given, so the hidden inputs follow from public "
     "files (the lesson, the item and the student's name); pass --secret-file for real grades"
 )
+
+
+@dataclass(frozen=True)
+class LessonKeys:
+    """The keys of some lessons (:func:`lesson_key`), in place of the course secret: what a Dask
+    worker grading those lessons is given. Wherever a secret is taken, these are too."""
+
+    keys: tuple[tuple[str, bytes], ...] = field(repr=False)
+
+    @classmethod
+    def of(cls, secret: bytes, lessons: Iterable[str]) -> LessonKeys:
+        """The keys of ``lessons``.
+
+        Args:
+            secret: the course secret.
+            lessons: the lessons.
+
+        Returns:
+            Their keys, and nothing else of the secret.
+        """
+        return cls(tuple((lesson, lesson_key(secret, lesson)) for lesson in sorted(set(lessons))))
+
+    def key(self, lesson: str) -> bytes:
+        """``lesson``'s key.
+
+        Args:
+            lesson: a lesson.
+
+        Returns:
+            Its key.
+
+        Raises:
+            GradingError: no key of ``lesson`` is held (a job sent with another lesson's keys).
+        """
+        for name, key in self.keys:
+            if name == lesson:
+                return key
+        raise GradingError(f"no key of lesson {lesson} was sent with this job")
+
+
+def lesson_key(secret: bytes | LessonKeys, lesson: str) -> bytes:
+    """The key everything ``lesson`` draws from the secret is derived from (module docstring).
+
+    Args:
+        secret: the course secret, or lesson keys holding ``lesson``'s.
+        lesson: the lesson.
+
+    Returns:
+        ``HMAC-SHA256(secret, "lesson" NUL lesson)``.
+
+    Raises:
+        GradingError: ``secret`` is lesson keys without ``lesson``'s.
+    """
+    if isinstance(secret, LessonKeys):
+        return secret.key(lesson)
+    return hmac.new(secret, b"lesson\0" + lesson.encode(), hashlib.sha256).digest()
 
 
 def answer_digest(source: str | None) -> str:
@@ -48,11 +111,14 @@ def answer_digest(source: str | None) -> str:
     return hashlib.sha256((source or "").encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def seed(secret: bytes | None, lesson: str, grade_id: str, student: str, answer: str | None) -> int:
+def seed(
+    secret: bytes | LessonKeys | None, lesson: str, grade_id: str, student: str, answer: str | None
+) -> int:
     """The 32-bit seed of one item's hidden inputs for one submission (module docstring).
 
     Args:
-        secret: the course secret, or ``None`` for practice grading (public facts only).
+        secret: the course secret (or the lesson's key: :class:`LessonKeys`), or ``None`` for
+            practice grading (public facts only).
         lesson: the lesson.
         grade_id: the item.
         student: the student.
@@ -64,8 +130,8 @@ def seed(secret: bytes | None, lesson: str, grade_id: str, student: str, answer:
     if secret is None:
         digest = hashlib.sha256(f"{lesson}\0{grade_id}\0{student}".encode()).digest()
     else:
-        message = f"{lesson}\0{grade_id}\0{student}\0{answer_digest(answer)}".encode()
-        digest = hmac.new(secret, message, hashlib.sha256).digest()
+        message = f"{grade_id}\0{student}\0{answer_digest(answer)}".encode()
+        digest = hmac.new(lesson_key(secret, lesson), message, hashlib.sha256).digest()
     return int.from_bytes(digest[:4], "big")
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from course_grading import cluster, cluster_connect, regrade
+from course_grading import cluster, cluster_certs, cluster_connect, regrade
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
 from course_grading.judge import secret as course_secret
@@ -260,12 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if argv[:1] == ["secret"]:
-            return secret_main(argv[1:])
-        if argv[:1] == ["cluster-certs"]:
-            from course_grading.cluster_certs import certs_main  # cryptography only when used
-
-            return certs_main(argv[1:])
+        commands = {"secret": secret_main, "cluster-certs": cluster_certs.certs_main}
+        if argv[:1] and argv[0] in commands:  # (cluster-certs imports cryptography when run)
+            return commands[argv[0]](argv[1:])
         if argv[:1] == ["export"]:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 

@@ -16,8 +16,10 @@ GRADING_OUT ?= grading
 # make grade SECRET_FILE=path grades with it (else $$SHAPES_COURSE_SECRET_FILE, or practice).
 SECRET_FILE ?=
 CLASS_OUT ?= class-release
-# make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
+# make grade SCHEDULER=tls://HOST:PORT CLUSTER_CERTS=DIR grades on that Dask cluster, over TLS
+# with the client certificates in DIR (docs/instructors.md, 3.8).
 SCHEDULER ?=
+CLUSTER_CERTS ?=
 LESSON ?= *
 LAB_ARGS ?=
 # What jupyter-config/ holds, also installed in the venv: Jupyter servers started without
@@ -35,7 +37,7 @@ help:
 	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
-	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
+	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tls://... CLUSTER_CERTS=dir: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
 	@echo "make bench    print the benchmark figures quoted in the README"
@@ -105,6 +107,7 @@ release-check: setup
 
 grade: setup
 	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+	  $(if $(strip $(CLUSTER_CERTS)),--cluster-certs "$(CLUSTER_CERTS)") \
 	  $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)")
 
 bench: setup

@@ -110,9 +110,9 @@ def worker_venv(base: Path) -> Path:
     minor version, what ``make setup PYTHON=/usr/bin/python3.X`` gives, but made in seconds: a
     copy of ``.venv`` by hard links, its interpreter and ``pyvenv.cfg`` that Python's."""
     probe = ["setpriv", f"--reuid={WORKER_UID}", f"--regid={WORKER_UID}", "--clear-groups",
-             sys.executable, "-c", "pass"]  # fmt: skip
-    if subprocess.run(probe, capture_output=True).returncode == 0:
-        return Path(sys.prefix)
+             sys.executable, "-c", "import sys; print(sys.version)"]  # fmt: skip
+    if subprocess.run(probe, capture_output=True, text=True).stdout.strip() == sys.version:
+        return Path(sys.prefix)  # (a Python it cannot read may still start as another one)
     minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     system = Path("/usr/bin") / minor
     if not system.is_file():

@@ -133,17 +133,11 @@ def make(out: Path, days: int = 365, worker_user: str | None = None) -> Path:
     return out
 
 
-def certs_main(argv: list[str]) -> int:
-    """``cluster-certs OUT_DIR [--days N] [--worker-user NAME]`` (module docstring).
-
-    Args:
-        argv: the arguments after ``cluster-certs``.
+def build_parser() -> argparse.ArgumentParser:
+    """The command's options.
 
     Returns:
-        0, once the certificates are written.
-
-    Raises:
-        GradingError: as :func:`make`.
+        The parser of ``python -m course_grading cluster-certs``.
     """
     parser = argparse.ArgumentParser(
         prog="python -m course_grading cluster-certs",
@@ -157,7 +151,22 @@ def certs_main(argv: list[str]) -> int:
     parser.add_argument(
         "--worker-user", metavar="NAME", help="the account the workers run as: it gets worker/"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def certs_main(argv: list[str]) -> int:
+    """``cluster-certs OUT_DIR [--days N] [--worker-user NAME]`` (module docstring).
+
+    Args:
+        argv: the arguments after ``cluster-certs``.
+
+    Returns:
+        0, once the certificates are written.
+
+    Raises:
+        GradingError: as :func:`make`.
+    """
+    args = build_parser().parse_args(argv)
     out = make(args.out, args.days, args.worker_user)
     print(f"wrote {out}/{{scheduler,worker,client}}/ (keys mode 600; see docs/instructors.md 3.8)")
     return 0

@@ -282,20 +282,18 @@ class ClusterRun:
                 self._watch()
 
     def _answer(self, future: object) -> Answer | BaseException | None:
-        """A finished job's answer, or what the job raised; ``None`` when it is not here yet."""
+        """A finished job's answer, or what the job raised; ``None`` when it is not here yet
+        (a connection was lost, but the scheduler still answers: a worker's, with the answer)."""
         with self._dask():
             if future.status == "cancelled" or self.client.status != "running":
                 raise self._stopped(f"lost the Dask scheduler at {self.address}")
             try:
                 return future.result(timeout=ANSWER_SECONDS)
-            except TimeoutError:
-                if self.client.status != "running":
-                    raise
+            except (Exception, asyncio.CancelledError) as err:
+                if not lost(err, self.client):  # (a timeout is an OSError: lost() sees it)
+                    return err  # the job's own error
+                self.client.scheduler_info(n_workers=0)  # raises when the scheduler is gone
                 return None
-            except Exception as err:  # noqa: BLE001 (the job's own error, unless the cluster's)
-                if lost(err, self.client):
-                    raise
-                return err
 
     def _finish(self, future: object) -> None:
         from distributed import KilledWorker
@@ -304,6 +302,7 @@ class ClusterRun:
         answer = self._answer(future)
         if answer is None:  # its worker left with it: the scheduler runs the job again
             self.pending[future] = (task, take)
+            time.sleep(POLL_SECONDS / 4)
             return
         if isinstance(answer, BaseException):
             err = answer

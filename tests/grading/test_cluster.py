@@ -412,9 +412,9 @@ def on(cluster: Cluster, address: str = "") -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def graded(course, cluster):
-    """The class graded here; on the cluster, a worker and then the scheduler killed; resumed
-    on a new cluster."""
+def first_run(course, cluster):
+    """The class graded on the cluster, a worker and then the scheduler killed (the run that
+    must stop in one line): all the loss test needs, so it can be repeated on its own."""
     tmp, root = course["tmp"], course["root"]
     subs = tmp / "class"
     address = cluster.start(refused=("nobwrap",))
@@ -423,9 +423,8 @@ def graded(course, cluster):
     before = digest(subs)
     course_secret.create(tmp / "keys" / "course_secret")
     secret = ("--secret-file", str(tmp / "keys" / "course_secret"))
-    local = grade_cli(subs, tmp / "local", root, "--jobs", "2", *secret)
     out = shared_workspace(tmp / "cluster")
-    uids = {"uids": dict(cluster.uids), "prefixes": dict(cluster.prefixes)}
+    workers = {"uids": dict(cluster.uids), "prefixes": dict(cluster.prefixes)}
     killer = Killer(out / "cluster" / "jobs", VICTIM, times=1)
     killer.start()
     stopper = stop_scheduler_after(out / "cluster" / "graded.csv", VICTIM, cluster.scheduler)
@@ -436,13 +435,23 @@ def graded(course, cluster):
     cluster.stop()
     time.sleep(1.0)  # the killed worker's own processes: they end within half a second
     left = [p for kill in killer.killed for p in running_with(kill["folder"])]
+    return {"first": first, "first_log": first_log, "killed": killer.killed, "left": left,
+            "stopped": stopper.get("killed", False), "subs": subs, "before": before, "out": out,
+            "secret": secret, "workers": workers,
+            "total": len(list(subs.glob("*.ipynb")))}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def graded(course, cluster, first_run):
+    """The class graded here too (``--jobs 2``), and the stopped run resumed on a new cluster."""
+    subs, out, secret = first_run["subs"], first_run["out"], first_run["secret"]
+    local = grade_cli(subs, course["tmp"] / "local", course["root"], "--jobs", "2", *secret)
     # This machine needs no bubblewrap of its own: the resumed run has none on its PATH.
-    no_bwrap = f"{Path(sys.executable).parent}{os.pathsep}{tmp / 'no-bwrap-bin'}"
+    no_bwrap = f"{Path(sys.executable).parent}{os.pathsep}{course['tmp'] / 'no-bwrap-bin'}"
     cluster.start()
-    resumed = grade_cli(subs, out, root, *on(cluster), "--resume", *secret, path=no_bwrap)
-    return {"local": local, "first": first, "first_log": first_log, "resumed": resumed,
-            "killed": killer.killed, "stopped": stopper.get("killed", False), "left": left,
-            "subs": subs, "before": before, "out": out, "secret": secret, "uids": uids}  # fmt: skip
+    resumed = grade_cli(subs, out, course["root"], *on(cluster), "--resume", *secret,
+                        path=no_bwrap)  # fmt: skip
+    return {**first_run, "local": local, "resumed": resumed}
 
 
 # --- what the runs must show -------------------------------------------------------------------
@@ -489,18 +498,18 @@ def test_nothing_of_the_killed_attempt_is_left_running(graded):
 
 
 @needs_sandbox
-def test_losing_the_scheduler_stops_the_run_in_one_line_and_keeps_what_is_graded(graded):
-    first, total = graded["first"], len(graded["local"]["rows"])
-    assert graded["stopped"] and first["rc"] == 2, first["stderr"][-2000:]
+def test_losing_the_scheduler_stops_the_run_in_one_line_and_keeps_what_is_graded(first_run):
+    first, total = first_run["first"], first_run["total"]
+    assert first_run["stopped"] and first["rc"] == 2, first["stderr"][-2000:]
     last = first["stderr"].strip().splitlines()[-1]
     found = re.fullmatch(
         r"python -m course_grading: lost the Dask scheduler at tls://127\.0\.0\.1:\d+; (\d+) of "
-        rf"{total} submission\(s\) graded and kept in {re.escape(str(graded['out']))}/cluster: "
+        rf"{total} submission\(s\) graded and kept in {re.escape(str(first_run['out']))}/cluster: "
         r"run the same command with --resume to grade the rest",
         last,
     )  # fmt: skip
     assert found and 1 <= int(found.group(1)) < total, last
-    assert int(found.group(1)) == len(graded["first_log"])
+    assert int(found.group(1)) == len(first_run["first_log"])
     assert "Traceback" not in first["stderr"], first["stderr"][-2000:]
 
 

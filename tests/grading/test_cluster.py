@@ -4,7 +4,7 @@ nobody but the grader, the scheduler and its workers gets in.
 A ``dask scheduler`` and two ``dask worker`` processes (``--nthreads 1``, each under its
 nanny) on 127.0.0.1, over TLS with the certificates ``python -m course_grading cluster-certs``
 makes (every connection proving itself); ``w2`` runs as another, unprivileged account
-(``WORKER_UID``), from the documented venv (one its account can run: ``worker_venv``); and a
+(``WORKER_UID``), from the documented venv (this checkout's: ``as_worker_account``); and a
 third worker whose ``PATH`` has no bubblewrap. One class of the
 fixture lesson, honest and hostile (``test_hostile_class.py``'s vandal, reader, grader killer,
 class killer, and a network member aiming at the scheduler's own port) and ``a_slow``, an
@@ -103,33 +103,27 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def worker_venv(base: Path) -> Path:
-    """The venv an unprivileged worker account runs, as section 3.8 documents it: this
-    checkout's ``.venv`` when that account can run its Python; else (a Python under ``/root``,
-    as pyenv installs it for root) the same venv made from this system's Python of the same
-    minor version, what ``make setup PYTHON=/usr/bin/python3.X`` gives, but made in seconds: a
-    copy of ``.venv`` by hard links, its interpreter and ``pyvenv.cfg`` that Python's."""
-    probe = ["setpriv", f"--reuid={WORKER_UID}", f"--regid={WORKER_UID}", "--clear-groups",
-             sys.executable, "-c", "import sys; print(sys.version)"]  # fmt: skip
-    if subprocess.run(probe, capture_output=True, text=True).stdout.strip() == sys.version:
-        return Path(sys.prefix)  # (a Python it cannot read may still start as another one)
-    minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    system = Path("/usr/bin") / minor
-    if not system.is_file():
-        pytest.skip(f"{sys.executable} cannot be run by another account, and there is no {system}")
-    venv = base / "worker-venv"
-    subprocess.run(["cp", "-al", sys.prefix, str(venv)], check=True)
-    for name in ("python", "python3", minor):
-        (venv / "bin" / name).unlink(missing_ok=True)
-        (venv / "bin" / name).symlink_to(system)
-    (venv / "pyvenv.cfg").unlink()  # (a hard link: written anew, never through)
-    ask = [str(system), "-c", "import platform; print(platform.python_version())"]
-    version = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.strip()
-    (venv / "pyvenv.cfg").write_text(
-        f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {version}\n"
-        f"executable = {system}\n"
-    )
-    return venv
+def as_worker_account() -> list[str]:
+    """The command prefix that runs this checkout's ``.venv`` as ``WORKER_UID``, as section 3.8
+    documents a worker's account: unprivileged, reading the checkout and its venv, running the
+    venv's Python. Where that Python lies under ``/root`` (pyenv installs it there for root),
+    which another account cannot enter, the worker gets a private view of ``/root`` that holds
+    only ``.pyenv``, read-only (what installing Python where every account reads it gives):
+    the same interpreter at the same path as the grader's, so tracebacks on its pages match."""
+    drop = ["setpriv", f"--reuid={WORKER_UID}", f"--regid={WORKER_UID}", "--clear-groups"]
+    probe = [sys.executable, "-c", "import sys; print(sys.version)"]
+    found = subprocess.run([*drop, *probe], capture_output=True, text=True).stdout.strip()
+    if found == sys.version:
+        return drop
+    home = Path(sys.base_prefix).resolve()
+    top = Path("/", *home.parts[1:2])  # /root
+    owner = Path("/", *home.parts[1:3])  # /root/.pyenv
+    view = ["bwrap", "--dev-bind", "/", "/", "--perms", "0755", "--tmpfs", str(top),
+            "--ro-bind", str(owner), str(owner), "--"]  # fmt: skip
+    found = subprocess.run([*view, *drop, *probe], capture_output=True, text=True).stdout.strip()
+    if found != sys.version:
+        pytest.skip(f"{sys.executable} cannot be run by another account here, even in a view")
+    return [*view, *drop]
 
 
 def client_security(certs: Path):
@@ -156,10 +150,11 @@ def shared_workspace(out: Path) -> Path:
 
 class Cluster:
     """``dask scheduler`` and ``dask worker`` processes on 127.0.0.1 over TLS, stopped by
-    ``stop``; a worker named in ``others`` runs as ``WORKER_UID`` from ``venv``."""
+    ``stop``; a worker named in ``others`` runs as ``WORKER_UID`` (``account``: the command
+    prefix that does, :func:`as_worker_account`)."""
 
-    def __init__(self, base: Path, certs: Path, venv: Path) -> None:
-        self.base, self.certs, self.venv, self.runs, self.procs = base, certs, venv, 0, []
+    def __init__(self, base: Path, certs: Path, account: list[str]) -> None:
+        self.base, self.certs, self.account, self.runs, self.procs = base, certs, account, 0, []
         self.scheduler: subprocess.Popen | None = None
         self.address = ""
         self.uids: dict[str, int] = {}
@@ -197,9 +192,7 @@ class Cluster:
             if name in others:  # the documented recipe for a worker account (section 3.8)
                 os.chown(local, WORKER_UID, WORKER_UID)
                 env = {**env, "HOME": str(local)}
-                command = ["setpriv", f"--reuid={WORKER_UID}", f"--regid={WORKER_UID}",
-                           "--clear-groups", str(self.venv / "bin" / "python"), "-m",
-                           "distributed.cli.dask_worker"]  # fmt: skip
+                command = [*self.account, DASK, "worker"]
             self._spawn(name, [
                 *command, address, "--nthreads", "1", "--name", name, "--host", "127.0.0.1",
                 "--no-dashboard", "--local-directory", str(local),
@@ -394,13 +387,13 @@ def course():
     certs.chmod(0o711)  # (what --worker-user does, for an account with a name)
     for path in [certs / "worker", *(certs / "worker").iterdir()]:
         os.chown(path, WORKER_UID, WORKER_UID)
-    yield {"tmp": base, "root": root, "work": work, "certs": certs, "venv": worker_venv(base)}
+    yield {"tmp": base, "root": root, "work": work, "certs": certs, "account": as_worker_account()}
     shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def cluster(course):
-    started = Cluster(course["tmp"], course["certs"], course["venv"])
+    started = Cluster(course["tmp"], course["certs"], course["account"])
     yield started
     started.stop()
 
@@ -716,12 +709,10 @@ def test_the_leftover_check_sees_a_process(tmp_path):
 
 @needs_sandbox
 def test_a_worker_under_another_account_starts_from_the_documented_venv_and_grades(graded):
-    assert graded["uids"]["uids"]["w2"] == WORKER_UID != os.getuid()
-    assert graded["uids"]["uids"]["w1"] == os.getuid()  # (the check can tell the two apart)
-    assert graded["uids"]["prefixes"]["w2"] in (
-        sys.prefix,
-        str(Path(graded["out"]).parent / "worker-venv"),
-    )
+    workers = graded["workers"]
+    assert workers["uids"]["w2"] == WORKER_UID != os.getuid()
+    assert workers["uids"]["w1"] == os.getuid()  # (the check can tell the two apart)
+    assert workers["prefixes"]["w2"] == workers["prefixes"]["w1"] == sys.prefix, workers
     logs = graded["first_log"] + graded_log(graded["out"])
     assert any(row["worker"].startswith("w2 ") for row in logs), logs
 

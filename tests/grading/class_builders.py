@@ -118,30 +118,85 @@ def digest(folder: Path) -> dict[str, tuple[str, int]]:
 ORDINARY_UID = 42421  # not 4242: other checks on a shared machine use that one
 
 
+def _enterable(folder: Path) -> bool:
+    """Whether a uid that is neither the owner nor in the group may pass through ``folder``."""
+    return bool(folder.stat().st_mode & 0o001)
+
+
 def _blocked_ancestor(path: Path) -> Path | None:
-    """The highest folder above ``path`` that other users cannot enter (root's home, say)."""
-    for parent in reversed(path.parents):
-        if parent != Path("/") and not parent.stat().st_mode & 0o001:
-            return parent
+    """The highest folder from ``/`` down to ``path`` itself that other users cannot enter (root's
+    home, a ``mktemp -d`` folder, a clone made with umask 077), or ``None``."""
+    for folder in [*reversed(path.parents), path]:
+        if folder != Path("/") and folder.is_dir() and not _enterable(folder):
+            return folder
     return None
 
 
-def as_ordinary_user(command: list[str]) -> list[str]:
+def _entries_to_show(path: Path) -> list[Path]:
+    """What to bind so that ``path`` is reachable: ``path`` itself (the folders above it are then
+    made by bwrap, open to all), or, where ``path`` itself is closed, everything in it."""
+    return sorted(path.iterdir()) if not _enterable(path) else [path]
+
+
+def needed_by_the_grader() -> list[Path]:
+    """The folders an ordinary-uid run of this checkout reads: the Python installation the venv
+    links to, the venv, and the checkout itself (the editable install's sources)."""
+    return [Path(p).resolve() for p in (sys.base_prefix, sys.prefix, REPO)]
+
+
+def unreachable(paths: list[Path] | None = None) -> str:
+    """Why another uid cannot be shown ``paths`` (default: :func:`needed_by_the_grader`), or ``""``.
+
+    bwrap can open a closed folder above what is shown, and a closed folder whose entries are
+    open; it cannot open files and folders that are closed themselves (a clone made with umask
+    077): then the tests that run as another uid are skipped with this reason."""
+    for path in paths or needed_by_the_grader():
+        for entry in _entries_to_show(path):
+            if entry.is_dir() and not _enterable(entry):
+                return f"{entry} is closed to other users (umask 077?): no ordinary uid can read it"
+    source = REPO / "course_grading" / "__init__.py"
+    if not source.stat().st_mode & 0o004:
+        return (
+            f"{source} is not readable by other users (umask 077?): no ordinary uid can import it"
+        )
+    return ""
+
+
+def as_ordinary_user(command: list[str], paths: list[Path] | None = None) -> list[str]:
     """``command`` run as ``ORDINARY_UID``, without capabilities (only as root).
 
-    Where the Python installation lies under a folder other users cannot enter (pyenv in
-    root's home, as on the test machine), a root-started bwrap shows that folder's one entry
-    holding it, read-only, in a mount namespace of the command's own; nothing else changes,
-    and everything the grader then does it does as the ordinary uid.
+    Where one of ``paths`` (default: :func:`needed_by_the_grader`) lies under a folder other users
+    cannot enter (pyenv in root's home, a checkout in a mode-700 folder such as ``/root`` or a
+    ``mktemp -d``), a root-started bwrap covers each such folder with an empty tmpfs and shows in
+    it, read-only, just the paths needed (the folders between are made open), in a mount
+    namespace of the command's own; nothing else changes, and everything the grader then does
+    it does as the ordinary uid. Call :func:`unreachable` first: a closed path cannot be opened.
     """
     drop = ["setpriv", f"--reuid={ORDINARY_UID}", f"--regid={ORDINARY_UID}", "--clear-groups"]
-    python = Path(sys.base_prefix).resolve()
-    blocked = _blocked_ancestor(python)
-    if blocked is None:
+    # (path's parts, 0 = tmpfs / 1 = an open folder on the way / 2 = bind)
+    mounts: set[tuple[tuple[str, ...], int]] = set()
+    for path in paths or needed_by_the_grader():
+        blocked = _blocked_ancestor(path)
+        if blocked is None:
+            continue
+        mounts.add((blocked.parts, 0))
+        for entry in _entries_to_show(path):
+            mounts.add((entry.parts, 2))
+            # bwrap makes the folders on the way to a bind closed (0700): make them open first
+            between = entry.parent
+            while between != blocked and blocked in between.parents:
+                mounts.add((between.parts, 1))
+                between = between.parent
+    if not mounts:
         return [*drop, *command]
-    entry = blocked / python.relative_to(blocked).parts[0]
-    view = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(blocked)]
-    return [*view, "--ro-bind", str(entry), str(entry), "--", *drop, *command]
+    view = ["bwrap", "--dev-bind", "/", "/"]
+    # A folder's mount before anything below it (a tuple sorts before its extensions), a tmpfs
+    # before a bind at the same place: nothing mounted later covers what is shown.
+    for parts, kind in sorted(mounts):
+        where = str(Path(*parts))
+        view += [["--tmpfs", where], ["--perms", "0755", "--dir", where]][kind] if kind < 2 else []
+        view += ["--ro-bind", where, where] if kind == 2 else []
+    return [*view, "--", *drop, *command]
 
 
 def hand_to_ordinary_user(folder: Path) -> None:

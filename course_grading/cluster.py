@@ -290,8 +290,9 @@ class ClusterRun:
             try:
                 return future.result(timeout=ANSWER_SECONDS)
             except (Exception, asyncio.CancelledError) as err:
-                if not lost(err, self.client):  # (a timeout is an OSError: lost() sees it)
-                    return err  # the job's own error
+                # the job's own error (an OSError too: a PermissionError is not a lost scheduler)
+                if future.status == "error" or not lost(err, self.client):
+                    return err  # (a timeout is an OSError: lost() sees it)
                 self.client.scheduler_info(n_workers=0)  # raises when the scheduler is gone
                 return None
 

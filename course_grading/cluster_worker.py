@@ -251,6 +251,8 @@ def _attempt(task: Task, worker: str) -> tuple[Path | None, int]:
     job = Path(task.job)
     marks = job / "attempts"
     marks.mkdir(exist_ok=True)
+    if marks.stat().st_uid == os.getuid():  # a worker of another account marks its attempt too
+        marks.chmod(0o2770)
     attempt = 1 + sum(1 for _ in marks.iterdir())
     if attempt > MAX_ATTEMPTS:
         return None, attempt - 1

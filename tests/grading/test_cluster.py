@@ -183,14 +183,14 @@ class Cluster:
         self.scheduler = self._spawn("scheduler", [
             DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", "tls",
             "--no-dashboard", "--scheduler-file", str(file), *tls_options(self.certs, "scheduler"),
-        ])  # fmt: skip
+        ], {**os.environ, **NO_PAGES})  # fmt: skip
         deadline = time.monotonic() + 60
         while not file.is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
         address = json.loads(file.read_text())["address"]
         empty = self.base / "no-bwrap-bin"
         empty.mkdir(exist_ok=True)
-        quiet = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+        quiet = {**os.environ, **NO_PAGES, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
         for name in (*workers, *refused):
             env = {**quiet, "PATH": str(empty)} if name in refused else quiet
             local = self.base / "dask" / name
@@ -792,6 +792,59 @@ def test_a_process_without_the_certificate_cannot_connect(graded, cluster, cours
         assert client.scheduler_info()["workers"]  # (with the certificate, it connects)
 
 
+#: What section 3.8 starts the scheduler and workers with: no HTTP routes. Even with
+#: ``--no-dashboard``, Dask serves pages over plain HTTP, without a login, on every address
+#: (8787): the workers' list with their folders, logs, exceptions, each task's page.
+NO_PAGES = {
+    "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]",
+    "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]",
+}
+
+#: Run as uid 65534 by the system's Python: what a GET of the URL answers.
+PAGE = r"""
+import sys, urllib.error, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=10) as answer:
+        print(answer.status, answer.read().decode(errors="replace")[:300])
+except urllib.error.HTTPError as err:
+    print(err.code)
+"""
+
+
+@pytest.mark.parametrize("documented", [True, False])
+def test_a_stranger_reads_no_page_of_the_scheduler(tmp_path, documented):
+    """My own attack on issue 42's cluster: the TLS port refused uid 65534, but the scheduler's
+    HTTP pages (on 0.0.0.0, with ``--no-dashboard``) gave it every worker's address and folder,
+    logs and task pages. Started as section 3.8 says, each page is a 404; without ``NO_PAGES``
+    (the failing case) the scheduler's identity is read."""
+    certs = make_certs(tmp_path / "certs")
+    file = tmp_path / "scheduler.json"
+    env = {**os.environ, **(NO_PAGES if documented else {})}
+    command = [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", "tls",
+               "--no-dashboard", "--scheduler-file", str(file),
+               *tls_options(certs, "scheduler")]  # fmt: skip
+    scheduler = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not file.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        port = json.loads(file.read_text())["services"]["dashboard"]
+        drop = ["setpriv", f"--reuid={STRANGER_UID}", f"--regid={STRANGER_UID}", "--clear-groups"]
+        url = f"http://127.0.0.1:{port}/json/identity.json"
+        proc = subprocess.run([*drop, "/usr/bin/python3", "-c", PAGE, url],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        scheduler.terminate()
+        scheduler.wait(timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    if documented:
+        assert proc.stdout.strip() == "404", proc.stdout
+    else:
+        assert proc.stdout.startswith("200 ") and "tls://127.0.0.1:" in proc.stdout, proc.stdout
+
+
 def test_the_stranger_check_sees_an_open_scheduler(tmp_path):
     """The check above can fail: a scheduler started without TLS talks to uid 65534."""
     file = tmp_path / "scheduler.json"
@@ -870,7 +923,8 @@ class FakeClient:
     def submit(self, function, task, **kwargs):
         self._maybe("submit")
         self.submitted.append(task)
-        return FakeFuture(self.fail.get("results", [self.fail.get("result", "no answer")]))
+        outcomes = self.fail.get("results", [self.fail.get("result", "no answer")])
+        return FakeFuture(outcomes, self.fail.get("status", "finished"))
 
 
 def fake_run(tmp_path: Path, client: FakeClient):
@@ -963,6 +1017,31 @@ def test_a_lost_worker_is_not_a_lost_scheduler(tmp_path, monkeypatch):
         assert len(run.pending) == 1 and not taken  # waited for again...
         run._collect(block=True)
         assert taken == ["the answer"] and not run.pending  # ...and taken
+
+
+def test_a_jobs_own_os_error_stops_the_run_and_is_not_a_lost_scheduler(tmp_path, monkeypatch):
+    """A job that raised ``PermissionError`` on its worker (a worker of another account could
+    not mark its attempt in a folder a root worker had made) was taken for a lost connection
+    and waited for again, forever; it is the job's error: the run stops naming it."""
+    import distributed
+
+    client = FakeClient({"result": PermissionError(13, "Permission denied"), "status": "error"})
+    run = fake_run(tmp_path, client)
+    monkeypatch.setattr(distributed, "wait", lambda futures, *a, **k: (set(futures), set()))
+    run._submit(fake_task(tmp_path), lambda answer: None)
+    with pytest.raises(GradingError, match=r"failed on a Dask worker: \[Errno 13\] Permission"):
+        run._collect(block=False)
+
+
+def test_an_attempts_marks_can_be_written_by_a_worker_of_another_account(tmp_path):
+    from course_grading.cluster_worker import _attempt
+
+    task = fake_task(tmp_path)
+    for name in ("stage", "in.ipynb"):
+        (Path(task.job) / name).mkdir() if name == "stage" else (Path(task.job) / name).touch()
+    assert _attempt(task, "w1")[1] == 1
+    marks = Path(task.job) / "attempts"
+    assert marks.stat().st_mode & 0o7777 == 0o2770, oct(marks.stat().st_mode)
 
 
 def test_a_job_carries_its_lessons_key_and_never_the_secret(tmp_path, monkeypatch):

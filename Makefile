@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,hf,classroom
+# The student install is the base package; `make` installs every extra its targets use.
+EXTRAS ?= lab,grader,dev,hf,classroom
 CHP := classroom/node_modules/.bin/configurable-http-proxy
 CLASSROOM_ARGS ?=
 NBVAL_TIMEOUT ?= 180
@@ -16,11 +17,14 @@ GRADING_OUT ?= grading
 # make grade SECRET_FILE=path grades with it (else $$SHAPES_COURSE_SECRET_FILE, or practice).
 SECRET_FILE ?=
 CLASS_OUT ?= class-release
+# make secret SECRET_FILE=path COURSE_TERM=Fall-2026: a new course secret for that term (never
+# over a file). Not TERM: that is the terminal's variable.
+COURSE_TERM ?=
 # make grade SCHEDULER=tls://HOST:PORT CLUSTER_CERTS=DIR grades on that Dask cluster, over TLS
 # with the client certificates in DIR (docs/instructors.md, 3.8).
 SCHEDULER ?=
 CLUSTER_CERTS ?=
-LESSON ?= *
+LESSON ?=
 LAB_ARGS ?=
 # What jupyter-config/ holds, also installed in the venv: Jupyter servers started without
 # scripts/lab.py (formgrader in a hub, `jupyter lab` by hand) get the same settings.
@@ -29,20 +33,24 @@ JUPYTER_CONFIG := $(VENV_JUPYTER)/jupyter_server_config.d/course_grading.json \
 	$(VENV_JUPYTER)/jupyter_server_config.d/shapes_lab.json \
 	$(VENV_JUPYTER)/labconfig/default_setting_overrides.json
 
-.PHONY: setup lab test lint unit notebooks release release-check grade bench bench-gpu help \
-	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback
+.PHONY: setup lab test lint unit notebooks release release-check grade secret bench bench-gpu help \
+	classroom classroom-stop classroom-clean classroom-proxy formgrader feedback key
 
 help:
 	@echo "make lab      set up .venv (first time) and open the course in JupyterLab"
 	@echo "make test     set up .venv and run every check: lint, unit tests, grading, notebooks"
+	@echo "make secret   a new course secret SECRET_FILE=path for COURSE_TERM=Fall-2026 (mode 600)"
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
+	@echo "make key     SECRET_FILE=path: your class edition's answer key into KEY_OUT=class-key"
 	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tls://... CLUSTER_CERTS=dir: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
-	@echo "make feedback  feedback again in GRADING_OUT's course (LESSON=...), manual scores included"
+	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
+	@echo "make planner-page  the fine-tune planner as a static page in web/build (Pyodide, no server)"
 	@echo "make bench-gpu  the GPU checks (CUDA allocator peaks), for a machine with a GPU"
 	@echo "make classroom  JupyterHub + nbgrader exchange + PostgreSQL gradebook here (root; Ctrl-C stops it)"
+	@echo "              SECRET_FILE=path: the course secret it releases and grades with (required)"
 	@echo "make classroom-stop  stop it from another terminal"
 
 setup: $(VENV)/.installed $(JUPYTER_CONFIG)
@@ -68,18 +76,20 @@ lab: setup
 
 # Manual grading in a grading workspace's course (formgrader reads the folder's config).
 formgrader: setup
-	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" . $(LAB_ARGS)
+	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" "$(abspath scripts/lab.py)" --instructor . $(LAB_ARGS)
 
-# Feedback again after manual grading; withheld feedback is listed, and the exit status is 0.
+# After manual grading: the feedback pages (GRADING_OUT/feedback/, what students get),
+# report.csv, report.md and scores.csv made again from the gradebook's grades now, wherever they
+# were entered (course_grading/refresh.py); withheld feedback is listed, and the exit status is 0.
 feedback: setup
-	cd "$(GRADING_OUT)/course" && "$(abspath $(PY))" -m nbgrader generate_feedback "$(LESSON)" --force
+	$(PY) -m course_grading refresh "$(GRADING_OUT)" $(if $(strip $(LESSON)),--lessons $(LESSON))
 
 # ruff reads the notebooks itself (solutions/ and notebooks/: checked, not reformatted: their
 # cells keep the course's compact style); mypy checks course_lib with pyproject's [tool.mypy].
 lint: setup
-	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py \
+	$(VENV)/bin/ruff check course_lib course_grading tests benchmarks scripts classroom web nbgrader_config.py \
 	  solutions notebooks
-	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom nbgrader_config.py
+	$(VENV)/bin/ruff format --check course_lib course_grading tests benchmarks scripts classroom web nbgrader_config.py
 	$(VENV)/bin/mypy course_lib
 	$(PY) scripts/release.py --strip-solutions --check
 
@@ -98,9 +108,23 @@ release: setup
 ifneq ($(strip $(SECRET_FILE)),)
 	$(PY) scripts/release.py --secret-file "$(SECRET_FILE)" --out "$(CLASS_OUT)"
 else
+	@# scripts/links.py: every lesson's Colab link, "how to answer" note and install cell, from
+	@# the one repository address it holds
+	$(PY) scripts/links.py
 	$(PY) scripts/release.py --strip-solutions
 	$(PY) scripts/release.py
 endif
+
+secret: setup
+	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (and COURSE_TERM=...)"; exit 2; }
+	$(PY) -m course_grading secret "$(SECRET_FILE)" $(if $(strip $(COURSE_TERM)),--term "$(COURSE_TERM)")
+
+# make key SECRET_FILE=path: the answer key of the class edition that secret draws, into the new
+# folder KEY_OUT (docs/instructors.md, 1.1).
+KEY_OUT ?= class-key
+key: setup
+	@test -n "$(strip $(SECRET_FILE))" || { echo "give SECRET_FILE=path (the secret you release with)"; exit 2; }
+	$(PY) -m course_grading key --secret-file "$(SECRET_FILE)" --out "$(KEY_OUT)"
 
 release-check: setup
 	$(PY) scripts/release.py --check
@@ -110,13 +134,22 @@ grade: setup
 	  $(if $(strip $(CLUSTER_CERTS)),--cluster-certs "$(CLUSTER_CERTS)") \
 	  $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)")
 
+# The planner as a static page: Pyodide from its npm package (pinned by web/package-lock.json),
+# the course's wheel beside it; serve web/build with any web server (README, "the page").
+.PHONY: planner-page
+planner-page: setup
+	npm ci --prefix web --no-audit --no-fund
+	$(PY) web/build.py
+
 bench: setup
 	$(PY) benchmarks/memory_model.py
 	$(PY) benchmarks/packing.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/checkpointing.py
 	$(PY) benchmarks/hf_memory.py
+	$(PY) benchmarks/planner_throughput.py
 	$(PY) benchmarks/grading.py
+	$(PY) benchmarks/sandbox_envelope.py
 
 # GPU checks: the memory model and checkpointing against the CUDA allocator. Needs a CUDA torch
 # (make setup TORCH_SPEC=...); each script says so and exits 0 on a machine without a GPU.
@@ -141,10 +174,11 @@ classroom-proxy:
 	else echo "no npm: configurable-http-proxy not installed, the classroom test will be skipped"; fi
 
 classroom: setup $(CHP)
-	$(PY) classroom/run.py start $(CLASSROOM_ARGS)
+	$(PY) classroom/run.py start $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)") $(CLASSROOM_ARGS)
 
+# Stop and clean take the start's CLASSROOM_ARGS, so a custom --state is the one stopped.
 classroom-stop:
-	$(PY) classroom/run.py stop
+	$(PY) classroom/run.py stop $(CLASSROOM_ARGS)
 
 classroom-clean:
-	$(PY) classroom/run.py clean
+	$(PY) classroom/run.py clean $(CLASSROOM_ARGS)

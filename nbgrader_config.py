@@ -90,6 +90,9 @@ c.Autograde.sanitize_preprocessors = [
 ]
 c.Autograde.autograde_preprocessors = [
     "course_grading.nbgrader.steps.SandboxedExecute",
+    # The cells written answers quote (a step time, a GPU's peak) keep the student's own run,
+    # labelled, beside the grader's: grading ran them again (course_grading/pages/student_run.py).
+    "course_grading.pages.student_run.ShowStudentRun",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

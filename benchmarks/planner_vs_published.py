@@ -43,6 +43,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from course_lib.finetune.verdict import VERDICTS
 from course_lib.hf.cards import CARDS
 from course_lib.hf.memory import predict_hf_memory
 
@@ -58,7 +59,8 @@ FITCHECK_OPTIMIZER = {"adamw": "adamw", "adamw-8bit": "adam8bit", "sgd": "sgd",
 
 TOOLS = ("planner", "fitcheck", "accelerate")
 ROLES = ("calibration", "held-out")
-KINDS = ("allocated", "reserved", "active", "device", "capacity", "unstated")
+KINDS = ("allocated", "reserved", "active", "device", "capacity", "verdict", "unstated")
+OUTCOMES = ("fits", "oom")  # a verdict row's outcome: it ran, or it ran out of memory
 REQUIRED = ("source", "source_id", "citation", "measured_kind", "role")
 
 
@@ -85,6 +87,10 @@ def validate_row(i: int, row: dict) -> None:
         kind = row["measured_kind"]
         if kind == "unstated":
             raise ValueError(f"{name}: an expressed row must say what was measured")
+        if kind == "verdict":
+            if row.get("outcome") not in OUTCOMES or not card_bytes(row):
+                raise ValueError(f"{name}: a verdict row needs an outcome in {OUTCOMES} and a card")
+            return
         if not isinstance(row.get(f"peak_{kind}_mib"), (int, float)):
             raise ValueError(f"{name}: measured_kind {kind!r} but no number peak_{kind}_mib")
     elif row.get("expressible") is not False or not row.get("why_not"):
@@ -121,6 +127,16 @@ def split_errors(rows: list[dict], ratios: dict[int, float], tool: str) -> dict:
     return out
 
 
+def card_bytes(row: dict) -> int:
+    """The memory the run had: a shipped card's (as torch reports it), the row's ``card_mib``,
+    or for a capacity row the capacity itself (0: not known)."""
+    if row.get("measured_kind") == "capacity":
+        return int(row["peak_capacity_mib"] * MIB)
+    if row.get("card") in CARDS:
+        return CARDS[row["card"]]
+    return int(row.get("card_mib", 0) * MIB)
+
+
 def measured_bytes(row: dict) -> tuple[int, str]:
     kind = row["measured_kind"]
     return int(row[f"peak_{kind}_mib"] * MIB), kind
@@ -130,6 +146,10 @@ def planner_memory(row: dict):
     """The planner's :class:`~course_lib.hf.memory.HFMemory` for the row's setting."""
     s = row["setting"]
     extra = {"lora_targets": s["lora_targets"]} if s.get("lora_targets") else {}
+    for key in ("reentrant", "bnb_version", "lora_dropout", "adapter_dtype", "modules_to_save",
+                "sub_group_size", "master_weights"):  # fmt: skip
+        if s.get(key) is not None:
+            extra[key] = s[key]
     return predict_hf_memory(
         row["config"], s["batch_size"], s["seq_len"], lora_rank=s["lora_rank"],
         dtype=s["dtype"], attn_impl=s["attn_impl"], checkpointing=s["checkpointing"],
@@ -239,7 +259,7 @@ def print_rows(rows: list[dict], ratios: dict[str, dict[int, float]]) -> None:
     print(f"{'model':<24} {'setting':<38} {'kind':<9} {'measured':>8} {'planner':>7} "
           f"{'fitchk':>7} {'accel.':>7} role(P/F) source")  # fmt: skip
     for i, row in enumerate(rows):
-        if not row.get("setting"):
+        if not row.get("setting") or row["measured_kind"] == "verdict":
             continue
         s = row["setting"]
         measured, kind = measured_bytes(row)
@@ -321,6 +341,55 @@ def print_band(rows: list[dict]) -> None:
             print(f"    {source:<28} below {b:>3}  inside {i:>3}  above {a:>3}")
 
 
+def verdict(row: dict) -> str:
+    """The planner's verdict on the row's run (``fits``, ``may not fit``, ``does not fit``): its
+    device band against the memory the run had, at the row's micro-batch."""
+    p, budget = planner_memory(row), card_bytes(row)
+    if p.device_bytes <= budget:
+        return "fits"
+    return "may not fit" if p.device_bytes_low <= budget else "does not fit"
+
+
+def print_verdicts(rows: list[dict]) -> dict:
+    """Every held-out run with a known outcome against the planner's verdict: the runs that
+    fitted (every measured row on a known card, and verdict rows that ran) and the runs that
+    ran out of memory (verdict rows), per source.
+
+    Returns:
+        ``{(source, outcome, verdict): count}``.
+    """
+    counts: dict[tuple[str, str, str], int] = {}
+    seen: set[str] = set()  # a run measured several ways (allocated, reserved, device) once
+    for row in rows:
+        if not row.get("setting") or row["role"]["planner"] != "held-out" or not card_bytes(row):
+            continue
+        run = row["citation"] if row["measured_kind"] == "verdict" else json.dumps(
+            [row["source_id"], row["model"], row["card"], row["setting"],
+             row.get("peak_capacity_mib")], sort_keys=True)  # fmt: skip
+        if run in seen:
+            continue
+        seen.add(run)
+        outcome = row.get("outcome", "fits")
+        key = (row["source_id"], outcome, verdict(row))
+        counts[key] = counts.get(key, 0) + 1
+    print("\nfit verdicts on held-out runs (the planner's verdict at each run's micro-batch and "
+          "card):")  # fmt: skip
+    print(f"  {'source':<28}{'ran: fits / may not / refused':>32}"
+          f"{'OOM: refused / may not / fits':>34}")  # fmt: skip
+    for source in sorted({k[0] for k in counts}):
+        ran = [counts.get((source, "fits", v), 0) for v in VERDICTS]
+        oom = [counts.get((source, "oom", v), 0) for v in reversed(VERDICTS)]
+        print(f"  {source:<28}{' / '.join(map(str, ran)):>32}{' / '.join(map(str, oom)):>34}")
+    total = {(o, v): sum(n for (s, oo, vv), n in counts.items() if (oo, vv) == (o, v))
+             for o in OUTCOMES for v in VERDICTS}  # fmt: skip
+    print(f"  refused runs that fitted: {total['fits', 'does not fit']} (and "
+          f"{total['fits', 'may not fit']} called 'may not fit'); allowed runs that ran out of "
+          f"memory: {total['oom', 'fits']} (and {total['oom', 'may not fit']} 'may not fit'); "
+          f"{sum(v for (o, _), v in total.items() if o == 'fits')} runs that fitted, "
+          f"{sum(v for (o, _), v in total.items() if o == 'oom')} that did not")  # fmt: skip
+    return counts
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reserve", action="store_true")
@@ -329,7 +398,7 @@ def main(argv=None) -> int:
     ratios: dict[str, dict[int, float]] = {t: {} for t in TOOLS}
     fns = {"planner": planner, "fitcheck": fitcheck, "accelerate": accelerate_weights}
     for i, row in enumerate(rows):
-        if row.get("setting"):
+        if row.get("setting") and row["measured_kind"] != "verdict":
             measured, _ = measured_bytes(row)
             for tool, fn in fns.items():
                 value = fn(row)
@@ -350,6 +419,7 @@ def main(argv=None) -> int:
         f"  rows the planner under-predicts by more than 5% (the direction that runs out of "
         f"memory): {len(under)}" + "".join(f"\n    {r:.3f} {m} ({src})" for r, m, src in under)
     )
+    print_verdicts(rows)
     if args.reserve:
         reserve: dict[str, list[float]] = {}
         for row in rows:

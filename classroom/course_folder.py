@@ -9,11 +9,13 @@ gradebook; a lesson released without that step could not be autograded.
 Each role gets a folder on ``JUPYTER_CONFIG_PATH`` (set per user by ``jupyterhub_config.py``):
 
 - ``etc/instructor``: ``nbgrader_config.py`` pointing nbgrader (CLI and formgrader) at the
-  course folder, the exchange and the PostgreSQL gradebook, and the server extension that
-  puts formgrader's pages under a strict Content-Security-Policy
+  course folder, the exchange and the PostgreSQL gradebook, its collect step taking a
+  submission only from the student it names (``course_grading.nbgrader.collect``), and the
+  server extension that puts formgrader's pages under a strict Content-Security-Policy
   (``course_grading.pages.formgrader_csp``);
-- ``etc/student``: the exchange and the course id only, and the instructor-only extensions
-  (formgrader, create-assignment, course list) switched off, as nbgrader's guide advises.
+- ``etc/student``: the exchange, the course id and, under the LTI login, the student's nbgrader
+  id (``SHAPES_STUDENT_ID``), and the instructor-only extensions (formgrader,
+  create-assignment, course list) switched off, as nbgrader's guide advises.
 
 Every deployment-dependent value is read from the environment (``SHAPES_COURSE_ID``,
 ``SHAPES_EXCHANGE_ROOT``, ``SHAPES_GRADEBOOK_URL``, ``SHAPES_COURSE_ROOT``), which the hub sets
@@ -25,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import secrets
 import shutil
 from pathlib import Path
 
@@ -38,6 +39,9 @@ c.CourseDirectory.root = os.environ["SHAPES_COURSE_ROOT"]
 c.CourseDirectory.course_id = os.environ["SHAPES_COURSE_ID"]
 c.Exchange.root = os.environ["SHAPES_EXCHANGE_ROOT"]
 c.CourseDirectory.db_url = os.environ["SHAPES_GRADEBOOK_URL"]
+# Collect takes a submission only from the student it names: its folder's owner, or the id the
+# LTI login gave that owner (course_grading/nbgrader/collect.py).
+c.ExchangeFactory.collect = "course_grading.nbgrader.collect.OwnerCheckedCollect"
 '''
 
 STUDENT_NBGRADER = '''\
@@ -47,6 +51,8 @@ import os
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = os.environ["SHAPES_COURSE_ID"]
 c.Exchange.root = os.environ["SHAPES_EXCHANGE_ROOT"]
+# Under the LTI login the student's nbgrader id is their LMS login, not their account's name.
+c.CourseDirectory.student_id = os.environ.get("SHAPES_STUDENT_ID") or "*"
 # The Validate button runs the lesson top to bottom: the same per-cell limit as the course's
 # nbgrader_config.py (`import torch` alone takes seconds on a busy machine).
 c.Execute.timeout = 60
@@ -142,28 +148,6 @@ def install_grader(repo: Path, instructor: str) -> Path:
         os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
     folder.chmod(0o700)
     return folder
-
-
-def course_secret(instructor: str) -> Path:
-    """The course secret hidden inputs are drawn with (``course_grading/judge/secret.py``):
-    ``~instructor/.shapes-secret/course_secret``, made once (mode 0600 in a 0700 folder, the
-    instructor's) and kept across restarts, so a re-grade draws the same inputs. Nobody else
-    can read it; the hub and ``run.py autograde`` name it in ``SHAPES_COURSE_SECRET_FILE``."""
-    account = pwd.getpwnam(instructor)
-    folder = Path(account.pw_dir) / ".shapes-secret"
-    if folder.is_symlink():
-        folder.unlink()
-    folder.mkdir(mode=0o700, exist_ok=True)
-    path = folder / "course_secret"
-    if not path.exists():
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            out.write(secrets.token_hex(32) + "\n")
-    for item in (folder, path):
-        os.chown(item, account.pw_uid, account.pw_gid, follow_symlinks=False)
-    folder.chmod(0o700)
-    path.chmod(0o600)
-    return path
 
 
 if __name__ == "__main__":  # for an image: python classroom/course_folder.py /etc/shapes

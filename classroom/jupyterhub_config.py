@@ -45,7 +45,10 @@ c.PAMAuthenticator.open_sessions = False  # no login sessions to open in a conta
 c.Authenticator.allowed_users = {settings["instructor"], *settings["students"]}
 c.Authenticator.admin_users = set()  # the instructor grades; nobody administers the hub here
 
-# Students log in from the LMS (LTI 1.3) when the state folder holds lti.json (classroom/lti.py).
+# Students log in from the LMS (LTI 1.3) when the state folder holds lti.json (classroom/lti.py):
+# each launch its own account, named from the platform's issuer and sub; the LMS login is the
+# student's nbgrader id; whoever the launch's roles call an instructor logs in as the instructor.
+_lti = None
 if (state / "lti.json").is_file():
     _spec = importlib.util.spec_from_file_location(
         "classroom_lti", Path(__file__).parent / "lti.py"
@@ -64,7 +67,12 @@ c.Spawner.http_timeout = 120
 
 
 def _environment(spawner) -> None:
-    """The role's configuration folder and the course's settings, set before each spawn."""
+    """The role's configuration folder and the course's settings, set before each spawn.
+
+    Under LTI a launched student's server gets their nbgrader id (``SHAPES_STUDENT_ID``, the
+    registry's; a launched user the registry does not know gets no server), and the
+    instructor's the file mapping each launched account to its id (``SHAPES_STUDENT_IDS``).
+    """
     instructor = spawner.user.name == settings["instructor"]
     role = "instructor" if instructor else "student"
     env = {
@@ -79,6 +87,12 @@ def _environment(spawner) -> None:
         # The grader (course_folder.install_grader): hidden from everyone else's view.
         env["PYTHONPATH"] = settings["grader"]
         env["SHAPES_COURSE_SECRET_FILE"] = settings["course_secret"]  # hidden inputs' secret
+    if _lti is not None:
+        student_id = spawner.authenticator.student_id_of(spawner.user.name)
+        if student_id is not None:
+            env["SHAPES_STUDENT_ID"] = student_id
+        if instructor:
+            env["SHAPES_STUDENT_IDS"] = str(_lti.ids_file(state))
     spawner.environment = env
 
 

@@ -77,6 +77,32 @@ def closed_ancestor(path: Path) -> Path | None:
     return None
 
 
+def closed_tops(paths: dict[Path, str]) -> list[tuple[Path, dict[Path, str]]]:
+    """The closed folders to open, highest first, each with the ``paths`` it must show.
+
+    A path inside a folder other users cannot enter (pyenv under ``/root``; a checkout cloned
+    into a ``mktemp -d`` folder, mode 0700) is shown through a tmpfs over the highest closed
+    folder on its way. Paths sharing a closed folder, or whose closed folder lies inside another
+    one's, go through the higher one. A path that is itself the closed folder needs no opening
+    here (the checkout is covered by its own tmpfs next).
+
+    Args:
+        paths: path -> what it is, in words (for the notes).
+    """
+    closed = {}
+    for path, what in paths.items():
+        folder = closed_ancestor(path)
+        if folder is not None and folder != path:
+            closed[path] = (folder, what)
+    tops: list[tuple[Path, dict[Path, str]]] = []
+    for folder in sorted({f for f, _ in closed.values()}, key=lambda f: (len(f.parts), str(f))):
+        if any(top == folder or top in folder.parents for top, _ in tops):
+            continue  # inside a folder already opened, which shows these paths too
+        shown = {p: w for p, (f, w) in closed.items() if f == folder or folder in f.parents}
+        tops.append((folder, shown))
+    return tops
+
+
 def available() -> bool:
     return sys.platform.startswith("linux") and os.geteuid() == 0
 
@@ -87,10 +113,9 @@ def enter(repo: Path, venv: Path) -> list[str]:
     _mount(None, Path("/"), None, MS_REC | MS_PRIVATE)  # nothing propagates back to the host
     notes = []
     base = Path(sys.base_prefix).resolve()
-    closed = closed_ancestor(base)
-    if closed is not None:
-        reveal_only(closed, [base])
-        notes.append(f"{closed} shows only {base} (the course's base Python)")
+    for top, shown in closed_tops({base: "the course's base Python", repo: "the checkout"}):
+        reveal_only(top, list(shown))
+        notes.append(f"{top} shows only " + ", ".join(f"{p} ({w})" for p, w in shown.items()))
     keep = [venv, repo / "course_lib", repo / "classroom"]
     reveal_only(repo, [p for p in keep if p.exists()])
     notes.append(f"{repo} shows only {', '.join(p.name for p in keep)} (no solutions, no .git)")

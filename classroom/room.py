@@ -1,9 +1,11 @@
 """The classroom's state folder and the long-running parts started from it.
 
 ``STATE/`` holds ``classroom.json`` (ports, accounts, folders: no secrets), ``secrets/`` (root
-only: passwords, the gradebook URL, the hub's cookie secret), ``hub/`` (root only: the hub's
-database and log), ``postgres/`` (the ``postgres`` account's only), ``exchange/`` (1777),
-``etc/`` (per-role Jupyter configuration) and ``home/`` (demo accounts' homes, 0700 each).
+only: passwords, the gradebook URL, the hub's cookie secret, the LTI registry), ``hub/`` (root
+only: the hub's database and log), ``lti/`` (under the LTI login: each launched account's
+nbgrader id, for the instructor), ``postgres/`` (the ``postgres`` account's only),
+``exchange/`` (1777), ``etc/`` (per-role Jupyter configuration) and ``home/`` (the homes of
+demo accounts and of LTI launches, 0700 each).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import accounts
 import course_folder
+import course_secret
 from pgcluster import Cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,10 +68,18 @@ class Classroom:
         self.settings_file = self.state / "classroom.json"
         self.accounts_file = self.secrets / "accounts.json"
         self.pids_file = self.state / "pids.json"
+        self.lti_registry = self.secrets / "lti_users.json"  # lti.py's: launches' accounts
+        self.lti_ids = self.state / "lti" / "student_ids.json"  # lti.ids_file: account -> id
 
     # --- accounts ---------------------------------------------------------------------------
     def load_accounts(self) -> dict:
         return json.loads(self.accounts_file.read_text()) if self.accounts_file.exists() else {}
+
+    def lti_accounts(self) -> list[str]:
+        """The accounts the hub made for LTI launches (``lti.py``'s registry), made by us all."""
+        if not self.lti_registry.is_file():
+            return []
+        return sorted(json.loads(self.lti_registry.read_text()).get("users", {}))
 
     def ensure_accounts(self, instructor: str, students: list[str]) -> dict:
         """Create the missing accounts (recorded as ours); existing ones are used as they are."""
@@ -88,6 +99,9 @@ class Classroom:
         return {n: known[n] for n in [instructor, *students]}
 
     # --- start ------------------------------------------------------------------------------
+    def instructor_of(self, args) -> str:
+        return args.instructor or f"{args.prefix}-instructor"
+
     def prepare(self, args) -> dict:
         self.state.mkdir(parents=True, exist_ok=True)
         self.state.chmod(0o755)  # users pass through to their homes, the exchange, etc/
@@ -99,7 +113,7 @@ class Classroom:
         students = args.student or [
             f"{args.prefix}-student{i}" for i in range(1, args.students + 1)
         ]
-        instructor = args.instructor or f"{args.prefix}-instructor"
+        instructor = self.instructor_of(args)
         people = self.ensure_accounts(instructor, students)
         exchange = self.state / "exchange"
         exchange.mkdir(exist_ok=True)
@@ -107,7 +121,7 @@ class Classroom:
         etc = course_folder.write_role_configs(self.state / "etc")
         course_root = course_folder.build(REPO, instructor, COURSE_ID)
         grader = course_folder.install_grader(REPO, instructor)
-        secret = course_folder.course_secret(instructor)
+        secret = course_secret.install(args.secret_file, instructor)  # a copy of the given file
         settings = {
             "ip": args.ip,
             "port": args.port or free_port(),
@@ -120,7 +134,8 @@ class Classroom:
             "course_id": COURSE_ID,
             "course_root": str(course_root),
             "grader": str(grader),
-            "course_secret": str(secret),
+            "course_secret": str(secret),  # the instructor's copy, named to their servers
+            "secret_file": str(Path(args.secret_file).expanduser().resolve()),  # the original
             "exchange": str(exchange),
             "etc": {role: str(path) for role, path in etc.items()},
         }
@@ -193,7 +208,7 @@ class Classroom:
 
     def teardown(self, hub_pid: int | None, cluster: Cluster | None, people: list[str]) -> None:
         self.stop_hub(hub_pid)
-        left = accounts.stop_processes(people)
+        left = accounts.stop_processes([*people, *self.lti_accounts()])
         if left:
             print(f"stopped {len(left)} process(es) the hub left running as classroom users")
         if cluster is not None:

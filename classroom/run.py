@@ -1,14 +1,17 @@
 """The Shapes classroom on one machine: JupyterHub, the nbgrader exchange, a PostgreSQL gradebook.
 
-    python classroom/run.py start [--students 3] [--port 8000]   # foreground; Ctrl-C stops all
+    python classroom/run.py start --secret-file S [--students 3]  # foreground; Ctrl-C stops all
     python classroom/run.py stop                                  # from another terminal
     python classroom/run.py instructor -- nbgrader collect LESSON # a command as the instructor
+    python classroom/run.py passback [--post]                     # grades to the LMS (LTI AGS)
     python classroom/run.py clean                                 # demo accounts and data gone
 
-``start`` (as root) creates the demo accounts (Unix users with a private home and a password),
-copies the course into the instructor's home, makes the exchange folder, starts PostgreSQL as
-the ``postgres`` user on 127.0.0.1 with the gradebook database, starts JupyterHub (which starts
-its proxy and, on login, each user's server), prints the URL and the accounts, and waits. On
+``start`` (as root) takes the instructor's course secret (``--secret-file``, the file ``make
+release`` and ``make grade`` take: ``course_secret.py``; without one it refuses), creates the
+demo accounts (Unix users with a private home and a password), copies the course into the
+instructor's home, makes the exchange folder, starts PostgreSQL as the ``postgres`` user on
+127.0.0.1 with the gradebook database, starts JupyterHub (which starts its proxy and, on login,
+each user's server), prints the URL and the accounts, and waits. On
 Ctrl-C or SIGTERM it stops the hub (which stops the servers and the proxy), every process still
 running as a classroom account, and PostgreSQL. Accounts, homes and the gradebook stay in the
 state folder (``--state``, default ``/srv/shapes-classroom``) for the next start.
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 
 import accounts
+import course_secret
 import private_view
 from pgcluster import Cluster
 from room import GRADEBOOK_DB, HERE, REPO, Classroom, write_private
@@ -63,6 +67,8 @@ def cmd_start(args) -> int:
         sys.exit(f"a classroom seems to run from {room.state} ({room.pids_file}): stop it first")
     if REPO in args.state.resolve().parents:
         sys.exit("keep the state folder outside the repository (the classroom hides the checkout)")
+    if problem := course_secret.check(args.secret_file, room.state, room.instructor_of(args)):
+        sys.exit(problem)
     made = room.prepare(args)
     settings, people = made["settings"], made["accounts"]
     view = enter_private_view()  # everything started from here on sees the course, not answers
@@ -124,6 +130,8 @@ def banner(
         f"  exchange        {settings['exchange']}",
         f"  gradebook       PostgreSQL on 127.0.0.1:{cluster.port}, database {GRADEBOOK_DB} "
         f"(URL in {room.secrets / 'gradebook_url'})",
+        f"  course secret   {settings['secret_file']} (the instructor's copy: "
+        f"{settings['course_secret']})",
         f"  logs            {room.hub_dir / 'jupyterhub.log'}, {cluster.log}",
         f"  as instructor   python classroom/run.py instructor --state {room.state} -- CMD",
         *(f"  file view       {note}" for note in view),
@@ -175,10 +183,18 @@ def cmd_clean(args) -> int:
         return 0
     if not room.settings_file.exists() and any(room.state.iterdir()):
         sys.exit(f"{room.state} is not a classroom state folder (no classroom.json): kept")
+    settings = json.loads(room.settings_file.read_text()) if room.settings_file.exists() else {}
+    instructor = room.load_accounts().get(settings.get("instructor", ""), {})
+    if instructor.get("created") and (why := course_secret.only_copy(settings)):
+        sys.exit(f"nothing removed: {why}")  # clean never deletes the class's secret
     for name, entry in room.load_accounts().items():
         if entry.get("created") and accounts.exists(name):
             accounts.remove(name)
             print(f"removed account {name}")
+    for name in room.lti_accounts():  # made by the hub for LTI launches, in their own uid range
+        if accounts.in_range(name, accounts.LTI_UIDS):
+            accounts.remove(name)
+            print(f"removed account {name} (an LTI launch's)")
     shutil.rmtree(room.state)
     print(f"removed {room.state}")
     return 0
@@ -196,6 +212,27 @@ def cmd_autograde(args) -> int:
     command += ["--scheduler", args.scheduler] if args.scheduler else []
     command += ["--cluster-certs", args.cluster_certs] if args.cluster_certs else []
     return as_instructor(Classroom(args.state), command)
+
+
+def cmd_passback(args) -> int:
+    """The class gradebook's scores to the LMS (``python -m course_grading passback``), as root:
+    the platform is ``STATE/lti.json``, the students' platform ids ``STATE/secrets/
+    lti_users.json`` (both root's only), the scores the gradebook's, manual grades included."""
+    require_root()
+    room = Classroom(args.state)
+    if not room.pids_file.exists():
+        sys.exit(f"no classroom running from {room.state}: the gradebook is down")
+    if not (room.state / "lti.json").is_file():
+        sys.exit(f"no {room.state / 'lti.json'}: passback needs the LTI login's platform")
+    from course_grading import cli  # the checkout's grader: root runs it, no student sees it
+
+    settings = json.loads(room.settings_file.read_text())
+    command = ["passback", "--gradebook", (room.secrets / "gradebook_url").read_text().strip(),
+               "--course-id", settings["course_id"], "--platform", str(room.state / "lti.json"),
+               "--registry", str(room.lti_registry)]  # fmt: skip
+    command += ["--lessons", *args.lessons] if args.lessons else []
+    command += [f"--label={label}" for label in args.label] + (["--post"] if args.post else [])
+    return cli.main(command)
 
 
 def as_instructor(room: Classroom, command: list[str]) -> int:
@@ -218,6 +255,8 @@ def as_instructor(room: Classroom, command: list[str]) -> int:
         "PYTHONPATH": settings["grader"],  # the instructor's own copy of course_grading
         "SHAPES_COURSE_SECRET_FILE": settings["course_secret"],  # the hidden inputs' secret
     }
+    if room.lti_ids.is_file():  # LTI: collect maps each account to its student's nbgrader id
+        env["SHAPES_STUDENT_IDS"] = str(room.lti_ids)
     enter_private_view()  # the instructor's tools see what the hub's users see
     return subprocess.run(
         command,
@@ -227,6 +266,42 @@ def as_instructor(room: Classroom, command: list[str]) -> int:
         group=account.pw_gid,
         extra_groups=[],
     ).returncode
+
+
+def _start_options(parser: argparse.ArgumentParser, unused: bool = False) -> None:
+    """``start``'s options; on ``stop`` and ``clean`` taken but unused (hidden from --help)."""
+
+    def helped(text: str) -> str:
+        return argparse.SUPPRESS if unused else text
+
+    parser.add_argument(
+        "--students", type=int, default=3, help=helped("demo students (%(default)s)")
+    )
+    parser.add_argument(
+        "--prefix", default="shapes", help=helped("demo account names: PREFIX-student1 ...")
+    )
+    parser.add_argument(
+        "--instructor", help=helped("an existing Unix account to teach (default: a demo one)")
+    )
+    parser.add_argument(
+        "--student", action="append", help=helped("an existing Unix account (repeat)")
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help=helped("public port; 0 picks a free one")
+    )
+    parser.add_argument("--ip", default="127.0.0.1", help=helped("public address (%(default)s)"))
+    parser.add_argument(
+        "--secret-file",
+        type=Path,
+        default=os.environ.get(course_secret.ENVIRONMENT) or None,
+        help=helped(
+            "your course secret (python -m course_grading secret PATH), the file you release "
+            f"and grade with (default: ${course_secret.ENVIRONMENT}); required"
+        ),
+    )
+    parser.add_argument(
+        "--exit-with-parent", action="store_true", help=helped("stop everything if the caller dies")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,25 +316,26 @@ def main(argv: list[str] | None = None) -> int:
     start = sub.add_parser(
         "start", parents=[common], help="bring the classroom up (Ctrl-C stops it)"
     )
-    start.add_argument("--students", type=int, default=3, help="demo students (%(default)s)")
-    start.add_argument("--prefix", default="shapes", help="demo account names: PREFIX-student1 ...")
-    start.add_argument(
-        "--instructor", help="an existing Unix account to teach (default: a demo one)"
+    _start_options(start)
+    # `make classroom-stop` and `classroom-clean` pass CLASSROOM_ARGS, start's options: the
+    # state folder is read from them, the others are taken and left unused.
+    _start_options(sub.add_parser("stop", parents=[common], help="stop a running classroom"), True)
+    clean = sub.add_parser(
+        "clean", parents=[common], help="stop; remove demo accounts and all data"
     )
-    start.add_argument("--student", action="append", help="an existing Unix account (repeat)")
-    start.add_argument("--port", type=int, default=8000, help="public port; 0 picks a free one")
-    start.add_argument("--ip", default="127.0.0.1", help="public address (%(default)s)")
-    start.add_argument(
-        "--exit-with-parent", action="store_true", help="stop everything if the caller dies"
-    )
-    sub.add_parser("stop", parents=[common], help="stop a running classroom")
-    sub.add_parser("clean", parents=[common], help="stop; remove demo accounts and all data")
+    _start_options(clean, True)
     instr = sub.add_parser("instructor", parents=[common], help="a command as the instructor")
     instr.add_argument("command", nargs=argparse.REMAINDER)
     grade = sub.add_parser("autograde", parents=[common], help="sandboxed autograde of a lesson")
     grade.add_argument("lesson")
     grade.add_argument("--scheduler", help="grade on this Dask cluster (tls://HOST:PORT)")
     grade.add_argument("--cluster-certs", help="with --scheduler: the client's certificates")
+    back = sub.add_parser("passback", parents=[common], help="grades to the LMS (LTI Advantage)")
+    back.add_argument("--lessons", nargs="+", help="only these lessons (default: all)")
+    back.add_argument(
+        "--label", action="append", default=[], help="LESSON=TEXT: a line item's label"
+    )
+    back.add_argument("--post", action="store_true", help="change the LMS (without it: a dry run)")
     args = parser.parse_args(argv)
     action = {
         "start": cmd_start,
@@ -267,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "clean": cmd_clean,
         "instructor": cmd_instructor,
         "autograde": cmd_autograde,
+        "passback": cmd_passback,
     }
     return action[args.action](args)
 

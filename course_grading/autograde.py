@@ -39,7 +39,7 @@ from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.verdicts import Graded, grade_submission, payload_of
 from course_grading.nbgrader import gradebook
 from course_grading.nbgrader.course import WorkCourse
-from course_grading.review.cheats import scan
+from course_grading.review.cheats import cell_owner, scan
 from course_grading.review.inspection import review_autograded
 from course_grading.sandbox.budgets import Budget, give, measure
 from course_grading.sandbox.jobs import JobSpec, Outcome, held_slots, run_jobs
@@ -51,8 +51,7 @@ from course_grading.submissions import Submission
 def _flag_findings(sub: Submission, nb: NotebookNode, spec: LessonSpec, sandboxed: bool) -> None:
     """Report what ``cheats.scan`` finds, for review: it changes no grade (``cheats.py``)."""
     for found in scan(nb, spec):
-        gid = nb.cells[found.cell].metadata.get("nbgrader", {}).get("grade_id")
-        where = f"cell {found.cell + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
+        where = cell_owner(nb, found.cell, spec)
         if found.cheat:
             sub.flag(f"for review: {where} {found.what}")
         else:
@@ -126,7 +125,7 @@ def _flag_limits(sub: Submission, outcome: Outcome, options: Options) -> None:
         )
     if outcome.memory_kills:
         gib = options.limits.memory_bytes / 2**30
-        how = "" if outcome.memory == "cgroup" else " (its resident memory, watched)"
+        how = "" if outcome.memory.startswith("cgroup") else " (watched: resident and tmpfs)"
         sub.flag(  # how many depends on timing: the report says only that there were
             f"its sandbox reached its memory limit of {gib:g} GiB{how}; processes of it were killed"
         )
@@ -164,18 +163,22 @@ def decide_job(run: GradingRun, sub: Submission, spec: LessonSpec, job: Path) ->
     )
 
 
-def solution_calls(run: GradingRun, lessons: list[str]) -> dict[tuple[str, str], float]:
-    """The CPU seconds of each graded function's slowest call in its lesson's solution, measured
-    here, in this run, with the same sandbox: what each student's calls are limited from
-    (``FunctionSandbox.solution_cpu``, ``functions.call_limit``).
+def solution_calls(
+    run: GradingRun, lessons: list[str]
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each graded function's solution, run here, in this run, with the same sandbox: the CPU
+    seconds of its slowest call, what each student's calls are limited from
+    (``functions.call_limit``), and the wall-clock seconds of its runs, what each student's item
+    and submission budgets are made from (``functions.item_budget``, ``submission_budget``).
 
     Args:
         run: the run's settings (its function sandbox, its ``--jobs`` threads).
         lessons: the lessons graded in this run.
 
     Returns:
-        ``(lesson, grade_id)`` -> CPU seconds of the slowest call of that item's function in the
-        lesson's solution (0.0 when none of its calls reported a time).
+        ``(lesson, grade_id)`` -> (CPU seconds of the slowest call of that item's function in
+        the lesson's solution, 0.0 when none of its calls reported a time; wall-clock seconds
+        of every run of it, sandbox start to end).
     """
     work: list[tuple[trusted.Item, str]] = []
     for lesson in lessons:
@@ -183,14 +186,14 @@ def solution_calls(run: GradingRun, lessons: list[str]) -> dict[tuple[str, str],
         cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nb.cells}
         work += [(i, cells[i.answer]) for i in items_of(lesson).values() if i.function]
 
-    def measure_one(item: trusted.Item, source: str) -> float:
+    def measure_one(item: trusted.Item, source: str) -> tuple[float, float]:
         ev = trusted.Evidence(item, "solution", answer_source=source, sandbox=run.functions)
         trusted.verdict(item, ev, [])
-        return max((cpu for cpu, _ in ev.call_times), default=0.0)
+        return max((cpu for cpu, _ in ev.call_times), default=0.0), ev.run_seconds
 
     with ThreadPoolExecutor(max_workers=max(1, run.options.jobs)) as pool:
         found = list(pool.map(lambda pair: measure_one(*pair), work))
-    return {(item.lesson, item.grade_id): cpu for (item, _), cpu in zip(work, found)}
+    return {(item.lesson, item.grade_id): times for (item, _), times in zip(work, found)}
 
 
 def record_job(

@@ -1,6 +1,9 @@
 """The grading command line: ``python -m course_grading SUBMISSIONS [options]``, and
-``python -m course_grading secret PATH`` (a course secret); ``export`` (scores into an LMS's
-file) is ``course_grading.lms.export``.
+``python -m course_grading secret PATH`` (a course secret); ``key`` (the class edition's answer
+key) is ``course_grading.nbgrader.answer_key``; ``export`` (scores into an LMS's file) is
+``course_grading.lms.export``; ``refresh`` (every output again after manual grading)
+``course_grading.refresh``; ``passback`` and ``lti-key`` (scores into the LMS through LTI
+Advantage) are ``course_grading.lms.passback_cli``.
 
 This is the only place a ``GradingError`` becomes a message and an exit status: one line on
 stderr, exit status 2.
@@ -16,7 +19,9 @@ from pathlib import Path
 from course_grading import cluster, cluster_certs, cluster_connect, regrade
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
+from course_grading.grading_run import add_time_options
 from course_grading.judge import secret as course_secret
+from course_grading.lms import downloads
 from course_grading.nbgrader.course import SOURCE_DIR
 from course_grading.run import grade
 from course_grading.sandbox.bwrap import MAX_SLOTS, Limits
@@ -36,43 +41,8 @@ def _default_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def _add_time_options(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add(
-        "--timeout",
-        type=int,
-        default=60,
-        help="seconds of CPU time a cell of student code may use (60; wall clock: 4 times that)",
-    )
-    add(
-        "--lesson-timeout",
-        type=int,
-        default=600,
-        help="seconds of CPU time one of the lesson's own cells may use (600)",
-    )
-    add(
-        "--budget-factor",
-        type=float,
-        default=5,
-        help="a notebook may run this many times as long as the lesson's solution, measured "
-        "in the same run (5)",
-    )
-    add(
-        "--notebook-floor",
-        type=int,
-        default=120,
-        help="...but at least this many seconds, kernel start included (120)",
-    )
-    add(
-        "--notebook-timeout",
-        type=int,
-        default=1800,
-        help="...and at most this many (1800)",
-    )
-
-
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    _add_time_options(parser)
+    add_time_options(parser)
     add = parser.add_argument
     add(
         "--jobs",
@@ -109,15 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
         "checks outside the student's kernel; generate feedback without hidden tests or "
         "solutions, and write a report of scores and problems. Submitted files are only read.",
         epilog="Instructors: `python -m course_grading secret PATH` makes a course secret; "
-        "`python -m course_grading export GRADING_OUT --format canvas|moodle ...` writes the "
-        "scores as a file Canvas or Moodle imports.",
+        "`... key --secret-file PATH --out FOLDER` writes your class edition's answer key; "
+        "`... refresh GRADING_OUT` makes the feedback, report and scores again after manual "
+        "grading (`--due LESSON=WHEN`: a due date decided now); "
+        "`... export GRADING_OUT --format canvas|moodle ...` writes the scores as a file Canvas "
+        "or Moodle imports; `... passback GRADING_OUT --platform lti.json --registry "
+        "lti_users.json` posts them to the LMS through LTI Advantage (a dry run without --post).",
     )
     add = parser.add_argument
     add(
         "submissions",
         type=Path,
         help="folder of submissions: <student>/<lesson>/<lesson>.ipynb "
-        "(nbgrader's submitted/ layout) and/or <student>_<lesson>.ipynb",
+        "(nbgrader's submitted/ layout) and/or <student>_<lesson>.ipynb; or Canvas's or "
+        "Moodle's submissions download, the zip or its folder",
     )
     add("--out", type=Path, default=Path("grading"), help="workspace (default ./grading)")
     add(
@@ -150,6 +125,7 @@ def _add_class_options(parser: argparse.ArgumentParser) -> None:
         "student's manual grades)",
     )
     _add_course_options(parser)
+    downloads.add_options(parser)  # --roster
 
 
 def _add_course_options(parser: argparse.ArgumentParser) -> None:
@@ -177,7 +153,7 @@ def _add_course_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(course_secret.ENVIRONMENT) or None,
         help="the course secret hidden inputs are drawn with, readable by you only (default: "
         f"${course_secret.ENVIRONMENT}; none: practice grading, said in the report); make one "
-        "with `python -m course_grading secret PATH`",
+        "with `python -m course_grading secret PATH --term TERM`",
     )
 
 
@@ -224,30 +200,6 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
-def secret_main(argv: list[str]) -> int:
-    """``secret PATH``: write a new course secret to ``PATH`` (mode 600; never overwritten).
-
-    Args:
-        argv: the arguments after ``secret``.
-
-    Returns:
-        0, once the secret is written.
-
-    Raises:
-        GradingError: ``PATH`` exists already.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m course_grading secret",
-        description="Make a course secret: hidden inputs drawn with it follow from no public "
-        "file. Keep it where students cannot read it, and grade with --secret-file PATH (or "
-        f"${course_secret.ENVIRONMENT}=PATH for nbgrader autograde).",
-    )
-    parser.add_argument("path", type=Path, help="where to write it (must not exist)")
-    made = course_secret.create(parser.parse_args(argv).path)
-    print(f"wrote a course secret to {made} (mode 600); grade with --secret-file {made}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point.
 
@@ -260,13 +212,25 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        commands = {"secret": secret_main, "cluster-certs": cluster_certs.certs_main}
+        commands = {"secret": course_secret.secret_main, "cluster-certs": cluster_certs.certs_main}
         if argv[:1] and argv[0] in commands:  # (cluster-certs imports cryptography when run)
             return commands[argv[0]](argv[1:])
+        if argv[:1] == ["key"]:
+            from course_grading.nbgrader.answer_key import key_main
+
+            return key_main(argv[1:], _default_root())
         if argv[:1] == ["export"]:
             from course_grading.lms.export import export_main  # nbgrader's API only when used
 
             return export_main(argv[1:])
+        if argv[:1] == ["refresh"]:
+            from course_grading.refresh import refresh_main
+
+            return refresh_main(argv[1:])
+        if argv[:1] in (["passback"], ["lti-key"]):
+            from course_grading.lms.passback_cli import key_main, passback_main
+
+            return (passback_main if argv[0] == "passback" else key_main)(argv[1:])
         return _grade_main(argv)
     except GradingError as err:
         print(f"python -m course_grading: {err}", file=sys.stderr)
@@ -303,8 +267,9 @@ def _grade_main(argv: list[str]) -> int:
                 timings=timings,
                 due=args.due,
                 cluster=on_cluster,
+                roster=args.roster,
             )
-            regrade.record_class_run(args.out, options, args.lessons)
+            regrade.record_class_run(args.out, options, args.lessons, args.roster)
     out = args.out.resolve()
     flagged = [r for r in rows if r.status != "ok"]
     print(

@@ -15,6 +15,12 @@ record step runs nbgrader's ``AssignLatePenalties`` with the course's configurat
 score with the penalty taken off, as ``nbgrader export`` computes it. A submission without a
 timestamp (an LMS download, a folder without ``timestamp.txt``) is on time for nbgrader, and
 the row says so.
+
+A due date decided after manual grading is set with ``python -m course_grading refresh
+GRADING_OUT --due LESSON=WHEN`` (``refresh.py``): the date goes into the gradebook the
+workspace's grades live in, :func:`assign_penalties` runs nbgrader's ``AssignLatePenalties``
+again for every graded submission (on its score now, manual points included), and every manual
+grade and comment stays.
 """
 
 from __future__ import annotations
@@ -22,12 +28,21 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+import nbformat
 from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import AssignLatePenalties
 from nbgrader.utils import parse_utc
+from traitlets.config.loader import PyFileConfigLoader
 
 from course_grading.errors import GradingError
-from course_grading.nbgrader.course import WorkCourse
+from course_grading.nbgrader.course import CONFIG_FILE, WorkCourse
+from course_grading.nbgrader.workspace_gradebook import WorkspaceGradebook
 from course_grading.submissions import Submission
+
+
+def _open(work: WorkCourse, book: WorkspaceGradebook | None) -> Gradebook:
+    """The gradebook the grades live in: ``book``, else the work course's own."""
+    return Gradebook(book.url, course_id=book.course_id) if book else Gradebook(work.db_url)
 
 
 def parse_due(values: list[str] | None, lessons: list[str]) -> dict[str, datetime.datetime]:
@@ -65,16 +80,19 @@ def parse_due(values: list[str] | None, lessons: list[str]) -> dict[str, datetim
     return due
 
 
-def set_due_dates(work: WorkCourse, due: dict[str, datetime.datetime]) -> None:
-    """Record each lesson's due date in the work course's gradebook (nbgrader's own column).
+def set_due_dates(
+    work: WorkCourse, due: dict[str, datetime.datetime], book: WorkspaceGradebook | None = None
+) -> None:
+    """Record each lesson's due date in the gradebook (nbgrader's own column).
 
     Args:
         work: the work course, its lessons generated.
-        due: lesson id -> due date (``parse_due``); lessons not in it keep none.
+        due: lesson id -> due date (``parse_due``); lessons not in it keep theirs.
+        book: the gradebook the workspace's grades live in; ``None``: the work course's own.
     """
     if not due:
         return
-    with Gradebook(work.db_url) as gb:
+    with _open(work, book) as gb:
         for lesson, when in due.items():
             if lesson in work.lessons:
                 gb.update_or_create_assignment(lesson, duedate=when)
@@ -88,7 +106,9 @@ def _late_by(seconds: float) -> str:
     return " ".join(parts[:2]) if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def report_lateness(work: WorkCourse, subs: list[Submission]) -> None:
+def report_lateness(
+    work: WorkCourse, subs: list[Submission], book: WorkspaceGradebook | None = None
+) -> None:
     """Put nbgrader's late-submission verdict on every graded submission of a lesson with a due
     date: how late it was, the penalty, and its score less the penalty (never below 0).
 
@@ -96,8 +116,9 @@ def report_lateness(work: WorkCourse, subs: list[Submission]) -> None:
         work: the work course, graded (``AssignLatePenalties`` has run for each submission).
         subs: the submissions; graded ones get a line in ``info`` and, when penalised, a
             lower ``score``.
+        book: the gradebook the workspace's grades live in; ``None``: the work course's own.
     """
-    with Gradebook(work.db_url) as gb:
+    with _open(work, book) as gb:
         for sub in subs:
             if not sub.graded:
                 continue
@@ -123,6 +144,30 @@ def report_lateness(work: WorkCourse, subs: list[Submission]) -> None:
             else:
                 what = "no late penalty (the course's late-penalty plugin gave none)"
             sub.info.append(f"submitted {_late_by(late)} after the due date ({when}): {what}")
+
+
+def assign_penalties(work: WorkCourse, subs: list[Submission], book: WorkspaceGradebook) -> None:
+    """nbgrader's ``AssignLatePenalties`` again for each graded submission, on the gradebook's
+    due date and the submission's score now (manual points included), with the course's plugin.
+
+    Args:
+        work: the workspace's course (its ``nbgrader_config.py`` names the plugin).
+        subs: the submissions to decide again; those not graded are skipped.
+        book: the gradebook the workspace's grades live in.
+    """
+    config = PyFileConfigLoader(CONFIG_FILE, path=str(work.root)).load_config()
+    for sub in subs:
+        if not sub.graded:
+            continue
+        resources = {
+            "nbgrader": {
+                "notebook": sub.lesson,
+                "assignment": sub.lesson,
+                "student": sub.student,
+                "db_url": book.url,
+            }
+        }
+        AssignLatePenalties(config=config).preprocess(nbformat.v4.new_notebook(), resources)
 
 
 def class_due_argument(class_db: str, course_id: str, lesson: str) -> list[str]:

@@ -8,6 +8,7 @@ the folders no kernel may see, the bubblewrap binary and how graded functions ru
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 
 from course_grading.judge.functions import FunctionSandbox
@@ -59,3 +60,44 @@ class GradingRun:
         """The per-cell limits: one for student code, one for the lesson's."""
         options = self.options
         return CellTimeouts(self.work.root, options.cell_timeout, options.lesson_timeout)
+
+
+def add_time_options(parser: argparse.ArgumentParser) -> None:
+    """The time limits' flags of ``python -m course_grading`` (the :class:`Options` they set:
+    ``cli.options_from``).
+
+    Args:
+        parser: the command's parser.
+    """
+    add = parser.add_argument
+    add(
+        "--timeout",
+        type=int,
+        default=60,
+        help="seconds of CPU time a cell of student code may use (60; wall clock: 4 times that)",
+    )
+    add(
+        "--lesson-timeout",
+        type=int,
+        default=600,
+        help="seconds of CPU time one of the lesson's own cells may use (600)",
+    )
+    add(
+        "--budget-factor",
+        type=float,
+        default=5,
+        help="a notebook may run this many times as long as the lesson's solution, measured "
+        "in the same run (5)",
+    )
+    add(
+        "--notebook-floor",
+        type=int,
+        default=120,
+        help="...but at least this many seconds, kernel start included (120)",
+    )
+    add(
+        "--notebook-timeout",
+        type=int,
+        default=1800,
+        help="...and at most this many (1800)",
+    )

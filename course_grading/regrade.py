@@ -37,7 +37,10 @@ from course_grading.autograde import Options, autograde
 from course_grading.errors import GradingError
 from course_grading.judge.items import check_notebook
 from course_grading.judge.lesson import LessonSpec
+from course_grading.lms.download_names import Roster
+from course_grading.lms.downloads import open_submissions
 from course_grading.nbgrader import course as wc
+from course_grading.nbgrader.workspace_gradebook import RECORD as RECORDED
 from course_grading.regrade_reports import csv_rows, merge_student, merge_times, unescaped
 from course_grading.report import Row, refresh_copies, rows_of
 from course_grading.review.copies import class_copies
@@ -56,18 +59,22 @@ def _fingerprint(secret: bytes | None) -> str:
     return hashlib.sha256(b"shapes-class-run\0" + secret).hexdigest()[:16]
 
 
-def record_class_run(out: Path, options: Options, lessons: list[str] | None) -> None:
+def record_class_run(
+    out: Path, options: Options, lessons: list[str] | None, roster: Path | None = None
+) -> None:
     """Write ``class.json``: what a regrade of one student must match (no secret in it).
 
     Args:
         out: the workspace a whole run just wrote.
         options: that run's options (its secret is kept only as a 16-hex-digit fingerprint).
         lessons: the ``--lessons`` given (``None``: every lesson someone submitted).
+        roster: the LMS's roster the run named students with (``--roster``), reused.
     """
     record = {
         "secret": _fingerprint(options.secret),
         "sandbox": options.sandbox,
         "lessons_due": lessons is not None,
+        "roster": str(Path(roster).resolve()) if roster else None,
     }
     (Path(out) / CLASS_RUN).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
@@ -80,6 +87,11 @@ def _class_run(out: Path, options: Options) -> dict:
         raise GradingError(
             f"--student regrades one student in a graded workspace; {out} has no "
             f"{', '.join(missing)}: grade the class first (without --student), with this --out"
+        )
+    if (out / RECORDED).is_file():
+        raise GradingError(
+            f"{out}'s grades were recorded in the class gradebook (classroom/autograde.py): grade "
+            "the lesson again there (classroom/run.py autograde LESSON keeps every manual grade)"
         )
     record = json.loads((out / CLASS_RUN).read_text(encoding="utf-8"))
     if record.get("secret") != _fingerprint(options.secret):
@@ -112,11 +124,13 @@ def _student_submissions(
     record: dict,
     known: set[str],
     all_lessons: list[str],
+    roster: Roster | None,
 ) -> tuple[list[Submission], list[Skipped], list[Path]]:
     """The student's submissions of the workspace's lessons, the entries not graded in their
     own folders, and those folders (found as a whole run finds them: every lesson of the
-    course, then only the workspace's kept)."""
-    subs, skipped = collect(submissions_dir, all_lessons)
+    course, then only the workspace's kept; a download's students named by the class's
+    roster)."""
+    subs, skipped = collect(submissions_dir, all_lessons, roster)
     mine = [s for s in subs if s.student == student and s.lesson in work.lessons]
     if not mine and student in known:  # nothing of theirs left: each lesson is missing
         gone = "no notebook submitted for this lesson"
@@ -257,7 +271,8 @@ def regrade_student(
     """Grade ``student``'s submissions again in the workspace ``out`` (see the module).
 
     Args:
-        submissions_dir: the class's submissions folder (only read).
+        submissions_dir: the class's submissions folder, or the zip an LMS downloaded (only
+            read); a download's students are named by the roster the class was graded with.
         out: the workspace a whole run wrote (``--out``).
         course_root: the course's root folder (its ``solutions/`` is hidden from kernels).
         student: the student's id as the report writes it.
@@ -273,9 +288,8 @@ def regrade_student(
             class's, an unknown student, or a due date other than the class's.
     """
     submissions_dir, out = Path(submissions_dir).resolve(), Path(out).resolve()
-    if not submissions_dir.is_dir():
-        raise GradingError(f"submissions folder {submissions_dir} does not exist")
     record = _class_run(out, options)
+    folder, lms_roster, _ = open_submissions(submissions_dir, out, record.get("roster"))
     course = out / "course"
     lessons = sorted(p.name for p in (course / "source").iterdir() if p.is_dir())
     work = wc.WorkCourse(course, tuple(lessons))
@@ -285,7 +299,7 @@ def regrade_student(
     known = {unescaped(r["student"]) for r in csv_rows(out / "report.csv")} - {"?"}
     all_lessons = wc.find_lessons(Path(course_root).resolve())
     subs, skipped, folders = _student_submissions(
-        submissions_dir, work, student, record, known, all_lessons
+        folder, work, student, record, known, all_lessons, lms_roster
     )
     kept = {} if force else _manual_work(work, student)
     before = {lesson: _written_sources(work, student, lesson) for lesson in lessons}
@@ -319,8 +333,8 @@ def _check_due(due: list[str] | None, course: Path, lessons: list[str]) -> None:
         k: class_due.get(k) for k in asked
     }:
         raise GradingError(
-            f"--due differs from the due dates the class was graded with "
-            f"({class_due or 'none'}): regrade the class to change a due date"
+            f"--due differs from the class's due dates ({class_due or 'none'}): set a new one "
+            "with `refresh GRADING_OUT --due LESSON=WHEN` (manual grades kept), then regrade"
         )
 
 

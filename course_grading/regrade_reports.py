@@ -33,9 +33,18 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
     return read_rows(path)
 
 
-def _md_table(path: Path) -> tuple[list[str], list[str]]:
-    """``report.md`` as (the lines above the table's rows, the rows), in order; what follows the
-    table (the copies section) is left out: ``report.refresh_copies`` writes it anew."""
+def md_table(path: Path) -> tuple[list[str], list[str]]:
+    """``report.md`` as (the lines above the table's rows, the rows), in order.
+
+    What follows the table (the copies section) is left out: ``report.refresh_copies`` writes
+    it anew after a regrade, ``refresh.py`` keeps it as it was.
+
+    Args:
+        path: the report.
+
+    Returns:
+        The lines up to and including the table's header and rule, and the table's rows.
+    """
     lines = path.read_text(encoding="utf-8").splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("| student | lesson |"))
     end = next((i for i in range(head + 2, len(lines)) if not lines[i].startswith("|")), len(lines))
@@ -69,14 +78,14 @@ def merge_student(
     Raises:
         GradingError: ``report.md`` and ``report.csv`` disagree (regrade the class).
     """
-    old_csv, (head, old_md) = csv_rows(out / "report.csv"), _md_table(out / "report.md")
+    old_csv, (head, old_md) = csv_rows(out / "report.csv"), md_table(out / "report.md")
     if len(old_csv) != len(old_md):
         raise GradingError(f"{out / 'report.md'} and report.csv disagree: regrade the class")
     with tempfile.TemporaryDirectory() as tmp:
         write_reports(
             Path(tmp), new_rows, sandboxed=options.sandbox, practice=options.secret is None
         )
-        new = list(zip(csv_rows(Path(tmp) / "report.csv"), _md_table(Path(tmp) / "report.md")[1]))
+        new = list(zip(csv_rows(Path(tmp) / "report.csv"), md_table(Path(tmp) / "report.md")[1]))
 
     def mine(cells: dict[str, str]) -> bool:
         if cells["status"] == "unrecognised":

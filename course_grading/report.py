@@ -37,7 +37,8 @@ from course_grading.report_text import (
     markdown_text,
     one_line,
 )
-from course_grading.review.copies import NOISE, THRESHOLD, Copy
+from course_grading.review.copies import SOLUTION, THRESHOLD, Cluster
+from course_grading.review.fingerprints import MIN_GRAMS, K
 from course_grading.submissions import Skipped, Submission
 
 #: The first lines of report.md when student code ran without a sandbox.
@@ -168,18 +169,12 @@ def _write_scores(out: Path, rows: list[Row]) -> None:
             cells = [table.get((student, lesson)) for lesson in lessons]
             scores = [c.score if c else 0.0 for c in cells]
             maxima = [c.max_score if c else 0.0 for c in cells]
-            writer.writerow(
-                [
-                    csv_text(student),
-                    *(f"{x:g}" for x in scores),
-                    f"{sum(scores):g}",
-                    f"{sum(maxima):g}",
-                ]
-            )
+            totals = [f"{sum(scores):g}", f"{sum(maxima):g}"]
+            writer.writerow([csv_text(student), *(f"{x:g}" for x in scores), *totals])
 
 
 def _write_markdown(
-    out: Path, rows: list[Row], sandboxed: bool, practice: bool, copies: Sequence[Copy] = ()
+    out: Path, rows: list[Row], sandboxed: bool, practice: bool, copies: Sequence[Cluster] = ()
 ) -> None:
     counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
     lines = [f"**{PRACTICE}**", ""] if practice else []
@@ -208,43 +203,82 @@ def _write_markdown(
 
 
 COPIES_HEADING = "## Possible copies, for review"
+#: How a row says its submission answers the self-study edition (``judge/verdicts.py``).
+SELF_STUDY = "answers the self-study edition"
+NAMED = 40  # students named on a cluster's line before "and N more"
 
 
-def _copies_section(copies: Sequence[Copy]) -> list[str]:
-    """The lines ``report.md`` ends with when graded functions were found elsewhere."""
+def _who(cluster: Cluster) -> str:
+    names = [markdown_text(s) for s in cluster.students[:NAMED]]
+    more = len(cluster.students) - NAMED
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def _sources(cluster: Cluster) -> str:
+    return " and ".join(markdown_text(s) for s in cluster.sources)
+
+
+def cluster_line(cluster: Cluster) -> str:
+    """One cluster of copies in one line: who, how alike, with which sources (inert Markdown).
+
+    Args:
+        cluster: a cluster (``review/copies.py``).
+
+    Returns:
+        ``"**3 students, near-identical** (at least 81 % in common), with the instructor's
+        solution: ann, bob, cyd"``.
+    """
+    n, alike = len(cluster.students), "the same program" if cluster.identical else "near-identical"
+    kind = "1 student" if n == 1 else f"{n} students, {alike}"
+    with_ = f", with {_sources(cluster)}" if cluster.sources else ""
+    return f"**{kind}** (at least {cluster.share:.0%} in common){with_}: {_who(cluster)}"
+
+
+def _copies_section(copies: Sequence[Cluster]) -> list[str]:
+    """The lines ``report.md`` ends with when there are clusters of copies: one row each."""
     if not copies:
         return []
     return [
         "",
         COPIES_HEADING,
         "",
-        "Graded functions whose own code is largely found in another source; nothing was "
-        "taken off a grade. The matching lines, side by side: `copies.md`.",
+        "Graded cells that are the same program, or nearly, as each other or the course's own "
+        "code; nothing was taken off a grade. Each group once, with its lines: `copies.md`.",
         "",
-        "| student | lesson | function | found in | share of their own code |",
+        "| lesson | item | students | with | in common |",
         "|---|---|---|---|---|",
     ] + [
-        f"| {markdown_text(c.student)} | {markdown_text(c.lesson)} | "
-        f"{markdown_text(c.item)} | {markdown_text(c.source)} | {c.share:.0%} |"
+        f"| {markdown_text(c.lesson)} | {markdown_text(c.item)} | {_who(c)} | "
+        f"{_sources(c) or '-'} | {c.share:.0%} |"
         for c in copies
     ]
 
 
-def refresh_copies(out: Path, copies: Sequence[Copy]) -> None:
+def refresh_copies(out: Path, copies: Sequence[Cluster]) -> None:
     """Write ``report.md``'s copies section and ``copies.md`` anew (after a regrade): the
-    report up to its section as it is, the section from ``copies``; ``copies.md`` removed
-    when there are none.
+    report up to its section as it is, the section from ``copies``, the page from ``copies`` and
+    ``report.csv``'s rows; ``copies.md`` removed when it would say nothing.
 
     Args:
         out: the workspace.
-        copies: the class's pairs now (``review/copies.py``).
+        copies: the class's clusters now (``review/copies.py``).
     """
     lines = (out / "report.md").read_text(encoding="utf-8").splitlines()
     if COPIES_HEADING in lines:
         lines = lines[: lines.index(COPIES_HEADING) - 1]  # and the blank line before it
     (out / "report.md").write_text("\n".join(lines + _copies_section(copies)) + "\n", "utf-8")
-    if copies:
-        (out / "copies.md").write_text(render_copies(copies), encoding="utf-8")
+    with open(out / "report.csv", newline="", encoding="utf-8") as fh:
+        rows = [
+            Row(r["student"], r["lesson"], r["status"], reasons=tuple(r["reasons"].split("; ")))
+            for r in csv.DictReader(fh)
+        ]
+    _write_page(out, copies, rows)
+
+
+def _write_page(out: Path, copies: Sequence[Cluster], rows: Sequence[Row]) -> None:
+    """``copies.md`` when there is a cluster or a row answering the self-study edition."""
+    if copies or edition_rows(rows):
+        (out / "copies.md").write_text(render_copies(copies, rows), encoding="utf-8")
     else:
         (out / "copies.md").unlink(missing_ok=True)
 
@@ -255,7 +289,7 @@ def write_reports(
     *,
     sandboxed: bool = True,
     practice: bool = False,
-    copies: Sequence[Copy] = (),
+    copies: Sequence[Cluster] = (),
 ) -> None:
     """Write ``report.csv``, ``scores.csv`` and ``report.md`` from ``rows``.
 
@@ -265,9 +299,9 @@ def write_reports(
         sandboxed: False (``--no-sandbox``) puts a warning at the top of ``report.md``.
         practice: True (no course secret) makes its first line say that hidden inputs follow
             from public files.
-        copies: pairs of graded functions found elsewhere (``review/copies.py``): a section
-            listing each in ``report.md``, and ``copies.md`` with their matching lines side
-            by side.
+        copies: clusters of copies (``review/copies.py``): a section listing each in
+            ``report.md``, and ``copies.md`` (each with its lines in common, and the rows that
+            answer the self-study edition).
     """
     with open(out / "report.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, REPORT_FIELDS)
@@ -275,51 +309,79 @@ def write_reports(
         writer.writerows(r.csv_cells() for r in rows)
     _write_scores(out, rows)
     _write_markdown(out, rows, sandboxed, practice, copies)
-    if copies:
-        (out / "copies.md").write_text(render_copies(copies), encoding="utf-8")
+    _write_page(out, copies, rows)
 
 
-def render_copies(copies: Iterable[Copy]) -> str:
-    """``copies.md``: each pair with its matching passages side by side, as inert Markdown.
+def edition_rows(rows: Iterable[Row]) -> list[tuple[str, str, str]]:
+    """``(student, lesson, items)`` of every row flagged as answering the self-study edition.
 
     Args:
-        copies: the pairs (``review/copies.py``).
+        rows: the report's rows.
+
+    Returns:
+        One triple per such row, in report order.
+    """
+    found = []
+    for row in rows:
+        for reason in row.reasons:
+            if SELF_STUDY in reason:
+                found.append((row.student, row.lesson, reason.split(SELF_STUDY, 1)[1].strip(" :")))
+    return found
+
+
+def _summary(copies: Sequence[Cluster]) -> list[str]:
+    """One row per item: its clusters, the students in them, and how many of those share code
+    with the instructor's solution or with the course's code (the library, the checks)."""
+    items: dict[tuple[str, str], list[Cluster]] = {}
+    for c in copies:
+        items.setdefault((c.lesson, c.item), []).append(c)
+    out = ["| lesson | item | clusters | students | with the solution | with the course's code |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for (lesson, item), found in items.items():
+        students = [len(c.students) for c in found]
+        solution = sum(n for c, n in zip(found, students) if c.with_solution)
+        course = sum(n for c, n in zip(found, students) if set(c.sources) - {SOLUTION})
+        out.append(f"| {markdown_text(lesson)} | {markdown_text(item)} | {len(found)} | "
+                   f"{sum(students)} | {solution} | {course} |")  # fmt: skip
+    return [*out, ""]
+
+
+def render_copies(copies: Sequence[Cluster], rows: Iterable[Row] = ()) -> str:
+    """``copies.md``, the class's review page: a summary row per item, then each cluster of copies
+    once (one line, then its lines in common as an indented code block, every line indented so
+    none can end it: code, never Markdown), item by item, then the rows that answer the
+    self-study edition.
+
+    Args:
+        copies: the class's clusters (``review/copies.py``).
+        rows: the report's rows (the self-study edition's table).
 
     Returns:
         The Markdown text (a line saying none were found when there are none).
     """
-    copies = list(copies)
     out = [
         "# Possible copies, for review",
         "",
-        "Graded functions whose own code (beyond the lesson's blank) is largely found in "
-        f"another source ({THRESHOLD:.0%} or more, copydetect fingerprints of {NOISE} "
-        "characters; names do not matter). Nothing was taken off a grade: decide each case.",
+        f"Graded cells grouped when {THRESHOLD:.0%} or more of the smaller one's code is in the "
+        f"other (fingerprints of {K} tokens, names, layout and comments aside; a cell of under "
+        f"{MIN_GRAMS} is too short to judge), with the solution, `course_lib` or the grader's "
+        "checks where they join. Short functions written from one rule can be the same program: "
+        "nothing here was taken off a grade; each group is for you to decide.",
         "",
     ]
-    if not copies:
-        return "\n".join([*out, "None found.", ""])
+    out += _summary(copies) if copies else ["No copies found.", ""]
+    where = None
     for c in copies:
-        out += [
-            f"## {markdown_text(c.student)} · {c.lesson} · {markdown_text(c.item)}",
-            "",
-            f"{c.share:.0%} of the student's own code is in {markdown_text(c.source)}.",
-            "",
-            "| the student's cell | " + markdown_text(c.source) + " |",
-            "|---|---|",
-        ]
-        for mine, other in c.passages:
-            out.append(f"| {_cell(mine)} | {_cell(other)} |")
-        out.append("")
-    return "\n".join(out)
-
-
-def _cell(text: str) -> str:
-    """A passage as one table cell: each line inert text (``report.markdown_text``), its
-    indentation kept as no-break spaces, the lines apart with ``<br>`` (ours, never the
-    student's: their ``<`` is escaped)."""
-    lines = []
-    for line in text.expandtabs(4).splitlines():
-        body = line.lstrip(" ")
-        lines.append("&nbsp;" * (len(line) - len(body)) + markdown_text(body))
-    return "<br>".join(lines)
+        if (c.lesson, c.item) != where:
+            where = (c.lesson, c.item)
+            out += [f"## {markdown_text(c.lesson)} · {markdown_text(c.item)}", ""]
+        code = ["    " + line for line in c.lines.expandtabs(4).splitlines()] or ["    -"]
+        first = markdown_text(c.students[0])
+        out += [cluster_line(c), "", f"In common, from {first}'s cell:", "", *code, ""]
+    if editions := edition_rows(rows):
+        out += ["## Answers of the self-study edition", "", "The public notebook's numbers "
+                "handed in to a class edition: the items named score 0.", "",
+                "| student | lesson | items |", "|---|---|---|"]  # fmt: skip
+        out += [f"| {markdown_text(s)} | {markdown_text(x)} | {markdown_text(i)} |"
+                for s, x, i in editions]  # fmt: skip
+    return "\n".join(out) + "\n"

@@ -45,10 +45,12 @@ from course_grading.autograde import Options, autograde
 from course_grading.errors import GradingError
 from course_grading.judge.items import check_notebook
 from course_grading.judge.lesson import LessonSpec
+from course_grading.lms import downloads
 from course_grading.nbgrader import course as wc
 from course_grading.nbgrader.steps import render_editions
 from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.pages.feedback import WITHHELD, withheld_record
+from course_grading.pages.student_run import keep_student_runs
 from course_grading.report import Row, rows_of, write_reports
 from course_grading.report_text import bounded, csv_text
 from course_grading.review.copies import class_copies
@@ -66,20 +68,26 @@ EDITION_LIMIT = 80
 
 
 def _check_paths(submissions_dir: Path, out: Path) -> None:
-    if not submissions_dir.is_dir():
-        raise GradingError(f"submissions folder {submissions_dir} does not exist")
+    downloads.check_submissions(submissions_dir)
     if out == submissions_dir or out in submissions_dir.parents or submissions_dir in out.parents:
         raise GradingError("--out must be outside the submissions folder (and not contain it)")
 
 
 def _select(
-    submissions_dir: Path, all_lessons: list[str], lessons: list[str] | None
+    submissions: Path,
+    out: Path,
+    roster: Path | None,
+    all_lessons: list[str],
+    lessons: list[str] | None,
 ) -> tuple[list[Submission], list[Skipped], list[str]]:
-    """The submissions to grade, the entries not graded, and the lessons to grade."""
+    """The submissions to grade (a downloaded zip unpacked into ``out``, a download's students
+    named by the LMS's ``roster``), the entries not graded, and the lessons to grade."""
     unknown_lessons = sorted(set(lessons or []) - set(all_lessons))
     if unknown_lessons:
         raise GradingError(f"unknown lesson(s) {unknown_lessons}; the lessons are {all_lessons}")
-    subs, skipped = collect(submissions_dir, all_lessons)
+    folder, lms_roster, unpacked = downloads.open_submissions(submissions, out, roster)
+    subs, skipped = collect(folder, all_lessons, lms_roster)
+    skipped += unpacked
     wanted = sorted(lessons) if lessons else sorted({s.lesson for s in subs})
     subs = [s for s in subs if s.lesson in wanted]
     if lessons:  # the lessons that were due: report every student who did not submit one
@@ -153,6 +161,9 @@ def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonS
     """Inspect every submission and copy each readable one into ``submitted/`` (repaired); one
     handed in on another edition than the class's is flagged (``_edition_of``)."""
     editions = {lesson: _edition_of(work.release_notebook(lesson)) for lesson in work.lessons}
+    sources = {
+        lesson: nbformat.read(str(work.source_notebook(lesson)), 4) for lesson in work.lessons
+    }
     for sub in subs:
         nb = inspect(sub, specs[sub.lesson]) if sub.gradable else None
         if nb is None or not sub.gradable:
@@ -166,7 +177,9 @@ def _stage(work: wc.WorkCourse, subs: list[Submission], specs: dict[str, LessonS
             )
         dest = work.submitted / sub.student / sub.lesson
         dest.mkdir(parents=True, exist_ok=True)
-        nbformat.write(repaired_copy(nb, specs[sub.lesson], sub), str(dest / f"{sub.lesson}.ipynb"))
+        staged = repaired_copy(nb, specs[sub.lesson], sub)
+        keep_student_runs(staged, nb, sources[sub.lesson])  # what written answers quote
+        nbformat.write(staged, str(dest / f"{sub.lesson}.ipynb"))
         if stamp := _timestamp(sub):
             (dest / TIMESTAMP).write_text(stamp + "\n", encoding="utf-8")
 
@@ -184,11 +197,17 @@ def _edition_of(nb: nbformat.NotebookNode | Path) -> str:
 
 
 def _keep_feedback(
-    work: wc.WorkCourse, subs: list[Submission], out: Path, *, student: str | None = None
+    work: wc.WorkCourse,
+    subs: list[Submission],
+    out: Path,
+    *,
+    student: str | None = None,
+    lesson: str = "*",
 ) -> None:
-    """Generate feedback (for one ``student`` only, if given), scan each file for instructor
-    material, copy the clean ones out."""
-    work.run("generate_feedback", "*", "--force", *(["--student", student] if student else []))
+    """Generate feedback (for one ``student`` and one ``lesson`` only, if given), scan each
+    file for instructor material, copy the clean ones out."""
+    only = ["--student", student] if student else []
+    work.run("generate_feedback", lesson, "--force", *only)
     secrets = {
         lesson: instructor_lines(work.source_notebook(lesson), work.release_notebook(lesson))
         for lesson in work.lessons
@@ -235,6 +254,7 @@ def grade(
     timings: dict[str, float] | None = None,
     due: list[str] | None = None,
     cluster: ClusterRun | None = None,
+    roster: Path | None = None,
 ) -> list[Row]:
     """Grade every submission under ``submissions_dir``; return the report rows (see module).
 
@@ -242,8 +262,8 @@ def grade(
     ``feedback``): for the benchmark and the command's last line, never for the report.
 
     Args:
-        submissions_dir: the folder of submissions, in either layout (``submissions``);
-            only read.
+        submissions_dir: the folder of submissions, in any layout ``submissions`` reads, or
+            the zip an LMS downloaded (unpacked into ``out/download``); only read.
         out: the workspace folder (``--out``), outside ``submissions_dir``; rebuilt on every
             run.
         course_root: the course's root folder (the repository), holding ``solutions/``.
@@ -258,6 +278,8 @@ def grade(
         cluster: grade the notebooks on this Dask cluster (``cluster.py``: its workers
             sandbox them, this machine needs no bubblewrap); ``None``: here, ``--jobs`` at a
             time.
+        roster: the LMS's roster (``--roster``): the ids a download's students are graded
+            under (``lms/downloads.py``).
 
     Returns:
         One report row per (student, lesson) and per entry not graded, as written to
@@ -279,7 +301,7 @@ def grade(
         raise GradingError(f"no lessons in {course_root / wc.SOURCE_DIR}")
     deadlines = due_dates.parse_due(due, all_lessons)
     prepare_workspace(out, force, cluster.keep if cluster else ())
-    subs, skipped, wanted = _select(submissions_dir, all_lessons, lessons)
+    subs, skipped, wanted = _select(submissions_dir, out, roster, all_lessons, lessons)
     timeouts = options.cell_timeout, options.lesson_timeout
     work, specs = _build_course(course_root, out / "course", wanted, timeouts, options.secret)
     due_dates.set_due_dates(work, deadlines)
@@ -300,9 +322,7 @@ def grade(
     copies = class_copies(work, [s for s in subs if s.graded])
     timings["copies"] = time.perf_counter() - clock
     rows = rows_of(subs, specs, skipped, sandboxed=options.sandbox)
-    write_reports(
-        out, rows, sandboxed=options.sandbox, practice=options.secret is None, copies=copies
-    )
+    write_reports(out, rows, sandboxed=options.sandbox, practice=not options.secret, copies=copies)
     _write_function_times(out, subs, timings)
     return rows
 

@@ -11,7 +11,11 @@ the report in plain words.
 Layouts accepted (both may be mixed in one folder):
 
 * nbgrader's ``<dir>/<student>/<lesson>/<lesson>.ipynb``, also ``<dir>/<student>/<lesson>.ipynb``;
-* a flat LMS download: ``<dir>/<student>_<lesson>.ipynb``.
+* a flat folder of ``<dir>/<student>_<lesson>.ipynb`` files;
+* Canvas's and Moodle's submission downloads, by the names each gives its files (the rules:
+  ``lms/downloads.py``; ``leealice_LATE_501_98765_<lesson>-1.ipynb``, ``Alice
+  Lee_1234_assignsubmission_file_/<lesson>.ipynb``): the latest file per student and lesson is
+  graded under the id the grade export matches back, every other file gets a row.
 
 Rules (each is a reason in the report):
 
@@ -40,6 +44,7 @@ from hashlib import sha256
 from pathlib import Path
 
 from course_grading.errors import GradingError
+from course_grading.lms import download_names
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._@+-]")
 #: What an nbgrader course folder holds besides ``submitted/``.
@@ -161,16 +166,35 @@ def _link(path: Path) -> str:
     return f"{path.name} is a symbolic link (to {target}); links are never followed"
 
 
+@dataclass(frozen=True)
+class _Item:
+    """A submission as found: whose, which lesson, where, and what to say about it."""
+
+    raw: str
+    lesson: str
+    path: Path | None
+    note: str = ""  # why it cannot be graded
+    placed: download_names.Placed | None = None  # read by an LMS download's naming rule
+
+
 @dataclass
 class _Found:
     """Submissions and skipped entries as they are found; ``collect`` turns them into rows."""
 
     lessons: list[str]
-    found: list[tuple[str, str, Path | None, str]] = field(default_factory=list)
+    roster: download_names.Roster | None = None
+    found: list[_Item] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
     def submission(self, raw: str, lesson: str, path: Path | None, note: str = "") -> None:
-        self.found.append((raw, lesson, path, note))
+        self.found.append(_Item(raw, lesson, path, note))
+
+    def download(self, read: download_names.Placed | download_names.NotPlaced) -> None:
+        """A file an LMS's naming rule placed, or a row saying why it did not."""
+        if isinstance(read, download_names.NotPlaced):
+            self.skip(read.path, read.reason)
+        else:
+            self.found.append(_Item(read.student, read.lesson, read.path, placed=read))
 
     def skip(self, path: Path, reason: str) -> None:
         self.skipped.append(Skipped(str(path), reason))
@@ -251,10 +275,18 @@ def _student_folder(found: _Found, folder: Path) -> None:
 
 
 def _flat_file(found: _Found, path: Path, mode: int) -> None:
-    """``<student>_<lesson>.ipynb`` at the top: a submission; anything else gets a row."""
+    """``<student>_<lesson>.ipynb`` at the top, or a file an LMS's download names: a
+    submission; anything else gets a row."""
     by_length = sorted(found.lessons, key=len, reverse=True)
     lesson = next((x for x in by_length if path.name.endswith(f"_{x}.ipynb")), None)
-    if not lesson or len(path.name) <= len(lesson) + len("_.ipynb"):
+    plain = bool(lesson) and len(path.name) > len(lesson or "") + len("_.ipynb")
+    read = (
+        download_names.read_file(path, found.lessons, found.roster) if stat.S_ISREG(mode) else None
+    )
+    if read is not None and (isinstance(read, download_names.Placed) or not plain):
+        found.download(read)
+        return
+    if not lesson or not plain:
         found.skip(path, "file name matches no student/lesson pattern; not graded")
         return
     raw = path.name[: -len(lesson) - len("_.ipynb")]
@@ -292,7 +324,9 @@ def submissions_root(folder: Path, lessons: list[str]) -> Path:
     return folder if names & set(lessons) else inner
 
 
-def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[Skipped]]:
+def collect(
+    folder: Path, lessons: list[str], roster: download_names.Roster | None = None
+) -> tuple[list[Submission], list[Skipped]]:
     """Find every submission under ``folder``; return them and every entry not graded.
 
     Submissions are sorted by (student, lesson). A student/lesson pair found twice keeps the
@@ -303,6 +337,8 @@ def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[Sk
         folder: the submissions folder, in either layout (module docstring), or an nbgrader
             course folder holding ``submitted/``.
         lessons: the course's lesson ids; anything named after no lesson is skipped.
+        roster: the LMS's roster (``--roster``): the ids a download's students are graded
+            under (``downloads.read_roster``).
 
     Returns:
         The submissions (a row with ``original`` set, possibly flagged not gradable), and one
@@ -314,7 +350,7 @@ def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[Sk
     """
     folder = Path(folder)
     root = submissions_root(folder, lessons)
-    found = _Found(lessons)
+    found = _Found(lessons, roster)
     if root != folder:
         for path in _listing(folder):
             if path != root and not path.name.startswith("."):
@@ -324,7 +360,11 @@ def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[Sk
         if info is None:
             continue
         if stat.S_ISDIR(info.st_mode):
-            _student_folder(found, path)
+            moodle = download_names.read_moodle_folder(path, lessons, roster)
+            for read in moodle or []:
+                found.download(read)
+            if moodle is None:
+                _student_folder(found, path)
         elif stat.S_ISLNK(info.st_mode) and not path.name.endswith(".ipynb"):
             found.skip(path, _link(path))
         else:
@@ -332,31 +372,55 @@ def collect(folder: Path, lessons: list[str]) -> tuple[list[Submission], list[Sk
     return _rows(found), found.skipped
 
 
+def _later_first(item: _Item) -> tuple:
+    """Sort key: a readable notebook before a link, a missing file or a folder in its place;
+    of an LMS's files, the latest first."""
+    order = item.placed.order if item.placed else ()
+    return (bool(item.note) or item.path is None, tuple(-n for n in order))
+
+
+def _second(found: _Found, kept: Submission, item: _Item) -> None:
+    """A second submission of a student for a lesson: a row of its own, and a word on the
+    graded one (an LMS's earlier file is expected; any other second copy is flagged)."""
+    where = str(item.path) if item.path else f"{item.raw}/{item.lesson}/"
+    if item.placed is not None and kept.original is not None and not item.note:
+        latest = kept.original.name
+        why = f"an earlier file of {item.raw} for {item.lesson}; the latest ({latest}) is graded"
+        found.skipped.append(Skipped(where, why))
+        if (note := "the latest of several files for this lesson is graded") not in kept.info:
+            kept.info.append(note)
+        return
+    kept.flag(f"a second submission for this lesson was not graded: {where}")
+    why = f" ({item.note})" if item.note else ""
+    found.skipped.append(
+        Skipped(
+            where,
+            f"a second submission of {item.raw} for {item.lesson}{why}; {kept.original} is graded",
+        )
+    )
+
+
 def _rows(found: _Found) -> list[Submission]:
     """One ``Submission`` per (student, lesson); a second one found gets a row of its own."""
-    ids = student_ids({raw for raw, *_ in found.found})
+    ids = student_ids({item.raw for item in found.found})
     subs: dict[tuple[str, str], Submission] = {}
-    # a readable notebook is graded before a link, a missing file or a folder in its place
-    for raw, lesson, path, note in sorted(found.found, key=lambda f: bool(f[3]) or f[2] is None):
-        key = (ids[raw], lesson)
+    for item in sorted(found.found, key=_later_first):
+        key = (ids[item.raw], item.lesson)
         if key in subs:
-            where = str(path) if path else f"{raw}/{lesson}/"
-            subs[key].flag(f"a second submission for this lesson was not graded: {where}")
-            why = f" ({note})" if note else ""
-            found.skipped.append(
-                Skipped(
-                    where,
-                    f"a second submission of {raw} for {lesson}{why}; "
-                    f"{subs[key].original} is graded",
-                )
-            )
+            _second(found, subs[key], item)
             continue
-        sub = Submission(ids[raw], lesson, path)
-        if ids[raw] != raw:
-            why = " (another id reads the same)" if ids[raw] != safe_student_id(raw) else ""
-            sub.info.append(f"student id {raw!r} is used as {ids[raw]!r}{why}")
-        if note:
-            sub.flag(note, gradable=False)
+        sub = Submission(ids[item.raw], item.lesson, item.path)
+        if item.placed is not None:
+            sub.info.extend(item.placed.info)
+            for problem in item.placed.problems:
+                sub.flag(f"for review: {problem}")
+        if ids[item.raw] != item.raw:
+            why = (
+                " (another id reads the same)" if ids[item.raw] != safe_student_id(item.raw) else ""
+            )
+            sub.info.append(f"student id {item.raw!r} is used as {ids[item.raw]!r}{why}")
+        if item.note:
+            sub.flag(item.note, gradable=False)
         subs[key] = sub
     return [subs[key] for key in sorted(subs)]
 

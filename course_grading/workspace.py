@@ -16,7 +16,17 @@ MARKER = ".shapes-grading"
 
 #: What a run writes in the workspace, removed before the next run (``cluster``: what a run on a
 #: Dask cluster kept of each submission, ``cluster.py``; kept for ``--resume``).
-OUTPUTS = ("course", "feedback", "report.csv", "report.md", "scores.csv", "class.json", "cluster")
+OUTPUTS = (
+    "course",
+    "feedback",
+    "report.csv",
+    "report.md",
+    "scores.csv",
+    "class.json",
+    "cluster",
+    "class_gradebook.json",  # nbgrader/workspace_gradebook.py: the grades went to the class's
+    "download",  # a downloaded zip, unpacked (lms/downloads.py)
+)
 
 
 def _manual_grades(db: Path) -> int:
@@ -60,7 +70,8 @@ def prepare_workspace(out: Path, force: bool, keep: tuple[str, ...] = ()) -> Non
         raise GradingError(
             f"{out / 'course' / 'gradebook.db'} holds {manual} manual grade(s) or "
             "comment(s); a new run would replace them. Use another --out, or "
-            "--force to discard them."
+            "--force to discard them (a due date decided now: `python -m course_grading refresh "
+            f"{out} --due LESSON=WHEN` sets it and keeps them)."
         )
     try:
         for name in (name for name in OUTPUTS if name not in keep):

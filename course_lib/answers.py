@@ -158,11 +158,15 @@ class Between:
         return "a number " + " and ".join(parts) if parts else "a number"
 
 
-def predicted(name: str, value: object, form: Form, rule: Between, hint: str = "") -> object:
+def predicted(name: str, value: object, form: Form, rule: Between, hint: str = "") -> None:
     """A prediction's visible test: read as the grader reads it, checked by the item's rule, and
     recorded. It never says whether the prediction is right: a prediction earns its point for
     being plausible, and the points of the comparison with the measurement are for the student's
     written reasoning.
+
+    It returns nothing, on purpose: the call ends its test cell, and a value there would be the
+    cell's result (``Out: 16``), which nbgrader's Validate reads as a partial-credit score and
+    stops on (``partial credit cannot be greater than maximum points for cell``).
 
     Args:
         name: the answer's variable name.
@@ -170,9 +174,6 @@ def predicted(name: str, value: object, form: Form, rule: Between, hint: str = "
         form: how the item reads it.
         rule: the item's plausibility rule (the trusted check applies the same one).
         hint: why a value outside the rule cannot be right, in the lesson's words.
-
-    Returns:
-        The prediction as its form reads it.
 
     Raises:
         NotImplementedError: the prediction is still blank.
@@ -186,4 +187,3 @@ def predicted(name: str, value: object, form: Form, rule: Between, hint: str = "
         f"{name}: plausible ({rule.words}): recorded. A plausible prediction earns its point "
         "whether or not the measurement agrees; compare the two in writing after the measurement"
     )
-    return got

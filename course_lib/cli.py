@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from .cli_model import add_model_arguments, card_budget, run_model_plan
+from .cli_model import add_model_arguments, card_budget, hf_only, run_model_plan
 from .units import DTYPE_ALIASES, DTYPE_BYTES, GIB, dtype_name, parse_bytes
 
 PLAN_EXAMPLE = """\
@@ -39,12 +39,11 @@ optimiser state and step, activations, logits, transients, plus the allocator's 
 the CUDA context; the plan never goes above the card's memory. Defaults it assumes are printed
 (LoRA targets: PEFT's for the family; loop: the Trainer's).
 """
-TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size", "dataset_size",
+TINYGPT_ONLY = ("d_model", "n_layers", "n_heads", "vocab_size",
                 "target_min", "target_max", "min_tokens")  # fmt: skip
-HF_ONLY = ("finetune", "lora_rank", "target_tokens", "lora_targets", "optimizer", "loss",
-           "loop", "packing", "lengths", "sharding", "checkpoint_every", "micro_batch",
-           "allocator")  # fmt: skip
-POSITIVE = ("lora_rank", "target_tokens", "checkpoint_every", "micro_batch", "devices")
+HF_ONLY = hf_only()
+POSITIVE = ("lora_rank", "target_tokens", "checkpoint_every", "micro_batch", "devices",
+            "sub_group_size", "dataset_size")  # fmt: skip
 DTYPE_CHOICES = (*DTYPE_BYTES, *DTYPE_ALIASES)  # every spelling units.dtype_name reads
 # --checkpointing: off, or on (every block: the library's "blocks", also accepted); TinyGPT
 # also recomputes only its attention halves ("attention").
@@ -97,7 +96,8 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
                        help=argparse.SUPPRESS)  # fmt: skip
     _add_run_arguments(p)
     tiny = p.add_argument_group("TinyGPT run")
-    tiny.add_argument("--dataset-size", type=int, help="training examples")
+    tiny.add_argument("--dataset-size", type=int,
+                      help="training examples (with --model and packing: documents)")  # fmt: skip
     tiny.add_argument("--target-min", type=int, help="smallest effective batch (default: 16)")
     tiny.add_argument("--target-max", type=int, help="largest effective batch (default: 64)")
     tiny.add_argument("--min-tokens", type=int, help="tokens per step to reach (default: 4000)")

@@ -171,7 +171,8 @@ class Form:
 
     @property
     def needs(self) -> str:
-        """What the comparison needs, in words for a message (``"exact"``)."""
+        """What the comparison needs, in words for a message (``"exact"``): plain words without
+        parentheses, since messages put it in parentheses or after "needs it"."""
         return self._needs
 
     def canonical(self, value: object) -> str:
@@ -246,7 +247,7 @@ class Exact(Form):
 class Integer(Form):
     """The same whole number (``4.0`` and ``Fraction(4)`` are 4; ``4.5`` is never right)."""
 
-    _needs = "exact (a whole number)"
+    _needs = "exact and whole"
 
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
@@ -311,7 +312,7 @@ class Word(Form):
         """
         object.__setattr__(self, "choices", tuple(choices))
 
-    _needs = "the right one (case and spaces aside)"
+    _needs = "the right one in any case and spacing"
 
     def canonical(self, value: object) -> str:
         """See :meth:`Form.canonical`.
@@ -458,9 +459,10 @@ class Ordered(Form):
 
     @property
     def needs(self) -> str:
-        return (
-            "right in every place (" + ", ".join(dict.fromkeys(p.needs for p in self.parts)) + ")"
-        )
+        needs = list(dict.fromkeys(p.needs for p in self.parts))
+        if len(needs) == 1:
+            return f"right in every place, each {needs[0]}"
+        return "right in every place: " + "; ".join(p.needs for p in self.parts)
 
     def _items(self, value: object) -> list:
         if not isinstance(value, (tuple, list)) or type(value) not in (tuple, list):
@@ -508,7 +510,7 @@ class Unordered(Form):
 
     @property
     def needs(self) -> str:
-        return f"the same members ({self.part.needs})"
+        return f"the same members in any order, each {self.part.needs}"
 
     def _members(self, value: object) -> list:
         if not isinstance(value, (list, tuple, set, frozenset)) or type(value) not in CONTAINERS:

@@ -215,10 +215,7 @@ def plan(
         budget, (tmin, tmax), min_tokens_per_step, result, probe, [], warnings, dtype,
     )  # fmt: skip
     if m < m_max:
-        p.notes.append(
-            f"micro-batch {m} is below the largest that fits ({m_max}) to keep the "
-            f"effective batch within {lo}-{hi} and the steps per epoch up"
-        )
+        p.notes.append(smaller_micro_batch_note(m_max, (m, a, d), seq_len, dataset_size, targets))
     warnings += _shape_warnings(p, n_devices, hi, min_steps_per_epoch)
     return p
 
@@ -277,6 +274,47 @@ def choose_shape(
     return best
 
 
+def smaller_micro_batch_note(
+    m_max: int, chosen: tuple[int, int, int], seq_len: int, dataset_size: int,
+    targets: tuple[int, int, int, int],
+) -> str:  # fmt: skip
+    """Why the plan takes a micro-batch below the largest that fits: the target the largest
+    one misses on the same devices, with its least accumulation (the rule of
+    :func:`choose_shape`), named with its numbers.
+
+    Args:
+        m_max: the largest micro-batch that fits.
+        chosen: the plan's ``(micro-batch, accumulation steps, devices)``.
+        seq_len: tokens per row.
+        dataset_size: training examples.
+        targets: ``(smallest effective batch, largest, tokens per step, steps per epoch)``.
+
+    Returns:
+        The note, e.g. "micro-batch 8 is below the largest that fits (11): 11 x 3 = 33 examples
+        per step leave 24 full steps per epoch, fewer than 25; 8 x 4 = 32 is the plan's shape".
+    """
+    m, a, d = chosen
+    lo, hi, min_tokens, min_steps = targets
+    md, dev = m_max * d, f" x {d}" if d > 1 else ""
+    a_lo, a_hi = max(1, -(-lo // md)), hi // md
+    if a_lo > a_hi:
+        why = f"no accumulation puts {m_max} x A{dev} examples per step within {lo}-{hi}"
+    else:
+        big = min(max(a_lo, -(-min_tokens // (md * seq_len))), a_hi)
+        e, misses = md * big, []
+        if e * seq_len < min_tokens:
+            misses.append(f"reach only {e * seq_len:,} tokens per step, below {min_tokens:,}")
+        if dataset_size // e < min_steps:
+            misses.append(f"leave {dataset_size // e} full steps per epoch, fewer than {min_steps}")
+        why = f"{m_max} x {big}{dev} = {e} examples per step " + (
+            " and ".join(misses) or "rank below it (fewer devices or more accumulation)"
+        )
+    return (
+        f"micro-batch {m} is below the largest that fits ({m_max}): {why}; "
+        f"{m} x {a}{f' x {d}' if d > 1 else ''} = {m * a * d} is the plan's shape"
+    )
+
+
 def _fit_micro_batch(
     config: TinyGPTConfig, budget: int, seq_len: int, limit: int, dtype: torch.dtype,
     warnings: list[str], may_checkpoint: bool,
@@ -306,7 +344,8 @@ def _fit_micro_batch(
     warnings.append(
         f"micro-batch 1 does not fit without activation checkpointing ({fb(plain.total)} > "
         f"{fb(budget)}), so the plan turns on checkpointing='blocks': each block is "
-        "recomputed in the backward pass, about 1.3x the time per step (lesson 4 measures it)"
+        "recomputed in the backward pass: a third more compute by the count, often quoted as "
+        "about 1.3x the time per step (lesson 4 measures it on your machine)"
     )
     return search(ckpt)
 

@@ -14,17 +14,19 @@ public value and the values a class may get), and every cell whose text uses the
 template in its metadata (``metadata.shapes.edition``): the cell's source with each number
 written ``«expression»`` or ``«expression:format»`` (``«rows * accum»``, ``«row_tokens:,»``), an
 expression of the edition's names (``«edition_name»`` is the edition's own name: "self-study
-edition" or "class edition" and 8 hex digits). Rendered with the public numbers, a template must
-give the cell's source exactly (``tests/grading/test_editions.py`` reads every lesson): the
-source stays the readable, runnable notebook, and the template says which of its numbers an
-edition changes.
+edition", or "class edition", 8 hex digits and the term: :meth:`Edition.label`). Rendered with
+the public numbers, a template must give the cell's source exactly
+(``tests/grading/test_editions.py`` reads every lesson): the source stays the readable, runnable
+notebook, and the template says which of its numbers an edition changes.
 The release renders each template and removes it, so a student version holds neither the
 template (its solution region) nor any other edition's numbers.
 
-**The draw.** ``HMAC-SHA256(lesson key, "edition")`` seeds the generator (the lesson's key, derived
-from the secret: ``secret.lesson_key``; a Dask worker holds it, never the secret): every notebook
-of one class gets the same numbers (classmates can discuss the questions), a re-grade draws them
-again exactly, and nobody without the secret predicts them. A draw is kept only when every item
+**The draw.** ``HMAC-SHA256(lesson key, "edition")`` seeds the generator, where the lesson's key
+is derived from the class's key (``secret.lesson_key``; the class's key is ``secret.load``'s:
+the secret, and the term when the secret file names one, so one secret asks each term its own
+numbers; a Dask worker holds the lesson's key, never the secret): every notebook of one class
+gets the same numbers (classmates can discuss the questions), a re-grade draws them again
+exactly, and nobody without the secret predicts them. A draw is kept only when every item
 that depends on it has answers that differ from the self-study edition's, each by its own form
 (:meth:`Edition.draw`): a public answer typed into a class edition earns nothing.
 """
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_grading.errors import GradingError
-from course_grading.judge.secret import LessonKeys, lesson_key
+from course_grading.judge.secret import LessonKeys, label_digest, lesson_key
 
 #: Where a cell keeps its template: ``cell.metadata["shapes"]["edition"]``.
 METADATA, KEY = "shapes", "edition"
@@ -105,7 +107,7 @@ class Edition:
         """The class's numbers: drawn from ``secret``, the public ones without.
 
         Args:
-            secret: the course secret (``judge/secret.py``) or the lesson's key; ``None``: the
+            secret: the class's key (``secret.load``) or the lesson's key; ``None``: the
                 self-study edition.
 
         Returns:
@@ -129,17 +131,20 @@ class Edition:
         """The edition's name as a student version records it (``metadata.shapes.edition``).
 
         Args:
-            secret: the course secret (or the lesson's key), or ``None``.
+            secret: the class's key (``secret.load``) or the lesson's key, or ``None``.
 
         Returns:
-            ``"self-study edition"``, or ``"class edition "`` and 8 hex digits that name the
-            secret's edition of this lesson without revealing anything of it.
+            ``"self-study edition"``, or ``"class edition "``, 8 hex digits and the term in
+            brackets if there is one. The digits come from the secret file's public random
+            edition id, the term and the lesson, never from the secret, so a student's label
+            checks no guess of the secret; for a key without an id (a one-line secret file, a
+            key made in code), from an HMAC of the key, as before ids.
         """
         if secret is None:
             return SELF_STUDY
-        key = lesson_key(secret, self.lesson)
-        digest = hmac.new(key, b"label", hashlib.sha256).hexdigest()
-        return f"class edition {digest[:8]}"
+        term = getattr(secret, "term", "")  # a ClassKey's or LessonKeys'
+        digest = label_digest(secret, self.lesson)
+        return f"class edition {digest}" + (f" ({term})" if term else "")
 
 
 def render(template: str, numbers: Mapping[str, Any]) -> str:

@@ -29,6 +29,9 @@ class LessonSpec:
     # grade id -> what the instructor version marks it as: its cell type and nbgrader's flags
     # (``MARKED``); a submission's cell marked otherwise is repaired, and the report says so
     marks: dict[str, dict] = field(default_factory=dict)
+    # cell id -> (what it is, its source) of every cell the lesson provides for the student to
+    # edit (an explorer, a scratch cell: ``PROVIDED`` in its metadata): edited, still the lesson's
+    provided: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_notebooks(cls, lesson: str, source: Path, release: Path) -> LessonSpec:
@@ -72,6 +75,11 @@ class LessonSpec:
             [c.source for c in source_nb.cells if c.cell_type == "code" and not _is_answer(c)],
             frozenset(c.source for c in [*source_nb.cells, *release_nb.cells] if not _is_answer(c)),
             {c["grade_id"]: marks_of(c) for c in src},
+            {
+                str(c.get("id")): (c.metadata[PROVIDED[0]][PROVIDED[1]], c.source)
+                for c in source_nb.cells
+                if c.get("id") and c.get("metadata", {}).get(PROVIDED[0], {}).get(PROVIDED[1])
+            },
         )
 
     @property
@@ -101,6 +109,9 @@ class LessonSpec:
         return "read-only cell"
 
 
+#: Where a cell the lesson provides for editing says what it is:
+#: ``cell.metadata["shapes"]["provided"]``, ``"explorer"`` or ``"scratch cell"``.
+PROVIDED = ("shapes", "provided")
 #: The nbgrader flags that make a cell what it is (with its cell type and, if graded, points).
 MARKED = ("grade", "solution", "locked", "task")
 

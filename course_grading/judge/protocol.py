@@ -24,6 +24,7 @@ from course_grading.errors import GradingError
 from course_grading.judge import plain
 from course_grading.judge.proxies import collected, judge_side
 from course_grading.sandbox import processes
+from course_grading.sandbox.cgroup import Cgroup
 
 ANSWER_BYTES = plain.MAX_BYTES  # the largest frame the runner may send
 STDERR_TAIL = 4000  # bytes of the runner's stderr kept, to tell why it ended
@@ -59,8 +60,8 @@ class Stopped(Exception):
 
         Args:
             kind: why, in one word for the row's data: ``"cpu"``, ``"wall"``, ``"time"`` (the
-                process's own CPU-time limit), ``"memory"``, ``"exit"``, ``"size"``, ``"forged"``,
-                ``"extra"``.
+                process's own CPU-time limit), ``"budget"`` (an item's or a submission's time
+                budget), ``"memory"``, ``"exit"``, ``"size"``, ``"forged"``, ``"extra"``.
             message: what happened, in the student's words (``"it used more than 2 s of CPU
                 time ..."``).
         """
@@ -71,7 +72,15 @@ class Stopped(Exception):
 class Session:
     """One runner process and the framed pipe to it; every read bounded and timed."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cpu_seconds: int) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cpu_seconds: int,
+        *,
+        memory: tuple[Cgroup | None, int | None] = (None, None),
+        deadline: tuple[float, str] | None = None,
+    ) -> None:
         """Start the runner with ``argv``; its stderr is drained in a thread (the last
         ``STDERR_TAIL`` bytes kept).
 
@@ -80,6 +89,11 @@ class Session:
                 on ``runner.py``.
             env: the process's environment (empty under bubblewrap, which sets its own).
             cpu_seconds: the process's own CPU-time limit in seconds, quoted when it is reached.
+            memory: the sandbox's cgroup, which holds it to its memory (``None``: none), and the
+                memory limit the session watches itself where there is no cgroup (resident and
+                tmpfs bytes, ``processes.Usage.memory``; ``None``: not watched).
+            deadline: ``time.monotonic()`` at which the run's time budget runs out, and the
+                budget in words (``functions.TimeBudget``'s ``why``): every read stops there.
 
         Raises:
             GradingError: the process cannot be started.
@@ -108,6 +122,11 @@ class Session:
         # falls: after the answer's frame, or still in flight when the next question went out
         self.spent: set[str] = set()
         self.cpu_seconds = cpu_seconds  # the process's own CPU-time limit, for the message
+        self.cgroup, self.memory_bytes = memory
+        self.deadline = deadline
+        self.out_of_time = False  # whether the deadline stopped a call
+        self.over_memory = False  # whether the watched memory limit stopped the run
+        self._init: int | None = None  # the sandbox's init, once found (its tmpfs folders)
 
     def pending(self) -> bool:
         """Whether the runner wrote anything nobody asked for yet.
@@ -144,6 +163,8 @@ class Session:
     def _ended(self) -> Stopped:
         status = self.proc.wait()
         text = bytes(self.errors).decode("utf-8", "replace")
+        if self.cgroup is not None and self.cgroup.oom_kills():
+            return Stopped("memory", "its sandbox reached its memory limit and was killed")
         if "MemoryError" in text:
             return Stopped("memory", "it ran out of memory")
         if status in (-9, 137, -24, 152) or "CPU time limit" in text:
@@ -162,6 +183,23 @@ class Session:
         """
         return processes.usage(self.proc.pid).cpu
 
+    def _held(self, limit: CallLimit, cpu0: float, started: float) -> None:
+        """Stop the call at its limits, the run's deadline, or (watched) the sandbox's memory."""
+        now = time.monotonic()
+        if self.deadline is not None and now > self.deadline[0]:
+            self.out_of_time = True
+            raise Stopped("budget", f"its calls used {self.deadline[1]} and were stopped")
+        if now - started > limit.wall:
+            raise Stopped(
+                "wall", f"it took more than {limit.wall:g} s of wall-clock time ({limit.why})"
+            )
+        used, self._init = processes.sandbox_usage(self.proc.pid, self._init, self.memory_bytes)
+        if self.memory_bytes is not None and used.memory > self.memory_bytes:
+            self.over_memory, gib = True, self.memory_bytes / 2**30
+            raise Stopped("memory", f"its sandbox held more than {gib:g} GiB and was stopped")
+        if used.cpu - cpu0 > limit.cpu:
+            raise Stopped("cpu", f"it used more than {limit.cpu:g} s of CPU time ({limit.why})")
+
     def receive(self, nonce: str, limit: CallLimit, cpu0: float, started: float) -> dict:
         """The runner's next frame as JSON data, once it is whole.
 
@@ -175,8 +213,9 @@ class Session:
             The frame's message, a dict carrying ``nonce``.
 
         Raises:
-            Stopped: the call reaches ``limit`` (CPU or wall-clock), the process ends, or the frame
-                is over ``ANSWER_BYTES``, not plain JSON, or not an answer to ``nonce``.
+            Stopped: the call reaches ``limit`` (CPU or wall-clock), the run's deadline or (watched)
+                the sandbox's memory limit, the process ends, or the frame is over
+                ``ANSWER_BYTES``, not plain JSON, or not an answer to ``nonce``.
         """
         while True:
             if len(self.buffer) >= HEADER.size:
@@ -193,12 +232,7 @@ class Session:
                     if message.get("op") in ("defined", "result"):
                         self.spent.add(nonce)  # the question is answered
                     return message
-            if time.monotonic() - started > limit.wall:
-                raise Stopped(
-                    "wall", f"it took more than {limit.wall:g} s of wall-clock time ({limit.why})"
-                )
-            if self.cpu() - cpu0 > limit.cpu:
-                raise Stopped("cpu", f"it used more than {limit.cpu:g} s of CPU time ({limit.why})")
+            self._held(limit, cpu0, started)
             ready, _, _ = select.select([self.out], [], [], POLL)
             if ready and not self._peek():
                 raise self._ended()

@@ -34,18 +34,20 @@ from course_grading.errors import GradingError
 from course_grading.judge import items as trusted
 from course_grading.judge import plain
 from course_grading.judge import secret as course_secret
-from course_grading.judge.functions import FunctionSandbox
+from course_grading.judge.functions import FunctionSandbox, TimeBudget, submission_budget
 from course_grading.judge.items import Verdict
+from course_grading.judge.items.checking import SELF_STUDY
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader.course import course_directory, lesson_paths
-from course_grading.review.copies import pasted
 from course_grading.review.names import Bindings
 from course_grading.review.uses import (
     answer_and_earlier,
     borrowed,
     cells_after,
     cells_by_id,
+    feeding,
     rebound,
+    student_entries,
     uses,
 )
 
@@ -90,31 +92,37 @@ def taken_values(payload: dict | None) -> dict[str, object]:
 
 
 def course_lib_review(submitted: NotebookNode, spec: LessonSpec) -> list[str]:
-    """Review flags naming every use of ``course_lib`` in the student's cells (``uses.py``).
+    """Review flags naming the uses of ``course_lib`` in the student's cells that deserve a look
+    (``uses.py``).
 
-    The student's cells are the answer cells and the cells they added or changed; a use the
-    lesson's own blank already holds is not theirs.
+    In an answer cell, every use its blank does not hold. In the student's other cells (one
+    they added, or a cell the lesson provides for editing, edited), a use that feeds a graded
+    value (an answer cell reads what it computed, or it sets a graded value again:
+    ``uses.borrowed``, ``uses.rebound``), or that reaches ``course_lib`` beyond the names the
+    lesson imports (an import of the student's own, a name built at run time). A lesson-imported
+    function called in a cell the lesson provides or asks for (an explorer, a scratch cell, "add
+    a cell of your own") that no graded value reads is the lesson's own invitation: no flag.
 
     Args:
         submitted: the notebook as submitted.
-        spec: its lesson (the blank cells' sources).
+        spec: its lesson (the blank cells' sources, the provided cells).
 
     Returns:
-        One flag per cell with uses (``uses course_lib in cell 4 ('q1'): ...``, at most four
-        named), in cell order.
+        One flag per cell with such uses (``uses course_lib in cell 4 ('q1'): ...``, at most
+        four named), in cell order.
     """
-    from course_grading.review.cheats import student_cells
-
     lesson = Bindings.of_lesson(spec.lesson_code)
+    imported = {o for o in lesson.imports.values() if o.split(".")[0] == "course_lib"}
+    graded = [(i.answer, i.values) for i in trusted.items_of(spec.lesson).values() if i.values]
+    taken = feeding(submitted, spec, graded)
     flags = []
-    for index, source in student_cells(submitted, spec):
-        cell = submitted.cells[index]
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        given = {u.code for u in uses(spec.release_text.get(gid, ""), lesson)} if gid else set()
-        found = [u.code for u in uses(source, lesson) if u.code not in given]
+    for index, (where, source, given) in student_entries(submitted, spec):
+        found = [u for u in uses(source, lesson) if u.code not in given]
+        answer = bool(submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id"))
+        if not answer and not any(where in line for line in taken):
+            found = [u for u in found if not u.within_lesson(imported)]
         if found:
-            where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
-            flags.append(f"uses course_lib in {where}: {', '.join(found[:4])}")
+            flags.append(f"uses course_lib in {where}: {', '.join(u.code for u in found[:4])}")
     return flags
 
 
@@ -142,7 +150,10 @@ def grade_submission(
             ``None``: practice grading.
 
     Returns:
-        The verdict of every item, by test-cell grade id, and the ``course_lib`` review flags.
+        The verdict of every item, by test-cell grade id, and the review flags: the
+        ``course_lib`` uses (:func:`course_lib_review`), the items whose values answer the
+        self-study edition in a class edition (``items.SELF_STUDY``), and the limits graded
+        functions reached (named by their item).
 
     Raises:
         GradingError: the source notebook's declarations and the registry disagree, or graded
@@ -154,6 +165,7 @@ def grade_submission(
         values = {n: values["*"] for item in registered.values() for n in item.values}
     graded = Graded(review=course_lib_review(submitted, spec))
     present = cells_by_id(submitted)
+    budget = submission_budget(sandbox, spec.lesson)  # every function item's runs together
     for gid, item in registered.items():
         if gid not in present:  # scored 0 (gradebook.read_scores): say that, not the check's
             graded.verdicts[gid] = Verdict(
@@ -163,8 +175,15 @@ def grade_submission(
             continue
         answer, earlier = answer_and_earlier(submitted, spec, item.answer)
         later = cells_after(submitted, spec, item.answer)
-        graded.verdicts[gid] = decide(
-            item, spec, student, values, answer, sandbox, earlier, secret=secret, later=later
+        graded.verdicts[gid] = decide(item, spec, student, values, answer, sandbox, earlier,
+                                      secret=secret, later=later, budget=budget)  # fmt: skip
+        graded.review += [
+            f"{gid}: {note}" for note in graded.verdicts[gid].review if note != SELF_STUDY
+        ]
+    if edition := [gid for gid, v in graded.verdicts.items() if SELF_STUDY in v.review]:
+        graded.review.append(
+            f"{SELF_STUDY}: {', '.join(edition)} (the public notebook's numbers, not this class "
+            "edition's: worked in the wrong notebook, or the public answers typed in)"
         )
     return graded
 
@@ -180,13 +199,14 @@ def decide(
     *,
     secret: bytes | None = None,
     later: Sequence[tuple[str, str, frozenset[str]]] = (),
+    budget: TimeBudget | None = None,
 ) -> Verdict:
     """One item's verdict from its evidence.
 
     A ``course_lib`` use in the answer that the lesson's blank does not hold, outside the item's
-    allowed modules, a name copied from a cell that computed it with ``course_lib``, code built
-    at run time, and an answer cell that is mostly the course's code pasted in
-    (``review.copies.pasted``) count against it (``items.verdict``).
+    allowed modules, a name copied from a cell that computed it with ``course_lib``, and code
+    built at run time count against it (``items.verdict``): each is read in the code, never
+    guessed from a resemblance (``review/copies.py`` lists those, for review).
 
     Args:
         item: the item.
@@ -199,6 +219,8 @@ def decide(
         later: the student's cells after it (:func:`cells_after`): a value set again there
             with ``course_lib`` is not the student's own work.
         secret: the course secret; ``None``: practice grading.
+        budget: the submission's time budget for graded functions, shared by its items
+            (``functions.submission_budget``); ``None``: the item's own budget alone.
 
     Returns:
         The item's verdict.
@@ -214,6 +236,7 @@ def decide(
         answer_source=answer,
         sandbox=sandbox,
         secret=secret,
+        budget=budget,
     )
     return trusted.verdict(
         item,
@@ -227,17 +250,7 @@ def decide(
             lesson,
         ),
         unread=[u.code for u in mine if not u.definite],
-        pasted=_pasted(item, answer, spec.release_text.get(item.answer, "")),
     )
-
-
-def _pasted(item: trusted.Item, answer: str | None, blank: str) -> str:
-    """Why a graded answer cell is the course's code pasted in; ``""`` when it is not, or when
-    the item does not ask for the student's own work."""
-    if not answer or not (item.own_work or item.function):
-        return ""
-    found = pasted(answer, blank)
-    return found.why() if found else ""
 
 
 # --- the nbgrader step ------------------------------------------------------------------------

@@ -207,7 +207,16 @@ def export_main(argv: list[str]) -> int:
         id_field=args.id,
     )
     lessons, review = len(scores.lessons), rv.review_path(args.out)
-    print(f"wrote {args.out} ({lessons} lesson column(s), {len(scores.students)} student(s))")
+    left_out = {
+        n.student for n in notes if n.kind in (rv.NOT_IN_LMS, rv.AMBIGUOUS, rv.UNREADABLE_ID)
+    }
+    filled = len(set(scores.students) - left_out)
+    print(
+        f"wrote {args.out} ({lessons} lesson column(s); the scores of {filled} of "
+        f"{len(scores.students)} graded student(s))"
+    )
+    if not filled:
+        print("  nobody's score is in it: no graded student matched a row of the LMS file")
     print(f"review before uploading: {review} ({len(notes)} note(s))")
     for line in rv.summary(notes):
         print(f"  {line}")

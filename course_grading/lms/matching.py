@@ -11,7 +11,7 @@ first that finds anything deciding:
 3. as the grader writes an id it was given (``submissions.safe_student_id``: ``josé`` was
    graded as ``jos_``);
 4. likewise where two ids read the same and the changed one got a digest (``jos_-d994e1``);
-5. as the classroom names an LTI login's account (``accounts.account_name``).
+5. as the classroom makes an LTI login its nbgrader id (``accounts.student_id``).
 
 A student whose rows all belong to one LMS user (one person in two sections, in an export that
 gives one row per section) fills all of them. A student matching rows of different users, or a
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from hashlib import sha256
 
-from course_grading.lms.accounts import account_name
+from course_grading.lms.accounts import student_id
 from course_grading.submissions import safe_student_id
 
 
@@ -55,14 +55,26 @@ def _with_digest(text: str) -> str:
     return text if safe == text else f"{safe}-{sha256(text.encode()).hexdigest()[:6]}"
 
 
-_STEPS = (lambda text: text, str.casefold, safe_student_id, _with_digest, account_name)
+def _same(text: str) -> str:
+    return text
+
+
+#: Each step: how a student's names are written, and how a row's ids are (the classroom's id is
+#: made from the LMS login once: a made-up id is never made up again).
+_STEPS = (
+    (_same, _same),
+    (str.casefold, str.casefold),
+    (safe_student_id, safe_student_id),
+    (_with_digest, _with_digest),
+    (_same, student_id),
+)
 
 
 def _candidates(names: set[str], rows: list[LmsRow]) -> tuple[int, list[LmsRow]]:
     """The first step that finds rows for ``names``, and the rows ((len(_STEPS), []): none)."""
-    for step, norm in enumerate(_STEPS):
-        wanted = {norm(n) for n in names}
-        found = [row for row in rows if any(norm(i) in wanted for i in row.ids)]
+    for step, (ours, theirs) in enumerate(_STEPS):
+        wanted = {ours(n) for n in names}
+        found = [row for row in rows if any(theirs(i) in wanted for i in row.ids)]
         if found:
             return step, found
     return len(_STEPS), []

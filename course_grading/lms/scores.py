@@ -4,9 +4,11 @@ Two sources, one table (``ClassScores``):
 
 - a grading workspace (``python -m course_grading ... --out GRADING_OUT``): its ``report.csv``
   says which (student, lesson) pairs exist and their status (graded, ``missing``, ``not
-  graded``); its gradebook (``course/gradebook.db``, opened read-only) holds the current score
-  of every graded submission, manual grades entered in formgrader after the run included.
-  ``scores.csv`` is not read: it is the score sheet as it was when the run ended;
+  graded``); the gradebook its grades live in holds the current score of every graded
+  submission, manual grades entered in formgrader after the run included: its own
+  (``course/gradebook.db``, opened read-only), or the class gradebook the classroom recorded
+  them in (``nbgrader/workspace_gradebook.py``), whichever formgrader they were entered in.
+  ``scores.csv`` is not read: it is the score sheet as ``refresh`` last wrote it;
 - an nbgrader gradebook (the class's, through ``nbgrader export --exporter ...``).
 
 A score is nbgrader's: the submission's points less its late penalty, never below 0, as
@@ -18,13 +20,13 @@ the table says so (``status``), so that the export lists it for review.
 from __future__ import annotations
 
 import csv
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 
 from course_grading.errors import GradingError
+from course_grading.nbgrader.workspace_gradebook import workspace_gradebook
 from course_grading.report import REPORT_FIELDS
 from course_grading.report_text import raise_field_limit, unguarded
 from course_grading.workspace import MARKER
@@ -103,18 +105,6 @@ def report_text(cell: str) -> str:
     return unguarded(cell)
 
 
-def _read_only_url(db: Path) -> str:
-    return f"sqlite:///file:{db.resolve()}?mode=ro&uri=true"
-
-
-def _course_ids(db: Path) -> list[str]:
-    try:
-        with sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True) as con:
-            return [row[0] for row in con.execute("SELECT id FROM course")]
-    except sqlite3.Error as err:
-        raise GradingError(f"cannot read the gradebook {db} ({err})") from None
-
-
 def _report_rows(folder: Path) -> list[dict[str, str]]:
     report = folder / "report.csv"
     if not (folder / MARKER).is_file() or not report.is_file():
@@ -179,7 +169,8 @@ def from_workspace(folder: Path, table: ClassScores | None = None) -> ClassScore
     """Read a grading workspace's scores into ``table`` (a new one when ``None``).
 
     Args:
-        folder: a grading run's ``--out`` folder (``report.csv``, ``course/gradebook.db``).
+        folder: a grading run's ``--out`` folder (``report.csv``, and ``course/gradebook.db`` or
+            the class gradebook its grades were recorded in).
         table: the table to add to, when several workspaces are exported together.
 
     Returns:
@@ -187,17 +178,15 @@ def from_workspace(folder: Path, table: ClassScores | None = None) -> ClassScore
         entries that were not submissions are left out).
 
     Raises:
-        GradingError: ``folder`` is not a grading workspace, its report was edited, or its
-            gradebook does not hold what the report says.
+        GradingError: ``folder`` is not a grading workspace, its report was edited, its
+            gradebook does not hold what the report says, or its grades live in a class
+            gradebook this process cannot reach (``workspace_gradebook``).
     """
     table = ClassScores() if table is None else table
     folder = Path(folder)
     rows = [r for r in _report_rows(folder) if r["status"] != "unrecognised"]
-    db = folder / "course" / "gradebook.db"
-    if not db.is_file():
-        raise GradingError(f"{folder} has no course/gradebook.db; grade again to remake it")
-    course_ids = _course_ids(db) or ["default_course"]
-    with Gradebook(_read_only_url(db), course_id=course_ids[0]) as gb:
+    book = workspace_gradebook(folder)
+    with Gradebook(book.read_only_url or book.url, course_id=book.course_id) as gb:
         for row in rows:
             student = report_text(row["student"])
             table.add(student, row["lesson"], _workspace_score(row, gb, student, str(folder)))

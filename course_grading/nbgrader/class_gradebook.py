@@ -7,6 +7,11 @@ nbgrader's own ``Gradebook`` API (no copy of its schema): formgrader's manual gr
 ``generate_feedback`` and ``export`` work from there. Manual scores already entered are kept.
 The grader is the only writer of any gradebook: ``classroom/autograde.py`` calls
 :func:`merge_into_class_gradebook`.
+
+From then on the class gradebook is where the workspace's grades live: the workspace records it
+(``workspace_gradebook.record_class_gradebook``), so its feedback, report, scores and LMS files
+(``python -m course_grading refresh`` and ``export``) read the points entered in the hub's
+formgrader, and the workspace's own formgrader writes there too.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
+
+from course_grading.nbgrader.workspace_gradebook import record_class_gradebook
 
 
 def _replace_folder(source: Path, dest: Path) -> None:
@@ -91,4 +98,5 @@ def merge_into_class_gradebook(
                 ):
                     shutil.copyfile(extra, dest / extra.name)
             copied += 1
+    record_class_gradebook(Path(workspace), class_db, course_id)
     return copied

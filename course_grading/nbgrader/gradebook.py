@@ -3,7 +3,9 @@
 ``nbgrader autograde`` does three things per notebook: it *sanitizes* the submission (records the
 student and the submission, clears outputs, restores test and read-only cells from the
 gradebook, hidden-test declarations included), *executes* it, and *records* the result (limits
-output, saves the grades and late penalties, writes ``autograded/``). Here the first and last
+output, saves the grades and late penalties, writes ``autograded/``). Recording starts with the
+course's own step ``ShowStudentRun`` (``pages/student_run.py``): the cells written answers quote
+show the student's own run beside the grader's. Here the first and last
 run with nbgrader's own preprocessors and the course's configuration, except that the grades
 are the trusted checks' (``verdicts.SaveTrustedGrades``, the same step ``nbgrader autograde``
 uses with the course's configuration); the execution happens elsewhere (``jobs.py``: a worker
@@ -40,12 +42,14 @@ from course_grading.judge.verdicts import Graded, SaveTrustedGrades
 from course_grading.nbgrader.course import CONFIG_FILE, WorkCourse, ignored
 from course_grading.nbgrader.overwrite import RestoreLockedCells
 from course_grading.pages.safe_pages import NeutraliseActiveContent
+from course_grading.pages.student_run import ShowStudentRun
 from course_grading.submissions import Submission
 
 # nbgrader's sanitize steps; RestoreLockedCells is its OverwriteCells without the false
 # checksum warning for every test cell with hidden tests (overwrite.py).
 SANITIZE = (ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreLockedCells, CheckCellMetadata)
 RECORD = (
+    ShowStudentRun,  # the student's own run beside the grader's where written answers quote it
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,

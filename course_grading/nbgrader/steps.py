@@ -38,6 +38,7 @@ from course_grading.judge import editions, items
 from course_grading.judge import secret as course_secret
 from course_grading.judge.items.model import lesson_of
 from course_grading.judge.verdicts import payload_of
+from course_grading.nbgrader import self_study
 from course_grading.nbgrader.course import WorkCourse, course_directory, lesson_paths
 from course_grading.sandbox import bwrap as sandbox
 from course_grading.sandbox.bwrap import Limits
@@ -167,20 +168,28 @@ def render_lesson(nb: nbformat.NotebookNode, lesson: str, secret: bytes | None) 
         lesson: its folder name.
         secret: the course secret, or ``None`` for the self-study edition.
 
+    The self-study edition (no secret) also gets a *Check your answer* cell after each written
+    answer (``self_study.py``); a class edition does not.
+
     Returns:
-        How many cells were rendered.
+        How many cells were rendered or added.
 
     Raises:
         GradingError: the notebook has templates and its lesson declares no edition, or a
             template does not render.
     """
+    if secret is None:
+        added = self_study.add_check_cells(nb)
+    else:
+        added = self_study.mark_class_edition(nb)
     registry = lesson_of(lesson)
     edition = registry.edition if registry is not None else None
     if edition is None:
         if any(editions.template_of(cell) is not None for cell in nb.cells):
             raise GradingError(f"{lesson}: cells carry edition templates, the lesson no Edition")
-        return 0
-    return editions.render_notebook(nb, edition.names(edition.draw(secret)), edition.label(secret))
+        return added
+    numbers = edition.names(edition.draw(secret))
+    return added + editions.render_notebook(nb, numbers, edition.label(secret))
 
 
 def _render_file(path: Path, lesson: str, secret: bytes | None) -> int:

@@ -59,6 +59,7 @@ CHEAT_CALLS = [
         "tampers with the namespace",
     ),
     (r"^importlib\.(reload|import_module)$", "tampers with the namespace"),
+    (r"^(marshal\.loads?|types\.(FunctionType|CodeType|LambdaType))$", "builds code from bytes"),
 ]
 #: Suspicious calls: (pattern, what it does). The sandbox confines them; they are reported.
 SUSPICIOUS_CALLS = [
@@ -114,6 +115,46 @@ def student_cells(nb: nbformat.NotebookNode, spec: LessonSpec) -> list[tuple[int
         if meta.get("solution") or cell.source not in spec.lesson_sources:
             found.append((index, cell.source))
     return found
+
+
+def cell_owner(nb: nbformat.NotebookNode, index: int, spec: LessonSpec) -> str:
+    """How the report names cell ``index``: by its grade id, as a cell the lesson provides for
+    editing (an explorer, a scratch cell: ``LessonSpec.provided``), or as one the student added.
+
+    Args:
+        nb: the submitted notebook.
+        index: the cell's index in ``nb.cells``.
+        spec: the lesson.
+
+    Returns:
+        ``"cell 12 ('q1')"``, ``"cell 30 (the lesson's explorer)"`` or ``"cell 31 (added by the
+        student)"``.
+    """
+    cell = nb.cells[index]
+    gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+    if gid:
+        return f"cell {index + 1} ({gid!r})"
+    if (provided := spec.provided.get(str(cell.get("id", "")))) is not None:
+        return f"cell {index + 1} (the lesson's {provided[0]})"
+    return f"cell {index + 1} (added by the student)"
+
+
+def lesson_version(nb: nbformat.NotebookNode, index: int, spec: LessonSpec) -> str:
+    """The lesson's own version of cell ``index`` (what it holds before the student edits it):
+    an answer cell's blank, a provided cell's source; ``""`` for a cell the student added.
+
+    Args:
+        nb: the submitted notebook.
+        index: the cell's index in ``nb.cells``.
+        spec: the lesson.
+
+    Returns:
+        The source the lesson hands out for that cell.
+    """
+    cell = nb.cells[index]
+    if gid := cell.metadata.get("nbgrader", {}).get("grade_id"):
+        return spec.release_text.get(gid, "")
+    return spec.provided.get(str(cell.get("id", "")), ("", ""))[1]
 
 
 def _match(name: str, table) -> str | None:

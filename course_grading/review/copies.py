@@ -1,241 +1,304 @@
-"""Copies found, not guessed: graded functions compared with everything they could be copied from.
+"""Copies, grouped for review: graded cells that are the same program, or nearly, as each other
+or as the course's own code. Evidence for a person, never a grade.
 
-A graded function is the student's own derivation, and the course is public: its library, the
-grader's reference checks and the instructor's solutions are one ``git clone`` away, and a
-classmate's notebook is one message away. Each graded function's answer cell is compared with
+A graded answer is the student's own work, and the course is public: its library, the grader's
+reference checks and the instructor's solutions are one ``git clone`` away, and a classmate's
+notebook one message away. So each graded function's answer cell is compared with
 
-* every module of ``course_lib`` but those in :data:`SKIPPED` (the student's own package: its
-  token-weighted accumulation, its packing, renamed, were pasted as answers),
-* every module of the grader's trusted checks (``course_grading/judge/items``: their reference
-  computations),
-* the instructor's solution of that cell (``solutions/``), and
-* every classmate's cell for the same item in the same run,
+* the cells of every classmate for the same item in the same run,
+* the instructor's solution of that cell (``solutions/``),
+* every function of ``course_lib`` but those in :data:`SKIPPED` (a body of the library, renamed,
+  pasted in place of its import), and every function of the grader's checks
+  (``course_grading/judge/items``: their reference computations),
 
-by copydetect's fingerprints (Schleimer, Wilkerson and Aiken's winnowing, the method of MOSS):
-the code is tokenised and normalised (every name becomes ``V``, every function name ``F``,
-every string ``S``: renaming a variable changes nothing), cut into k-grams of :data:`NOISE`
-characters, and two cells share the k-grams they have in common. The lesson's own blank (the
-signature, the docstring, the ``raise NotImplementedError``) is boilerplate, removed from both
-sides first.
+by fingerprints (``fingerprints.py``: names, layout and comments do not count). Two pieces of
+code are *near-identical* when :data:`THRESHOLD` or more of the smaller one's k-grams are in the
+other: measured on the smaller side, a copy with dead lines added, or pasted inside more code of
+its own, is still found, and a copy with its statements reordered keeps most of its k-grams.
+Every student is put in a *cluster* with everyone and everything they are near-identical to,
+transitively; a cluster that holds a student and anything else is listed (``copies.md``, one
+line per cluster with its matching lines once, and a line in ``report.md``). A cluster holding
+the instructor's solution, a library function or a check says so.
 
-``share`` is the part of the student's own code (beyond the blank) found in the other source.
-At :data:`THRESHOLD` or more the pair is listed for review with the matching passages side by
-side (``copies.md`` beside the report, one line per pair in ``report.md``). **Nothing is zeroed
-here**: a short function written honestly can look like another, and the instructor decides.
-A cell with fewer than :data:`MIN_KGRAMS` k-grams of its own is too short to judge and is never
-listed.
-
-**Pasted code scores 0** (issue 27): a graded answer cell, a function's or an ``own_work``
-value's, of which :data:`PASTED` or more of its own k-grams (beyond the blank, at least
-:data:`MIN_KGRAMS` of them) are found in ``course_lib`` or in the grader's checks is not the
-student's work (:func:`pasted`; ``judge/verdicts.py`` scores it 0 and names the modules).
-Unlike a pair above, this compares with code no honest answer needs to repeat: the instructor's
-solutions share at most 30 % of their k-grams with all of it (``tests/grading/test_copies.py``),
-so the line is far from any derivation; the classmates and the instructor's solution stay
-review only.
-
-Every k-gram is kept (a winnowing window of 1): copydetect hashes k-grams with Python's
-``hash``, which is salted per process, so a wider window would keep different fingerprints in
-each run and the same class could be listed differently on a re-grade. Keeping all of them makes
-the result depend on the text alone; answer cells are small, so the cost is a few milliseconds.
+**Nothing is taken off a grade here.** Short functions written from the same rules look alike,
+and a share of k-grams cannot tell derived from copied: of the 95 answers of the honest corpus
+(written independently, ``tests/grading/honest_corpus``) 2 are listed, a term-by-term
+derivation that is the instructor's program line for line and a comprehension that is the
+grader's reference; 131 of its 140 copies are found. What does score 0 is *read*, not guessed: an
+import, a ``globals()`` lookup or a call of a ``course_lib`` function the item forbids
+(``uses.py``, ``judge/verdicts.py``). The threshold was chosen on that corpus
+(``benchmarks/review_calibration.py`` prints the false-positive rate of the listing per
+function, and the share of copies it finds).
 """
 
 from __future__ import annotations
 
-import io
+import ast
+import textwrap
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from course_grading.nbgrader.course import WorkCourse
+from course_grading.review.fingerprints import (
+    Fingerprint,
+    blank_grams,
+    fingerprint,
+    without_solution_marks,
+)
 from course_grading.submissions import Submission
 
-NOISE = 25  # characters of normalised code in a k-gram (copydetect's default noise threshold)
-WINDOW = 1  # every k-gram kept: the result must not depend on the process's string hash
-THRESHOLD = 0.6  # share of a student's own code found in one other source that is listed
-MIN_KGRAMS = 20  # fewer k-grams of one's own than this: too short to judge
-PASSAGE_LINES = 12  # lines shown of one matching passage
-#: ``course_lib`` folders no graded function draws on (the Hugging Face planner, its fine-tune
-#: plan and the figures: configs, cards and plots, no batches, windows, blocks or budgets); left
-#: out, they save 40 % of the library's tokenising
+THRESHOLD = 0.75  # share of the smaller code's k-grams found in the other: near-identical
+PASSAGE_LINES = 16  # lines shown of a cluster's matching code
+#: ``course_lib`` folders no graded item draws on (the Hugging Face planner, its fine-tune plan
+#: and the figures: configs, cards and plots, no batches, windows, blocks or budgets)
 SKIPPED = ("hf", "hf_configs", "finetune", "figures")
-PASTED = 0.8  # share of a graded cell's own k-grams found in the course's code that scores 0
+SOLUTION = "the instructor's solution"
 
 
 @dataclass(frozen=True)
 class Reference:
-    """A source a graded function could be copied from: what the report calls it, and its text."""
+    """A source a graded cell could be copied from: what the page calls it, and its code."""
 
     name: str
     text: str
 
 
 @dataclass(frozen=True)
-class Copy:
-    """A graded function whose code is largely found in another source.
+class Cluster:
+    """Students whose cells for one item are the same program or nearly, with the sources their
+    cells are near-identical to.
 
-    ``share`` is the part of the student's own code (beyond the lesson's blank) found in
-    ``source``; ``passages`` pairs the student's matching lines with the source's, in order.
+    ``share`` is the lowest share (of the smaller side's k-grams) among the links that joined
+    the cluster; ``identical`` says every student's cell is the same program; ``lines`` are the
+    first student's lines that the others (or the sources) share, once.
     """
 
-    student: str
     lesson: str
     item: str
-    source: str
+    students: tuple[str, ...]
+    sources: tuple[str, ...]
     share: float
-    passages: tuple[tuple[str, str], ...]
-
-
-class _Prints:
-    """One text's k-grams (copydetect's ``CodeFingerprint``), the blank's removed."""
-
-    def __init__(self, text: str, boilerplate: Sequence[int] = ()) -> None:
-        from copydetect import CodeFingerprint
-
-        self.text = text
-        self.prints = CodeFingerprint(
-            "answer.py", NOISE, WINDOW, boilerplate=list(boilerplate), fp=io.StringIO(text)
-        )
+    identical: bool
+    lines: str
 
     @property
-    def judgeable(self) -> bool:
-        return len(self.prints.hashes) >= MIN_KGRAMS
+    def with_solution(self) -> bool:
+        return SOLUTION in self.sources
 
 
-@cache
-def _source_prints(text: str) -> _Prints:
-    """A reference's k-grams, made once per process (the library is about 0.8 MB of code and
-    costs seconds to tokenise). The blank is removed from the student's side only: a k-gram
-    the student's side lacks cannot match, so the reference needs no removal of its own."""
-    return _Prints(text)
-
-
-def _lines_of(text: str, start: int, end: int) -> str:
-    """The whole lines of ``text`` that characters ``start:end`` touch, at most
-    :data:`PASSAGE_LINES` of them."""
-    first = text.rfind("\n", 0, start) + 1
-    last = text.find("\n", end)
-    lines = text[first : len(text) if last < 0 else last].splitlines()
-    more = len(lines) - PASSAGE_LINES
-    return "\n".join(lines[:PASSAGE_LINES] + ([f"... ({more} more lines)"] if more > 0 else []))
-
-
-def compare(mine: _Prints, other: _Prints) -> tuple[float, tuple[tuple[str, str], ...]]:
-    """The share of ``mine`` found in ``other`` and the matching passages, side by side.
-
-    Args:
-        mine: the student's cell.
-        other: the source compared with.
-
-    Returns:
-        ``(share, passages)``: ``share`` from 0 to 1 (the student's k-gram coverage that
-        ``other`` holds too), ``passages`` pairs of (the student's lines, the source's lines).
-    """
-    from copydetect import compare_files
-
-    _, (share, _), (slices_mine, slices_other) = compare_files(mine.prints, other.prints)
-    if not share:
-        return 0.0, ()
-    mine_parts = [_lines_of(mine.text, int(a), int(b)) for a, b in zip(*slices_mine)]
-    other_parts = [_lines_of(other.text, int(a), int(b)) for a, b in zip(*slices_other)]
-    n = max(len(mine_parts), len(other_parts))
-    mine_parts += [""] * (n - len(mine_parts))
-    other_parts += [""] * (n - len(other_parts))
-    return float(share), tuple(zip(mine_parts, other_parts))
-
-
-def find_copies(
+def find_clusters(
     lesson: str,
     item: str,
     answers: Mapping[str, str],
     references: Sequence[Reference],
     blank: str = "",
     threshold: float = THRESHOLD,
-) -> list[Copy]:
-    """Every student whose cell for ``item`` is largely found in a reference or a classmate's.
+) -> list[Cluster]:
+    """The clusters of one item (module docstring).
 
     Args:
-        lesson: the lesson id (for the rows).
-        item: the graded function's name (or the item's grade id).
+        lesson: the lesson id (for the clusters).
+        item: the graded function's name, or the item's answer cell.
         answers: student -> the answer cell's source as submitted.
-        references: the course's sources (:func:`course_references`).
+        references: the sources (:func:`course_references`).
         blank: the cell as the student version hands it out (boilerplate on every side).
-        threshold: the share at or above which a pair is listed.
+        threshold: the share at or above which two cells are near-identical.
 
     Returns:
-        The pairs at or above ``threshold``, sorted by student, then source.
+        Every cluster holding a student and anything else, those with a source first, then the
+        largest, then by their first student.
     """
-    boilerplate = sorted(_Prints(blank).prints.hashes) if blank.strip() else []
-    prints = {s: _Prints(text, boilerplate) for s, text in sorted(answers.items())}
-    others = [(r.name, _source_prints(r.text)) for r in references]
-    whole = {s: _source_prints(text) for s, text in sorted(answers.items())}
+    groups: dict[str, list[tuple[str, Fingerprint]]] = defaultdict(list)
+    for student, text in sorted(answers.items()):
+        if (p := _answer_print(text, blank)).judgeable:
+            groups[p.digest].append((student, p))  # the same program: one node
+    students = [(tuple(s for s, _ in group), group[0][1]) for group in groups.values()]
+    wanted = set().union(*(p.grams for _, p in students)) if students else set()
+    sources = [((r.name,), p) for r in references if (p := _source_print(r.text)).judgeable]
+    nodes = students + [(name, p) for name, p in sources if wanted.intersection(p.grams)]
+    links = _links(nodes, len(students), wanted, threshold)
+    return _clusters(lesson, item, nodes, len(students), links)
+
+
+def _links(
+    nodes: list[tuple[tuple[str, ...], Fingerprint]],
+    n_students: int,
+    wanted: set[int],
+    threshold: float,
+) -> list[tuple[int, int, float, frozenset[int]]]:
+    """``(i, j, share, shared k-grams)`` for every near-identical pair of nodes with a student
+    node ``i`` (the students handing in one program, the first ``n_students`` nodes), through an
+    index of the students' k-grams: only pairs that share some are counted."""
+    index: dict[int, list[int]] = defaultdict(list)
+    for j, (_, p) in enumerate(nodes):
+        for h in wanted.intersection(p.grams) if j >= n_students else p.grams:
+            index[h].append(j)
     found = []
-    for student, mine in prints.items():
-        if not mine.judgeable:
-            continue
-        classmates = [(f"classmate {s}", p) for s, p in whole.items() if s != student]
-        for name, other in [*others, *classmates]:
-            share, passages = compare(mine, other)
+    for i in range(n_students):
+        mine = nodes[i][1].grams
+        counts: dict[int, int] = defaultdict(int)
+        for h in mine:
+            for j in index[h]:
+                if j > i:
+                    counts[j] += 1
+        for j, common in counts.items():
+            share = common / min(len(mine), len(nodes[j][1].grams))
             if share >= threshold:
-                found.append(Copy(student, lesson, item, name, round(share, 3), passages))
+                shared = frozenset(mine.keys() & nodes[j][1].grams.keys())
+                found.append((i, j, share, shared))
     return found
 
 
+def _clusters(
+    lesson: str,
+    item: str,
+    nodes: list[tuple[tuple[str, ...], Fingerprint]],
+    n_students: int,
+    links: list[tuple[int, int, float, frozenset[int]]],
+) -> list[Cluster]:
+    """The connected parts of ``links`` that hold a student and anything else (another student
+    or a source), as :class:`Cluster` s."""
+    parent = list(range(len(nodes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    lowest: dict[int, float] = {}
+    for i, j, share, _ in sorted(links, key=lambda link: -link[2]):
+        a, b = root(i), root(j)
+        if a != b:
+            parent[b] = a
+            lowest[a] = min(share, lowest.get(a, 1.0), lowest.pop(b, 1.0))
+    parts: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(nodes)):
+        parts[root(i)].append(i)
+    found = []
+    for top, members in parts.items():
+        who = [i for i in members if i < n_students]
+        names = sorted(s for i in who for s in nodes[i][0])
+        if not who or len(names) + len(members) - len(who) < 2:
+            continue
+        first = min(who, key=lambda i: nodes[i][0])
+        shared = set().union(*(s for i, j, _, s in links if first in (i, j) and j in members))
+        shown = _passage(nodes[first][1], shared or set(nodes[first][1].grams))
+        sources = tuple(nodes[i][0][0] for i in members if i >= n_students)
+        share = round(lowest.get(top, 1.0), 3)
+        same = len(who) == 1 and len(names) > 1
+        found.append(Cluster(lesson, item, tuple(names), sources, share, same, shown))
+    return sorted(found, key=lambda c: (not c.sources, -len(c.students), c.students))
+
+
+def _passage(print_: Fingerprint, shared: set[int]) -> str:
+    """The lines of ``print_``'s code that ``shared`` k-grams come from, at most
+    :data:`PASSAGE_LINES` of them, a ``...`` line where lines are left out."""
+    lines = print_.text.splitlines()
+    wanted = [n for n in print_.lines_of(shared) if 0 < n <= len(lines)]
+    out: list[str] = []
+    for previous, number in zip([0, *wanted], wanted):
+        if number != previous + 1 and out:
+            out.append("...")
+        out.append(lines[number - 1])
+    more = len(out) - PASSAGE_LINES
+    return "\n".join(out[:PASSAGE_LINES] + ([f"... ({more} more lines)"] if more > 0 else []))
+
+
+@lru_cache(maxsize=65536)
+def _answer_print(text: str, blank: str) -> Fingerprint:
+    """A student's cell's fingerprint, the blank's k-grams removed (kept: a regrade or a
+    calibration compares the same cells again)."""
+    return fingerprint(text, blank_grams(blank))
+
+
+@cache
+def _source_print(text: str) -> Fingerprint:
+    """A source's fingerprint, made once per process (no blank: a k-gram the student's side
+    lacks cannot match)."""
+    return fingerprint(text)
+
+
 def course_references(lesson_solution: str = "") -> list[Reference]:
-    """The public sources a graded function could be copied from: the installed ``course_lib``
-    and grader checks (what a student's clone holds), and the instructor's cell.
+    """The public sources a graded cell could be copied from: every function of the installed
+    ``course_lib`` and of the grader's checks (what a student's clone holds), and the
+    instructor's cell.
 
     Args:
-        lesson_solution: the instructor's version of the answer cell, when there is one.
+        lesson_solution: the instructor's version of the answer cell, when there is one (its
+            solution delimiters are removed).
 
     Returns:
-        One :class:`Reference` per ``course_lib`` module and per lesson check module, and the
-        solution.
+        One :class:`Reference` per function (``course_lib/memory/predict.py: activation_bytes``,
+        ``the grader's checks (lesson_04.py): _reference``), then the solution.
     """
+    refs = list(_library_functions())
+    if lesson_solution.strip():
+        refs.append(Reference(SOLUTION, without_solution_marks(lesson_solution)))
+    return refs
+
+
+@cache
+def _library_functions() -> tuple[Reference, ...]:
     import course_grading.judge.items as checks
     import course_lib
 
-    refs = []
+    found: list[Reference] = []
     library = Path(course_lib.__file__).parent
     for path in sorted(library.rglob("*.py")):
         rel = path.relative_to(library).as_posix()
         if rel.split("/")[0] not in SKIPPED:
-            refs.append(Reference(f"course_lib/{rel}", _read(path)))
+            found += _functions_of(_read(path), f"course_lib/{rel}")
     for path in sorted(Path(checks.__file__).parent.glob("lesson_*.py")):
-        refs.append(Reference(f"the grader's checks ({path.name})", _read(path)))
-    refs = [r for r in refs if r.text.strip()]  # an empty __init__.py holds nothing to copy
-    if lesson_solution.strip():
-        refs.append(Reference("the instructor's solution", lesson_solution))
-    return refs
+        found += _functions_of(_read(path), f"the grader's checks ({path.name})")
+    return tuple(found)
+
+
+def _functions_of(text: str, where: str) -> list[Reference]:
+    """Every function (and method) of a module's code, each a :class:`Reference` of its lines."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    lines = text.splitlines(keepends=True)
+    return [
+        Reference(
+            f"{where}: {node.name}",
+            textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno])),
+        )
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
 
 
 def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-def class_copies(work: WorkCourse, subs: Sequence[Submission]) -> list[Copy]:
-    """The pairs of a graded class: every graded function of every lesson, each student's cell
-    (as staged in the work course, repaired and within limits) against the course's sources,
-    the lesson's solution cell and each classmate's.
+def class_copies(work: WorkCourse, subs: Sequence[Submission]) -> list[Cluster]:
+    """The clusters of a graded class: every graded function of every lesson, each student's
+    cell as staged in the work course (repaired and within limits), with the course's sources
+    and the lesson's solution cell.
 
     Args:
         work: the run's nbgrader course (its ``submitted/`` copies, source and release).
         subs: the class's graded submissions.
 
     Returns:
-        The pairs at or above :data:`THRESHOLD` (:func:`find_copies`), lesson by lesson.
+        The clusters (:func:`find_clusters`), lesson by lesson, item by item.
     """
     import nbformat
 
     from course_grading.judge import items as trusted
 
-    found: list[Copy] = []
+    found: list[Cluster] = []
     for lesson in sorted({s.lesson for s in subs}):
-        functions = sorted(
-            (i for i in trusted.items_of(lesson).values() if i.function), key=lambda i: i.answer
-        )
-        if not functions:
+        graded = trusted.items_of(lesson).values()
+        answers = sorted({i.answer: i.function for i in graded if i.function}.items())
+        if not answers:
             continue
         source = _cell_sources(nbformat.read(str(work.source_notebook(lesson)), as_version=4))
         release = _cell_sources(nbformat.read(str(work.release_notebook(lesson)), as_version=4))
@@ -243,13 +306,34 @@ def class_copies(work: WorkCourse, subs: Sequence[Submission]) -> list[Copy]:
         for sub in sorted((s for s in subs if s.lesson == lesson), key=lambda s: s.student):
             path = work.submitted / sub.student / lesson / f"{lesson}.ipynb"
             if path.is_file():
-                staged[sub.student] = _cell_sources(nbformat.read(str(path), as_version=4))
-        for item in functions:
-            answers = {s: cells[item.answer] for s, cells in staged.items() if item.answer in cells}
-            refs = course_references(source.get(item.answer, ""))
-            blank = release.get(item.answer, "")
-            found += find_copies(lesson, item.function or item.answer, answers, refs, blank)
+                staged[sub.student] = _staged_sources(path)
+        for answer, name in answers:
+            cells = {s: c[answer] for s, c in staged.items() if answer in c}
+            refs = course_references(source.get(answer, ""))
+            found += find_clusters(lesson, name, cells, refs, release.get(answer, ""))
     return found
+
+
+def _staged_sources(path: Path) -> dict[str, str]:
+    """Grade id -> source of a staged notebook's nbgrader cells, read as JSON (a class of 300
+    stages 1,500 notebooks: nbformat's validation would be a third of the review's time); a
+    notebook of another shape is read by nbformat."""
+    import json
+
+    import nbformat
+
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        if nb.get("nbformat") == 4 and isinstance(nb.get("cells"), list):
+            return {
+                str(gid): "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in nb["cells"]
+                if isinstance(c, dict)
+                and (gid := (c.get("metadata") or {}).get("nbgrader", {}).get("grade_id"))
+            }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return _cell_sources(nbformat.read(str(path), as_version=4))
 
 
 def _cell_sources(nb: object) -> dict[str, str]:
@@ -259,59 +343,3 @@ def _cell_sources(nb: object) -> dict[str, str]:
         for c in nb.cells  # type: ignore[attr-defined]
         if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
     }
-
-
-@dataclass(frozen=True)
-class Pasted:
-    """A graded answer cell that is mostly the course's own code: the share of its own k-grams
-    found in ``course_lib`` and the grader's checks, and the modules holding most of them."""
-
-    share: float
-    sources: tuple[str, ...]
-
-    def why(self) -> str:
-        """The verdict's reason, for the student.
-
-        Returns:
-            ``"your answer cell is 93 % code found in course_lib/accumulation.py: ..."``.
-        """
-        return (
-            f"your answer cell is {self.share:.0%} code found in {' and '.join(self.sources)}: "
-            "a graded answer is your own work, not the course's code pasted in"
-        )
-
-
-def pasted(answer: str, blank: str = "", threshold: float = PASTED) -> Pasted | None:
-    """Whether ``answer`` is mostly code of ``course_lib`` or of the grader's checks (module
-    docstring): a body of the library renamed into a graded function, the grader's reference
-    pasted and called.
-
-    Args:
-        answer: the answer cell's source as submitted.
-        blank: the cell as the student version hands it out (not the student's code).
-        threshold: the share at or above which it counts (the tests measure with 0).
-
-    Returns:
-        A :class:`Pasted` when ``threshold`` or more of the cell's own k-grams (at least
-        :data:`MIN_KGRAMS`) are found in that code; ``None`` otherwise, and for a short cell.
-    """
-    boilerplate = sorted(_Prints(blank).prints.hashes) if blank.strip() else []
-    mine = _Prints(answer, boilerplate)
-    if not mine.judgeable:
-        return None
-    own = set(mine.prints.hashes)
-    modules = _course_hashes()
-    share = len(own & set().union(*modules.values())) / len(own)
-    if share < threshold:
-        return None
-    most = sorted(((len(own & h), name) for name, h in modules.items()), reverse=True)
-    return Pasted(share, tuple(name for count, name in most[:2] if count))
-
-
-@cache
-def _course_hashes() -> dict[str, frozenset[int]]:
-    """Every k-gram of each ``course_lib`` module and grader check module (made once)."""
-    found = {}
-    for ref in course_references():
-        found[ref.name] = frozenset(_source_prints(ref.text).prints.hashes)
-    return found

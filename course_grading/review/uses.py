@@ -8,7 +8,8 @@ submitted file, and names every use of ``course_lib`` it finds, for the instruct
 - a name the lesson imported from it (``attention_elements(...)``), also through an alias
   (``f = attention_elements``) or an attribute (``m.predict``);
 - a string that names it (``importlib.import_module("course_lib.memory")``,
-  ``sys.modules["course_lib.budget"]``);
+  ``sys.modules["course_lib.budget"]``), but not a docstring (a string alone as a statement,
+  which reaches nothing: "my own version of course_lib.packing" is prose);
 - a lesson-imported name looked up in the namespace (``globals()["attention_elements"]``,
   ``vars().get("ae")``);
 - an import or attribute lookup whose name is built at run time (``__import__(a + b)``,
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from nbformat.notebooknode import NotebookNode
 
 from course_grading.judge.lesson import LessonSpec
-from course_grading.review.cheats import student_cells
+from course_grading.review.cheats import cell_owner, lesson_version, student_cells
 from course_grading.review.names import Bindings, cell_tree, dotted, free_names
 
 _DYNAMIC = {
@@ -101,6 +102,25 @@ class Use:
             self.origin == m or self.origin.startswith(m + ".") for m in modules
         )
 
+    def within_lesson(self, imported: set[str]) -> bool:
+        """Whether it reaches only what the lesson's own cells import from ``course_lib``.
+
+        Args:
+            imported: the dotted origins of the lesson's imports (``Bindings.imports``' values).
+
+        Returns:
+            ``True`` for a call or attribute of a lesson-imported name, or an import of exactly
+            the names the lesson imports; ``False`` for anything else, and for a use whose
+            origin cannot be read.
+        """
+        if not self.definite or not self.origin:
+            return False
+        if self.code.startswith("from "):
+            module, _, names = self.code[len("from ") :].partition(" import ")
+            return all(f"{module}.{n.strip()}" in imported for n in names.split(","))
+        reached = self.origin.split("(")[0]  # a call's result: what was called
+        return any(reached == o or reached.startswith(o + ".") for o in imported)
+
 
 #: The lessons' feedback helpers: using them is not using the library for an answer.
 HELPERS = "course_lib.answers"
@@ -136,6 +156,8 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
     names = lesson.with_cell(tree)
     found: dict[str, Use] = {}
     looked_up = {id(pair[0]) for node in ast.walk(tree) if (pair := _lookup(node)) is not None}
+    # a string alone as a statement (a docstring) reaches nothing: only text that code uses does
+    prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
 
     def add(code: str, definite: bool = True, origin: str = "", hides: bool = False) -> None:
         found.setdefault(code, Use(code[:80], definite, origin, hides))
@@ -149,7 +171,7 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
             imported = ", ".join(a.name for a in node.names)
             add(f"from {node.module} import {imported}", origin=node.module or "")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _names_course_lib(node.value):
+            if _names_course_lib(node.value) and id(node) not in prose:
                 add(repr(node.value), origin=node.value.strip())
         elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
             origin = dotted(node, names)
@@ -331,6 +353,31 @@ def rebound(
     return found
 
 
+def feeding(
+    submitted: NotebookNode, spec: LessonSpec, graded: Sequence[tuple[str, Sequence[str]]]
+) -> list[str]:
+    """Every value that a cell of the student's computed with ``course_lib`` and an answer cell
+    takes, or that a cell below its answer sets again (:func:`borrowed`, :func:`rebound`).
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson.
+        graded: ``(answer cell's grade id, its graded value names)`` of each value item.
+
+    Returns:
+        One line per such value, each naming the cell that used ``course_lib`` (its ``where``).
+    """
+    lesson = Bindings.of_lesson(spec.lesson_code)
+    found = []
+    for answer_id, names in graded:
+        answer, earlier = answer_and_earlier(submitted, spec, answer_id)
+        given = frozenset(u.code for u in uses(spec.release_text.get(answer_id, ""), lesson))
+        found += borrowed(answer or "", earlier, lesson)
+        later = cells_after(submitted, spec, answer_id)
+        found += rebound(names, [*earlier, ("", answer or "", given)], later, lesson)
+    return found
+
+
 # --- the student's cells, as borrowed() and rebound() read them ---------------------------
 
 
@@ -367,7 +414,7 @@ def answer_and_earlier(
     cell = cells_by_id(submitted).get(answer_id)
     answer = cell.source if cell is not None and cell.cell_type == "code" else None
     stop = _position(submitted, answer_id)
-    return answer, [entry for index, entry in _student_entries(submitted, spec) if index < stop]
+    return answer, [entry for index, entry in student_entries(submitted, spec) if index < stop]
 
 
 def cells_after(
@@ -385,7 +432,7 @@ def cells_after(
         ``(where, source, use codes its lesson blank already holds)`` per cell, in order.
     """
     stop = _position(submitted, answer_id)
-    return [entry for index, entry in _student_entries(submitted, spec) if index > stop]
+    return [entry for index, entry in student_entries(submitted, spec) if index > stop]
 
 
 def _position(submitted: NotebookNode, answer_id: str) -> int:
@@ -394,19 +441,23 @@ def _position(submitted: NotebookNode, answer_id: str) -> int:
     return next((i for i, c in enumerate(submitted.cells) if c is cell), len(submitted.cells))
 
 
-def _student_entries(
+def student_entries(
     submitted: NotebookNode, spec: LessonSpec
 ) -> list[tuple[int, tuple[str, str, frozenset[str]]]]:
-    """``(index, (where, source, given))`` for every cell of the student's (``cheats``)."""
+    """Every cell of the student's (``cheats.student_cells``), as :func:`borrowed` reads them.
+
+    Args:
+        submitted: the notebook as submitted.
+        spec: its lesson.
+
+    Returns:
+        ``(index, (where, source, given))`` per cell, in order: where the report names it
+        (``cheats.cell_owner``), its source, and the ``course_lib`` uses its lesson version
+        (the answer cell's blank, the provided cell's source) already holds.
+    """
     lesson = Bindings.of_lesson(spec.lesson_code)
     entries = []
     for index, source in student_cells(submitted, spec):
-        gid = submitted.cells[index].metadata.get("nbgrader", {}).get("grade_id")
-        given = (
-            frozenset(u.code for u in uses(spec.release_text.get(gid, ""), lesson))
-            if gid
-            else frozenset()
-        )
-        where = f"cell {index + 1}" + (f" ({gid!r})" if gid else " (added by the student)")
-        entries.append((index, (where, source, given)))
+        given = frozenset(u.code for u in uses(lesson_version(submitted, index, spec), lesson))
+        entries.append((index, (cell_owner(submitted, index, spec), source, given)))
     return entries

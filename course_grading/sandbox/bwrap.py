@@ -2,7 +2,7 @@
 
 Student code is untrusted. Each submission's kernel is started as::
 
-    [join its memory cgroup]  bwrap <namespaces: pid, net, ipc, uts (+ user)>
+    [join its cgroup]  bwrap <seccomp filter> <namespaces: pid, net, ipc, uts (+ user)>
           <read-only: system, Python, venv, course_lib; course_grading covered>
           <private tmpfs: /tmp, /home/student, /run/shapes/runtime, /dev/shm; /dev read-only>
           <read-only: the staged folder, the connection file>  --
@@ -27,14 +27,18 @@ No network, its own IPC and UTS namespaces, a new session.
 Uids (``sandbox_uid``): one per grader process and parallel slot. A root grader drops the
 kernel to it (``setpriv``). An ordinary grader (a JupyterHub grader account) cannot, so bwrap
 makes a user namespace in which the kernel is that uid (``--unshare-user --uid``; no further
-user namespaces): outside, every slot is still the grader's uid, and it is the PID namespace
-that keeps one slot from naming another's processes or the grader's.
+user namespaces, ``--disable-userns``): outside, every slot is still the grader's uid, and it is
+the PID namespace that keeps one slot from naming another's processes or the grader's. In both
+modes the seccomp filter (``seccomp.py``, an allow-list) refuses any new namespace and every
+call a notebook does not need.
 
 Limits (``Limits``): ``prlimit`` sets address space, processes (counted per uid, and since
-Linux 5.14 per user namespace, so per slot in both modes), file size, no core dumps. Memory for
-the whole sandbox: a memory cgroup where the host lets this grader make one (``cgroup.py``),
-otherwise the summed resident memory of its processes, watched (``watch.py``). CPU time per cell
-is watched too. Interrupts go as messages: a signal to bwrap would not reach the kernel.
+Linux 5.14 per user namespace, so per slot in both modes), file size, no core dumps. Memory and
+processes for the whole sandbox: a cgroup where the host gives this grader one (``cgroup.py``,
+joined by :func:`join`), otherwise the summed resident and tmpfs memory of the sandbox, watched
+(``watch.py``). CPU time per cell is watched too. A graded function's sandbox
+(:func:`command_argv`) gets the same envelope (``judge/functions.py``). Interrupts go as
+messages: a signal to bwrap would not reach the kernel.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -337,14 +342,14 @@ def kernel_argv(
     uid: int | None,
     limits: Limits,
     kernel: list[str],
-    cgroup_procs: Path | None = None,
+    cgroup_procs: Sequence[Path] = (),
 ) -> list[str]:
     """The full command that starts ``kernel`` sandboxed (module docstring).
 
     ``stage`` holds the student's folder as the kernel may see it (their notebook, without
     hidden tests, and the lesson's data files); ``connection`` is the connection file, which
-    the kernel reads as ``KERNEL_CONNECTION``. ``cgroup_procs``: the ``cgroup.procs`` file of
-    the sandbox's memory cgroup, joined before bwrap starts.
+    the kernel reads as ``KERNEL_CONNECTION``. ``cgroup_procs``: the ``cgroup.procs`` files of
+    the sandbox's cgroup, joined before bwrap starts.
 
     Args:
         bwrap: path of the ``bwrap`` executable (``check_available``).
@@ -354,13 +359,13 @@ def kernel_argv(
         uid: the slot's uid (``sandbox_uid``), or ``None`` to keep the grader's uid.
         limits: the sandbox's resource limits.
         kernel: the kernel's own command line (``python -m ipykernel_launcher -f ...``).
-        cgroup_procs: the memory cgroup's ``cgroup.procs`` file, or ``None`` where the host
-            lets this grader make no cgroup (memory is then watched instead).
+        cgroup_procs: the cgroup's ``cgroup.procs`` files (one, or one per cgroup v1
+            controller), or none where the host lets this grader make no cgroup (memory is
+            then watched instead).
 
     Returns:
         The argv to start: bwrap, its arguments, the in-sandbox start script and ``prlimit``,
-        then ``kernel``; prefixed by a shell that writes its own pid into ``cgroup_procs``
-        first when one is given, so bwrap and all it starts are born inside the cgroup.
+        then ``kernel``; joining ``cgroup_procs`` first (:func:`join`).
     """
     readonly = readonly_paths()
     args = [bwrap, *_namespaces(uid), *_system_binds(), *_devices(limits)]
@@ -376,10 +381,25 @@ def kernel_argv(
         args += ["--setenv", name, value]
     script = _start_script(lesson, uid)
     argv = [*args, "--", "/bin/sh", "-c", script, "sh", *_limits_command(limits), *kernel]
-    argv = seccomp.wrap(argv)
-    if cgroup_procs is None:
+    return join(seccomp.wrap(argv), cgroup_procs)
+
+
+def join(argv: list[str], cgroup_procs: Sequence[Path]) -> list[str]:
+    """``argv`` started inside a cgroup: a shell writes its own pid into each ``cgroup.procs``
+    file, then execs ``argv``, so bwrap and everything it starts are born inside.
+
+    Args:
+        argv: the command (bwrap's, wrapped by ``seccomp.wrap``).
+        cgroup_procs: the cgroup's ``cgroup.procs`` files; none: ``argv`` as it is.
+
+    Returns:
+        The command that joins first, or ``argv`` unchanged.
+    """
+    if not cgroup_procs:
         return argv
-    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *argv]
+    script = " && ".join(f'echo $$ > "${n}"' for n in range(1, len(cgroup_procs) + 1))
+    rest = f'shift {len(cgroup_procs)} && exec "$@"'
+    return ["/bin/sh", "-c", f"{script} && {rest}", "sh", *map(str, cgroup_procs), *argv]
 
 
 def command_argv(

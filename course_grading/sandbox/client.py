@@ -41,7 +41,7 @@ class GradingClient(NotebookClient):
         spec: the job: per-cell CPU limits (``cell_timeouts``, one per cell of ``nb``; a cell
             past the list gets the last one), the limits, whether it is sandboxed.
         memory_watched: whether the watch must also enforce ``limits["memory_bytes"]`` on the
-            summed resident memory (no memory cgroup holds the sandbox).
+            summed resident and tmpfs memory (no cgroup holds the sandbox).
         **kw: nbclient's own options (``km``, ``timeout``, ``allow_errors``, ...).
     """
 
@@ -223,7 +223,7 @@ def grading_client(
         nb: the notebook to run.
         spec: the job's spec (limits, timeouts, whether it is sandboxed).
         km: the manager of the job's kernel (``kernel.kernel_manager``).
-        memory_watched: whether the watch enforces the memory limit (no memory cgroup).
+        memory_watched: whether the watch enforces the memory limit (no cgroup).
 
     Returns:
         The client, not yet started.

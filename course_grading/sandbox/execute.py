@@ -13,7 +13,8 @@ may see it) and ``runtime/`` (the connection file, which the kernel sees read-on
 
 Before any cell runs, the probe (``probe.py``) checks from inside the kernel that the sandbox
 holds. While cells run, ``watch.py`` limits each cell's CPU time (the wall clock is only a
-backstop) and, without a cgroup (``cgroup.py``), the sandbox's memory; ``messages.py`` refuses
+backstop) and, without a cgroup (``cgroup.py``), the sandbox's memory (resident and tmpfs pages
+together); ``messages.py`` refuses
 kernel messages over the cap before reading them. The whole notebook has ``notebook_timeout``
 seconds (its budget, ``budgets.py``). When the kernel ends, its PID namespace ends and every
 process in it: the worker only checks that the namespace is gone.
@@ -37,7 +38,7 @@ from nbclient.exceptions import DeadKernelError
 from course_grading.judge.evidence import take_values
 from course_grading.sandbox import bwrap as sandbox
 from course_grading.sandbox import processes
-from course_grading.sandbox.cgroup import MemoryCgroup
+from course_grading.sandbox.cgroup import Cgroup
 from course_grading.sandbox.client import GradingClient, grading_client
 from course_grading.sandbox.jobs import JobSpec, Outcome
 from course_grading.sandbox.kernel import GivenSpecKernelManager, kernel_manager
@@ -112,8 +113,9 @@ def run_job(job: Path) -> tuple[Outcome, int | None]:
     limits = sandbox.Limits(**spec.limits)
     cgroup = None
     if spec.sandbox:
-        cgroup = MemoryCgroup.make(f"shapes-{os.getpid()}-{job.name}", limits.memory_bytes)
-    km = kernel_manager(spec, job, cgroup.procs if cgroup else None)
+        name = f"shapes-{os.getpid()}-{job.name}"
+        cgroup = Cgroup.make(name, limits.memory_bytes, limits.processes)
+    km = kernel_manager(spec, job, cgroup.procs if cgroup else [])
     client = grading_client(nb, spec, km, memory_watched=cgroup is None)
     start = time.perf_counter()
     try:
@@ -135,7 +137,7 @@ def run_job(job: Path) -> tuple[Outcome, int | None]:
         outcome.memory, outcome.memory_peak = "watched", seen.memory_peak
         outcome.memory_over = seen.memory_over
     if cgroup is not None:
-        outcome.memory, outcome.memory_peak = "cgroup", cgroup.peak()
+        outcome.memory, outcome.memory_peak = cgroup.version, cgroup.peak()
         outcome.memory_kills = cgroup.oom_kills()
     nbformat.write(nb, str(job / "out.ipynb"))
     if cgroup is not None:

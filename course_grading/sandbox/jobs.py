@@ -89,8 +89,8 @@ class Outcome:
     wall_stopped: list[int] = field(default_factory=list)  # cells stopped by the wall backstop
     refused: list[int] = field(default_factory=list)  # cells whose output was over the cap
     cpu_seconds: float = 0.0  # CPU time the whole sandbox used
-    memory: str = ""  # how the sandbox's memory was bounded: "cgroup" or "watched"
-    memory_peak: int = 0  # the most it held at once (bytes; cgroup) or had resident (watched)
+    memory: str = ""  # how the sandbox's memory was bounded: "cgroup v2", "cgroup v1", "watched"
+    memory_peak: int = 0  # the most it held at once, processes and tmpfs pages (bytes)
     memory_kills: int = 0  # processes killed at its memory limit
     memory_over: int = 0  # watched: most samples in a row over the limit (the bound's looseness)
     grader_rss: int = 0  # the worker's own peak resident memory so far (bytes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,9 @@ class GivenSpecKernelManager(AsyncKernelManager):
         return client
 
 
-def kernel_manager(spec: JobSpec, job: Path, cgroup_procs: Path | None) -> GivenSpecKernelManager:
+def kernel_manager(
+    spec: JobSpec, job: Path, cgroup_procs: Sequence[Path]
+) -> GivenSpecKernelManager:
     """The manager of ``job``'s kernel: sandboxed as ``spec`` says, or not.
 
     Either way the kernel talks over IPC sockets in ``job/runtime`` (TCP could not cross the
@@ -102,8 +105,8 @@ def kernel_manager(spec: JobSpec, job: Path, cgroup_procs: Path | None) -> Given
         spec: the job's spec (sandboxed or not, bwrap's path, the slot's uid, the limits).
         job: the job's folder, holding ``stage/`` (what the kernel may see) and ``runtime/``
             (the connection file and, unsandboxed, the sockets).
-        cgroup_procs: the ``cgroup.procs`` file of the sandbox's memory cgroup, joined before
-            bwrap starts; ``None`` when there is none (or no sandbox).
+        cgroup_procs: the ``cgroup.procs`` files of the sandbox's cgroup, joined before bwrap
+            starts; none when there is none (or no sandbox).
 
     Returns:
         The manager, not started.

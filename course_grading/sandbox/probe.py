@@ -4,8 +4,9 @@ The kernel is asked what it can see and reach: the job folder, the work course, 
 submissions, the course's ``solutions/`` and the grader's own package folders must not exist for
 it, ``course_grading`` must not be importable, the venv must be read-only, a port this process
 listens on must be unreachable, it must be pid 2 of a PID namespace holding nothing else, run as
-its slot's uid, with ``/dev`` read-only, its tmpfs folders no larger than their limits, and its
-resource limits in force. If one check fails, the job's result says which (``SandboxBroken``) and
+its slot's uid under the seccomp filter and unable to make a user namespace (``seccomp.py``),
+with ``/dev`` read-only, its tmpfs folders no larger than their limits, and its resource limits
+in force. If one check fails, the job's result says which (``SandboxBroken``) and
 the grader stops: there is no silent fallback.
 
 The port check is decided on the grader's side: the kernel sends a random token down any
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 PROBE = """
 def _shapes_probe(hidden, venv, port, token, folders):
-    import base64, importlib, json, os, resource, socket
+    import base64, ctypes, importlib, json, os, resource, socket
     def importable(name):
         try:
             importlib.import_module(name)
@@ -59,6 +60,12 @@ def _shapes_probe(hidden, venv, port, token, folders):
         network = False
     finally:
         probe.close()
+    unshare = ctypes.CDLL(None, use_errno=True).unshare
+    child = os.fork()
+    if child == 0:  # a user namespace of its own, tried in a child the kernel throws away
+        os._exit(0 if unshare(0x10000000) == 0 else 1)
+    userns = os.waitpid(child, 0)[1] == 0
+    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     sizes = {}
     for folder in folders:
         try:
@@ -71,6 +78,7 @@ def _shapes_probe(hidden, venv, port, token, folders):
         "uid": os.getuid(), "pid": os.getpid(),
         "processes_seen": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
         "grader_importable": importable("course_grading"),
+        "userns": userns, "seccomp": status.get("Seccomp", "").strip(),
         "dev_readonly": bool(os.statvfs("/dev").f_flag & os.ST_RDONLY),
         "sizes": sizes,
         "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
@@ -223,6 +231,8 @@ def probe_failure(probe: dict | None, spec: JobSpec) -> str:
         (probe["venv_writable"], "the kernel can write to the venv"),
         (probe.get("reached_host"), "the kernel can reach a port on the host's 127.0.0.1"),
         (probe["network"], "the kernel can connect to a port on 127.0.0.1"),
+        (probe.get("userns", True), "the kernel can make a user namespace of its own"),
+        (probe.get("seccomp") != "2", "the kernel runs without the sandbox's seccomp filter"),
         (probe["pid"] != 2, f"the kernel is pid {probe['pid']}, not 2 of its own namespace"),
         (probe["processes_seen"] != [1, 2], f"the kernel sees pids {probe['processes_seen'][:5]}"),
         (probe["uid"] != spec.uid, f"the kernel runs as uid {probe['uid']}, not {spec.uid}"),

@@ -36,6 +36,12 @@ class Usage:
     rss: int = 0  # bytes resident, summed over live processes
     pids: list[int] = field(default_factory=list)  # every process of the tree, zombies too
     resident: dict[int, int] = field(default_factory=dict)  # live pid -> its resident bytes
+    tmpfs: int = 0  # bytes in the sandbox's tmpfs folders (``tmpfs_bytes``), when counted
+
+    @property
+    def memory(self) -> int:
+        """Resident and tmpfs bytes together: what a watch holds to the memory limit."""
+        return self.rss + self.tmpfs
 
 
 def become_subreaper() -> None:
@@ -142,6 +148,69 @@ def usage(root: int) -> Usage:
             found.rss += rss
             found.resident[pid] = rss
     return found
+
+
+def _mounts(mountinfo: Path) -> list[tuple[list[str], str]]:
+    """Each mount of a mount table: its fields before the separator, and its file system type."""
+    found = []
+    for line in mountinfo.read_text().splitlines():
+        before, _, after = line.partition(" - ")
+        fields, kind = before.split(), after.split()
+        if len(fields) >= 5 and kind:
+            found.append((fields, kind[0]))
+    return found
+
+
+def tmpfs_bytes(init: int | None) -> int:
+    """What the tmpfs folders of the sandbox whose init is ``init`` hold now (bytes).
+
+    A tmpfs page is memory no process need map, so a watch that sums resident memory adds
+    these. Read from the sandbox's own mount table (``/proc/<init>/mountinfo``), each folder
+    measured through ``/proc/<init>/root``; a sandbox can mount no tmpfs of its own (no new
+    mount or user namespace: ``seccomp.py``), so these are its fixed, size-limited ones (a
+    host tmpfs bound in, known by its device, is not counted).
+
+    Args:
+        init: the host pid of the sandbox's init; ``None``: none yet (0 bytes).
+
+    Returns:
+        The bytes in use over every tmpfs mount of the sandbox; 0 once it has ended.
+    """
+    if init is None:
+        return 0
+    try:
+        ours = {fields[2] for fields, _ in _mounts(Path("/proc/self/mountinfo"))}
+        theirs = _mounts(Path(f"/proc/{init}/mountinfo"))
+    except OSError:
+        return 0
+    used = 0
+    for fields, kind in theirs:
+        if kind != "tmpfs" or fields[2] in ours:  # a host tmpfs bound in is not the sandbox's
+            continue
+        try:
+            found = os.statvfs(f"/proc/{init}/root{fields[4]}")
+        except OSError:
+            continue
+        used += (found.f_blocks - found.f_bfree) * found.f_frsize
+    return used
+
+
+def sandbox_usage(root: int, init: int | None, watched: object) -> tuple[Usage, int | None]:
+    """:func:`usage` of a sandbox, with its tmpfs pages when its memory is ``watched``.
+
+    Args:
+        root: the launched process (bwrap): the tree's top.
+        init: the sandbox's init if known, else ``None`` (looked for among ``root``'s children).
+        watched: the memory limit the caller holds the sandbox to; ``None``: tmpfs not counted.
+
+    Returns:
+        The usage (its ``tmpfs`` set when watched) and the sandbox's init, found or not yet.
+    """
+    used = usage(root)
+    if watched is not None:
+        init = init or namespace_init(root)
+        used.tmpfs = tmpfs_bytes(init)
+    return used, init
 
 
 def kill(pids: Iterable[int]) -> int:

@@ -8,13 +8,14 @@ than the cell's limit: every process but the kernel is killed (what the cell sta
 kernel is interrupted. The wall clock stays, as a generous backstop (``JobSpec.wall_factor`` ×
 the limit, nbclient's own timeout) for a cell that sleeps or waits without using the CPU.
 
-Memory: where the sandbox has no memory cgroup (``cgroup.py``), the watch sums its processes'
-resident memory and, over ``memory_bytes``, kills its largest processes, largest first (the
-kernel itself if it is the largest), until what is left is within the limit: one sample, not
-one kill a sample, so four processes that each allocate 900 MiB between two samples are over a
-2 GiB limit for one sample, not three. The bound is loose by what the sandbox can allocate
-between two samples (``Watched.memory_over`` counts the samples over it in a row), and tmpfs
-pages are not resident memory (they are bounded by the tmpfs sizes instead).
+Memory: where the sandbox has no cgroup (``cgroup.py``), the watch sums its processes' resident
+memory and the pages of its tmpfs folders (``processes.tmpfs_bytes``: memory no process need
+map) and, over ``memory_bytes``, kills its largest processes, largest first (the kernel itself
+if it is the largest), until what is left is within the limit: one sample, not one kill a
+sample, so four processes that each allocate 900 MiB between two samples are over a 2 GiB limit
+for one sample, not three. The bound is loose by what the sandbox can allocate between two
+samples (``Watched.memory_over`` counts the samples over it in a row); a tmpfs page a process
+maps is counted twice (resident, and in its folder), so the sum errs high, never low.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Watched:
 
     cpu_stopped: list[int] = field(default_factory=list)  # cells stopped at their CPU limit
     memory_kills: int = 0  # processes killed over the memory limit (no cgroup)
-    memory_peak: int = 0  # most resident memory seen at once (bytes)
+    memory_peak: int = 0  # most resident and tmpfs memory seen at once (bytes)
     memory_over: int = 0  # most samples in a row over the memory limit
     cpu_seconds: float = 0.0  # CPU time of the whole sandbox, last sample
     left_running: int = 0  # processes besides the kernel alive after the last cell
@@ -68,6 +69,7 @@ class Watch:
         self.interrupt = interrupt
         self.seen = Watched()
         self._cell: tuple[int, float, float] | None = None  # index, limit, CPU at its start
+        self._init: int | None = None  # the sandbox's init, once bwrap has made it
         self._task: asyncio.Task | None = None
         self._over = 0  # samples in a row over the memory limit, so far
 
@@ -106,9 +108,9 @@ class Watch:
 
     async def _run(self) -> None:
         while True:
-            used = processes.usage(self.root)
+            used, self._init = processes.sandbox_usage(self.root, self._init, self.memory_bytes)
             self.seen.cpu_seconds = used.cpu
-            self.seen.memory_peak = max(self.seen.memory_peak, used.rss)
+            self.seen.memory_peak = max(self.seen.memory_peak, used.memory)
             self._over = self._over + 1 if self._is_over(used) else 0
             self.seen.memory_over = max(self.seen.memory_over, self._over)
             if self._over:
@@ -123,7 +125,7 @@ class Watch:
             await asyncio.sleep(PERIOD)
 
     def _is_over(self, used: processes.Usage) -> bool:
-        return self.memory_bytes is not None and used.rss > self.memory_bytes
+        return self.memory_bytes is not None and used.memory > self.memory_bytes
 
     def finish(self) -> Watched:
         """Stop sampling; count what is still running besides the kernel.
@@ -152,16 +154,17 @@ def over_limit(used: processes.Usage, limit: int | None) -> list[int]:
     """The processes to kill so that what is left of a sample is within the memory limit.
 
     Args:
-        used: one sample of the sandbox (``processes.usage``).
+        used: one sample of the sandbox (``processes.usage``, its ``tmpfs`` set).
         limit: the sandbox's memory in bytes (``None``: no limit, nothing to kill).
 
     Returns:
-        Live pids, largest first, whose resident memory brings the sum to ``limit`` or below;
-        empty when the sample is within it.
+        Live pids, largest first, whose resident memory brings the sum (tmpfs pages included,
+        which no kill frees: every process goes if they alone are over) to ``limit`` or
+        below; empty when the sample is within it.
     """
     if limit is None:
         return []
-    left, chosen = used.rss, []
+    left, chosen = used.memory, []
     for pid, rss in sorted(used.resident.items(), key=lambda kv: (-kv[1], kv[0])):
         if left <= limit:
             break

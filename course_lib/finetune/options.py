@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from .._checks import Checkpointing, one_of, positive_int
 from ..hf.arch import architecture
@@ -79,8 +80,12 @@ class Settings:
     reduce_dtype: object = None
     device: str = "cuda"
     experts: str = "grouped_mm"
+    modules_to_save: Targets = None
+    bnb_version: str | None = None
+    reentrant: bool = False
+    sub_group_size: int | None = None
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         """The settings by name (what the JSON and the lesson show).
 
         Returns:
@@ -130,6 +135,21 @@ def attention(config: dict, seq_len: int, attn_impl: str | None) -> tuple[str, s
            f"its sliding window ({min(short):,} tokens) is not longer than the rows")  # fmt: skip
     return "eager", (f"eager attention: {why}, which sdpa cannot run (transformers' advice for "
                      "training; --attention flash with FlashAttention-2 installed)")  # fmt: skip
+
+
+def _qlora(extra: dict[str, object]) -> list[str]:
+    """What a QLoRA plan assumes that the caller did not say.
+
+    Raises:
+        ValueError: other quantised weights than NF4.
+    """
+    if extra.get("weights", "nf4") != "nf4":
+        raise ValueError(f"finetune='qlora' is NF4 weights; weights={extra['weights']!r} is "
+                         "another recipe: finetune='lora' with it")  # fmt: skip
+    said = [] if "double_quant" in extra else ["double quantisation (the QLoRA paper's)"]
+    if "kbit_prepare" not in extra:
+        said.append("prepare_model_for_kbit_training (the other weights in fp32)")
+    return ["QLoRA: NF4 weights, " + ", ".join(said)] if said else []
 
 
 def settings(
@@ -182,8 +202,7 @@ def settings(
                            f"{arch.model_type} (--lora-targets to change)")  # fmt: skip
     if run.finetune == "qlora":
         s.weights, s.double_quant = "nf4", True
-        assumed.append("QLoRA: NF4 weights with double quantisation (the QLoRA paper's recipe), "
-                       "prepare_model_for_kbit_training (the other weights in fp32)")  # fmt: skip
+        assumed += _qlora(extra)
     if "foreach" not in extra and "fused" not in extra and run.optimizer == "adamw":
         s.fused = run.loop == "trainer"
         assumed.append("AdamW's step: fused, the Trainer's default (adamw_torch_fused)"

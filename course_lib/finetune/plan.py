@@ -18,6 +18,7 @@ from .._checks import Checkpointing
 from ..hf.arch import arch_parameter_count, architecture
 from ..hf.cards import CAPABILITY
 from ..hf.memory import HFMemory, trainable_parameters
+from ..hf.speed import CARD_SPEED, MATMUL_UTILISATION, StepTime, step_seconds
 from ..units import table
 from .options import Settings
 from .predictor import Predictor
@@ -46,6 +47,8 @@ class FinetunePlan:
     predictor: Predictor = field(repr=False)
     finetune: str = "lora"
     max_micro_batch_by_mode: dict[Checkpointing, int] = field(default_factory=dict)
+    # the same at the device band's low end (the typical reserve and context)
+    max_micro_batch_low_by_mode: dict[Checkpointing, int] = field(default_factory=dict)
     checkpointing: Checkpointing = "off"
     micro_batch: int = 0
     grad_accum_steps: int = 0
@@ -55,6 +58,12 @@ class FinetunePlan:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list, repr=False)  # the table's rows
+    call: dict = field(default_factory=dict, repr=False)  # the keywords it was planned with
+    advice: list[dict] = field(default_factory=list)  # changes that make it fit (verdict.py)
+    # "fits", "may not fit" (fits at the device band's low end only), "does not fit"
+    verdict: str = ""
+    dataset_size: int | None = None  # training examples (packed: documents), for the epoch
+    utilisation: float = MATMUL_UTILISATION  # the share of the card's peak the matmuls reach
 
     def __post_init__(self) -> None:
         """The kind of fine-tune, read off the settings."""
@@ -195,6 +204,12 @@ class FinetunePlan:
         return self.max_micro_batch_by_mode.get(self.checkpointing) if self.searched else None
 
     @property
+    def max_micro_batch_low(self) -> int | None:
+        """The largest micro-batch that fits at the device band's low end, with the plan's
+        checkpointing (``None``: the plan predicted a given micro-batch)."""
+        return self.max_micro_batch_low_by_mode.get(self.checkpointing) if self.searched else None
+
+    @property
     def effective_batch_size(self) -> int:
         """Rows per optimiser step, over every device."""
         return self.micro_batch * self.grad_accum_steps * self.devices
@@ -204,6 +219,46 @@ class FinetunePlan:
         """Tokens per optimiser step, over every device (packed rows: the expected fill)."""
         per_row = self.predictor.tokens_per_row()
         return round(self.effective_batch_size * per_row)
+
+    @property
+    def step_time(self) -> StepTime | None:
+        """Seconds of one optimiser step on one device and what they are made of
+        (:func:`course_lib.hf.speed.step_seconds`, on the expected micro-batch when packing);
+        ``None`` without a plan or without a shipped card's published peak."""
+        if not self.micro_batch or not self.card or self.card not in CARD_SPEED:
+            return None
+        m = self.predictor(self.checkpointing, self.micro_batch, expected=True)
+        return step_seconds(m.step.flops, self.card, self.grad_accum_steps,
+                            self.gradients, self.utilisation, self.dtype)  # fmt: skip
+
+    @property
+    def recompute_factor(self) -> float:
+        """The operations of a checkpointed step over those of the same step without
+        checkpointing (one row: every layer's forward again)."""
+        f = self.predictor("blocks", 1).step.flops
+        ops = {k: v for k, v in f.items() if not k.endswith("@written")}
+        done = sum(v for k, v in ops.items() if not k.startswith("recompute"))
+        return sum(ops.values()) / done if done else 1.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens a second over every device (0.0 without a time)."""
+        t = self.step_time
+        return self.tokens_per_step / t.total if t else 0.0
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Optimiser steps in one pass over ``dataset_size`` examples (``None``: no size)."""
+        if not self.dataset_size or not self.micro_batch:
+            return None
+        per_step = self.effective_batch_size * self.predictor.documents_per_row()
+        return -(-self.dataset_size // max(1, int(per_step)))
+
+    @property
+    def epoch_seconds(self) -> float | None:
+        """Seconds of one epoch (``None``: no size or no time)."""
+        t, steps = self.step_time, self.steps_per_epoch
+        return t.total * steps if t and steps else None
 
     def choose(self, mode: Checkpointing, rows: int, searched: bool) -> None:
         """Fix the plan at ``rows`` rows with checkpointing ``mode``.
@@ -271,9 +326,28 @@ class FinetunePlan:
             "effective_batch_size": self.effective_batch_size,
             "tokens_per_step": self.tokens_per_step, "target_tokens": self.target_tokens,
             "checkpointing": self.checkpointing, "paged_bytes": m.paged_bytes,
+            "verdict": self.verdict, "max_micro_batch_low": self.max_micro_batch_low,
+            # what the verdict is about: the plan, or when nothing fits for sure, one row
+            "verdict_micro_batch": m.step.batch_size, "verdict_peak_bytes": m.peak_bytes,
+            "verdict_band": [m.device_bytes_low, m.device_bytes],
+            "verdict_components": dict(m.at_peak),
+            "max_micro_batch_low_by_mode": dict(self.max_micro_batch_low_by_mode),
+            "advice": [dict(a) for a in self.advice], "settings": self.settings.as_dict(),
+            **self._time_dict(),
             "assumed": list(self.assumed), "notes": list(self.notes),
             "warnings": list(self.warnings),
         }  # fmt: skip
+
+    def _time_dict(self) -> dict[str, object]:
+        """The time's part of :meth:`to_dict` (zeros and ``None`` without a time)."""
+        t = self.step_time
+        return {"step_seconds": t.total if t else None,
+                "step_seconds_by_part": {"compute": t.compute, "memory": t.memory,
+                                         "optimizer": t.optimizer} if t else {},
+                "flops_per_step": dict(t.flops) if t else {},
+                "tokens_per_second": self.tokens_per_second, "utilisation": self.utilisation,
+                "dataset_size": self.dataset_size, "steps_per_epoch": self.steps_per_epoch,
+                "epoch_seconds": self.epoch_seconds}  # fmt: skip
 
     @property
     def why_micro_batch(self) -> str:
@@ -289,8 +363,9 @@ class FinetunePlan:
                     "more")  # fmt: skip
         more = self.max_micro_batch_by_mode.get(other, 0)
         if self.checkpointing == "off" and more > top:
-            return (f"checkpointing is off because one row fits without it (recomputing costs "
-                    f"about 1.3x the time per step); with it {more} rows would fit")  # fmt: skip
+            return (f"checkpointing is off because one row fits without it (recomputing runs "
+                    f"{self.recompute_factor:.2f}x the operations a step); with it {more} rows "
+                    "would fit")  # fmt: skip
         return ""
 
     def capability(self) -> tuple[int, int] | None:

@@ -78,18 +78,14 @@ class Predictor:
     def _predict(
         self, mode: Checkpointing, batch: int, seq_len: int, documents: int | None
     ) -> HFMemory:
-        s = self.settings
         return predict_hf_memory(
-            self.config, batch, seq_len, lora_rank=s.lora_rank, dtype=s.dtype,
-            optimizer=s.optimizer, foreach=s.foreach, devices=s.devices, sharding=s.sharding,
-            offload=s.offload, double_quant=s.double_quant, card=s.card, fused=s.fused,
-            master_weights=s.master_weights, reduce_dtype=s.reduce_dtype,
-            workload=s.workload, allocator=s.allocator, attn_impl=s.attn_impl,
-            checkpointing=mode, lora_targets=s.lora_targets, lora_dropout=s.lora_dropout,
-            adapter_dtype=s.adapter_dtype, weights=s.weights, kbit_prepare=s.kbit_prepare,
-            loss=s.loss, loop=s.loop, device=s.device, checkpoint_every=s.checkpoint_every,
-            experts=s.experts, documents=documents,
-        )  # fmt: skip
+            self.config,
+            batch,
+            seq_len,
+            checkpointing=mode,
+            documents=documents,
+            **self.settings.as_dict(),
+        )
 
     def shape(self, rows: int, expected: bool = False) -> tuple[int, int, int]:
         """``(rows, seq_len, documents per row)`` of a micro-batch of ``rows`` rows.
@@ -105,6 +101,16 @@ class Predictor:
             return rows, self.seq_len, 1
         worst, mean, _ = self.packed.shapes(rows, self.settings.attn_impl == "flash")
         return mean if expected else worst
+
+    def documents_per_row(self) -> float:
+        """Examples a row holds (packed: on average; padding-free and unpacked: one).
+
+        Returns:
+            Documents per row.
+        """
+        if self.packed is None or self.packed.capacity is None:
+            return 1.0
+        return float(self.packed.counts.mean())
 
     def tokens_per_row(self) -> float:
         """Tokens a row holds (packed: on average; padding-free: a document, on average).

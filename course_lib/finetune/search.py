@@ -19,6 +19,8 @@ from .options import MODES, Run, Targets, packing_mode, settings
 from .plan import FinetunePlan
 from .predictor import Lengths, Predictor
 from .text import describe
+from .verdict import advise as advice_for
+from .verdict import verdict_of
 
 MAX_ROWS = 10**9  # the search's cap: no plan needs a micro-batch of a billion rows
 
@@ -65,6 +67,8 @@ def plan_finetune(
     target_tokens: int | None = None,
     gpu_memory: int | str | None = None,
     allocator: str = "default",
+    dataset_size: int | None = None,
+    utilisation: float | None = None,
     **memory_kwargs: object,
 ) -> FinetunePlan:
     """Plan a fine-tune of ``model`` on one card (per device, with ``devices`` of them).
@@ -104,6 +108,9 @@ def plan_finetune(
         gpu_memory: the old name of ``memory_budget`` (deprecated).
         allocator: ``"default"`` or ``"expandable"`` (``PYTORCH_CUDA_ALLOC_CONF=
             expandable_segments:True``): which measured reserve the device band takes.
+        dataset_size: training examples (packed: documents), for the time of an epoch.
+        utilisation: the share of the card's dense peak the matmuls reach, for the time
+            (default: :data:`course_lib.hf.speed.MATMUL_UTILISATION`).
         **memory_kwargs: more of :func:`~course_lib.hf.memory.predict_hf_memory`'s settings
             (``weights``, ``double_quant``, ``kbit_prepare``, ``adapter_dtype``,
             ``lora_dropout``, ``foreach``, ``fused``, ``offload``, ...).
@@ -116,21 +123,52 @@ def plan_finetune(
         ValueError: a bad value, naming it.
     """
     budget, card = _budget(memory_budget, gpu_memory, gpu)
+    call = dict(model=model, memory_budget=budget, seq_len=seq_len, gpu=card, dtype=dtype,
+                finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
+                optimizer=optimizer, attn_impl=attn_impl, loss=loss, loop=loop, packing=packing,
+                lengths=lengths, devices=devices, sharding=sharding, checkpointing=checkpointing,
+                checkpoint_every=checkpoint_every, micro_batch=micro_batch,
+                target_tokens=target_tokens, allocator=allocator, dataset_size=dataset_size,
+                utilisation=utilisation, **memory_kwargs)  # fmt: skip
+    return _plan(call)
+
+
+def _plan(call: dict, advise: bool = True) -> FinetunePlan:
+    """:func:`plan_finetune` on its keywords, the budget in bytes and the card's name checked
+    (``advise``: when the answer is not "fits", plan each change of
+    :data:`~course_lib.finetune.verdict.ADVICE` too)."""
+    kw = dict(call)
+    model, budget, seq_len, card = (kw.pop(k) for k in ("model", "memory_budget", "seq_len",
+                                                        "gpu"))  # fmt: skip
     label, config = resolve_model(model)
     if seq_len is None:
         raise ValueError("seq_len is required: the tokens in a row (the longest)")
     positive_int("seq_len", seq_len)
+    checkpointing, micro_batch = kw.pop("checkpointing"), kw.pop("micro_batch")
     fixed = None if checkpointing is None else checkpointing_mode(checkpointing)
-    mode = packing_mode(packing)
-    run = Run(finetune, lora_rank, lora_targets, optimizer, loss, loop, devices, sharding,
-              checkpoint_every, target_tokens, allocator, mode)  # fmt: skip
-    s, assumed = settings(config, seq_len, dtype, attn_impl, card, run, dict(memory_kwargs))
+    mode = packing_mode(kw.pop("packing"))
+    names = ("finetune", "lora_rank", "lora_targets", "optimizer", "loss", "loop", "devices",
+             "sharding", "checkpoint_every", "target_tokens", "allocator")  # fmt: skip
+    run = Run(**{n: kw.pop(n) for n in names}, packing=mode)
+    dtype, attn_impl, lengths = kw.pop("dtype"), kw.pop("attn_impl"), kw.pop("lengths")
+    size, share = kw.pop("dataset_size"), kw.pop("utilisation")
+    s, assumed = settings(config, seq_len, dtype, attn_impl, card, run, kw)
     pred = Predictor(config, seq_len, s, mode, lengths)
-    p = FinetunePlan(label, config, seq_len, budget, card, target_tokens, s, assumed, pred)
+    p = FinetunePlan(label, config, seq_len, budget, card, run.target_tokens, s, assumed, pred)
+    p.call = call
+    if size is not None:
+        p.dataset_size = positive_int("dataset_size", size)
+    if share is not None:
+        if not 0 < float(share) <= 1:
+            raise ValueError(f"utilisation={share!r} must be in (0, 1]: a share of the peak")
+        p.utilisation = float(share)
     if micro_batch is not None:
         _predict_one(p, positive_int("micro_batch", micro_batch), fixed)
     else:
         _search(p, fixed)
+    p.verdict = verdict_of(p)
+    if advise:
+        p.advice = advice_for(p, _plan)
     describe(p)
     return p
 
@@ -175,6 +213,12 @@ def _search(p: FinetunePlan, fixed: Checkpointing | None) -> None:
 
         found[mode] = _largest(need, p.memory_budget, found.get("off", 0))
     p.max_micro_batch_by_mode = found
+    for mode in found:  # the band's low end: at least as many rows as at its top
+
+        def low(rows: int, m: Checkpointing = mode) -> int:
+            return p.predictor(m, rows).device_bytes_low
+
+        p.max_micro_batch_low_by_mode[mode] = _largest(low, p.memory_budget, found[mode])
     mode = fixed or ("off" if found["off"] else "blocks")
     p.choose(mode, _accumulate(p, found[mode]) if found[mode] else 1, searched=True)
 

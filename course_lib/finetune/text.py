@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..hf.arch import architecture
 from ..hf.cards import HOPPER_CONTEXT, device_band
 from ..hf.memory import HFMemory
+from ..hf.speed import CARD_SPEED
 from ..units import format_bytes as fb
 from .plan import FinetunePlan
 
@@ -50,19 +51,34 @@ def rows(p: FinetunePlan) -> list[tuple[str, str]]:
     out.append(("one more row", f"+{fb(per_row['off'])} without checkpointing, "
                 f"+{fb(per_row['blocks'])} with (the allocated peak)"))  # fmt: skip
     if p.searched:
-        fits = p.max_micro_batch_by_mode
-        out.append(
-            (
-                "largest micro-batch",
-                ", ".join(
-                    f"{fits[k]} {'with' if k == 'blocks' else 'without'} checkpointing"
-                    for k in fits
-                ),
-            )
-        )
+        top, low = p.max_micro_batch_by_mode, p.max_micro_batch_low_by_mode
+        out.append(("largest micro-batch", "; ".join(
+            f"{'with' if k == 'blocks' else 'without'} checkpointing {top[k]} at the device "
+            f"band's top, {low.get(k, top[k])} at its low end" for k in top)))  # fmt: skip
+    out.append(("verdict", _verdict(p)))
     if not p.micro_batch:
-        return out + [("plan", "nothing fits (see the warning)")]
+        return out + [("plan", "nothing fits for sure (see the verdict and the warning)")]
     return out + _choice(p)
+
+
+def _verdict(p: FinetunePlan) -> str:
+    """The verdict in words: how sure, the band, and what would change the answer."""
+    m = p._any
+    rows = p.micro_batch or (m.step.batch_size if p.memory else 1)
+    band = (
+        f"micro-batch {rows} needs {fb(m.device_bytes_low)} to {fb(m.device_bytes)} on the "
+        f"device (the band's low end and top), the card has {fb(p.memory_budget)}"
+    )
+    text = {
+        "fits": f"fits: {band}",
+        "may not fit": f"may not fit (fits at the band's low end): {band}; with the typical "
+                       "reserve it fits, with the worst measured it does not",
+        "does not fit": f"does not fit: {band}",
+    }[p.verdict]  # fmt: skip
+    if p.advice:
+        text += "; it fits with " + "; or with ".join(
+            f"{a['flag']} (micro-batch {a['micro_batch']})" for a in p.advice)  # fmt: skip
+    return text
 
 
 def _tuning(p: FinetunePlan) -> str:
@@ -122,7 +138,38 @@ def _choice(p: FinetunePlan) -> list[tuple[str, str]]:
     ]  # fmt: skip
     if p.why_micro_batch:
         out.insert(1, ("why", p.why_micro_batch))
+    return out + _time(p)
+
+
+def _time(p: FinetunePlan) -> list[tuple[str, str]]:
+    """The time rows: a step, tokens a second, an epoch (:mod:`course_lib.hf.speed`)."""
+    t = p.step_time
+    if t is None:
+        return []
+    half, single, bandwidth = CARD_SPEED[p.card or ""]
+    f = t.flops
+    work = ", ".join(f"{k} {f[k] / 1e12:,.0f}" for k in ("forward", "backward", "recompute")
+                     if f.get(k))  # fmt: skip
+    out = [("time per step", f"{t.total:,.2f} s on one {p.card}: {work} TFLOP at "
+            f"{p.utilisation:.0%} of its {half:g} TFLOPS ({t.compute:,.2f} s), memory-bound "
+            f"kernels at {bandwidth:,.0f} GB/s ({t.memory:,.2f} s), the optimiser "
+            f"({t.optimizer:,.3f} s)"),
+           ("tokens per second", f"{p.tokens_per_second:,.0f}" + (
+               f" over {p.devices} devices (each its own step; their communication is not "
+               "counted)" if p.devices > 1 else ""))]  # fmt: skip
+    if p.epoch_seconds is not None:
+        out.append(("time per epoch", f"{_duration(p.epoch_seconds)}: {p.steps_per_epoch:,} "
+                                      f"steps over {p.dataset_size:,} examples"))  # fmt: skip
     return out
+
+
+def _duration(seconds: float) -> str:
+    """``1 h 23 min``, ``4 min 05 s`` or ``12.3 s``."""
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{seconds:.1f} s"
 
 
 def describe(p: FinetunePlan) -> None:
@@ -164,7 +211,7 @@ def warn(p: FinetunePlan) -> None:
         p.warnings.append(
             f"one row of {p.seq_len:,} tokens does not fit without activation checkpointing "
             f"(it needs {fb(one['off'].device_bytes)} on the device), so the plan turns it on: "
-            "every layer's forward runs twice, about 1.3x the time per step"
+            f"every layer's forward runs twice, {p.recompute_factor:.2f}x the operations a step"
         )
 
 

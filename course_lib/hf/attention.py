@@ -20,6 +20,7 @@ class AttentionOps:
     B: int
     T: int
     b: int
+    compute_b: int
     cuda: bool
     half: bool
     # the Ops methods these recipes call (defined on Ops, the class that mixes this in)
@@ -90,6 +91,15 @@ class AttentionOps:
         del src
         return out
 
+    def _attention_flops(self, H: int, d: int, parts: int, b: int = 0) -> None:
+        """A fused attention kernel's operations: ``q @ k.T`` and ``p @ v``, ``2 x B x H x T**2
+        x d`` each, over ``1 / parts`` of the score blocks it computes (a causal kernel skips
+        the masked half); its backward computes the scores again and four products: 2.5 times
+        the forward (FlashAttention-2's paper, section 3.2). Whole numbers, so a step read off
+        its line (:mod:`~course_lib.hf.scaling`) counts them exactly."""
+        forward = 4 * self.B * H * self.T**2 * d // parts
+        self.tape.count(forward, 5 * forward // 2, b or self.b)
+
     def sdpa(self, where: str, comp: str, q: int, k: int, v: int, H: int, K: int, d: int) -> int:
         """``scaled_dot_product_attention(is_causal=True)`` on the CPU's fused flash kernel, with
         ``H`` query and ``K`` key/value heads of ``d`` (grouped-query attention natively:
@@ -113,6 +123,7 @@ class AttentionOps:
         program = self._dx(N * H * d * b, 0) + self._dx(N * K * d * b, 1)
         program += self._dx(N * K * d * b, 2)
         outs = [N * H * d * b, self.N * H * FP32]
+        self._attention_flops(H, d, 2)  # is_causal: the fused kernels skip the masked half
         out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1"), program)
         t.drop(lse)
         return out
@@ -144,6 +155,7 @@ class AttentionOps:
         n = N * H * d * b
         program = self._dx(n, 0) + self._dx(n, 1) + self._dx(n, 2)
         outs = [n, N * H * FP32]
+        self._attention_flops(H, d, 1)  # a dense mask: every block computed
         out, lse = t.op(where, comp, [q, k, v, mask], outs, (q, k, v, fmask, "out", "out1"),
                         program)  # fmt: skip
         t.drop(lse, fmask)
@@ -207,6 +219,9 @@ class AttentionOps:
             ("grad", 2, "v"),
         ]
         outs = [N * H * d * b, N * H * FP32]
+        # causal, within each document; FlashAttention-2 takes no fp32: transformers casts fp32
+        # queries, keys and values (kbit preparation's hidden states) to the compute dtype
+        self._attention_flops(H, d, 2 * max(1, documents), min(self.b, self.compute_b))
         out, lse = t.op(where, comp, [q, k, v], outs, (q, k, v, "out", "out1", rng), prog)
         t.drop(lse, rng)
         return out
@@ -248,7 +263,7 @@ class AttentionOps:
         n = N * H * d * b
         qc = self.copy(where, comp, q, n) if copy_q else q
         kc = self.copy(where, comp, k, n) if copy_kv else k
-        (scores,) = self._bmm(where, comp, qc, kc, S * b, n, n)
+        (scores,) = self._bmm(where, comp, qc, kc, S * b, n, n, 2 * S * d)
         t.drop(*([qc] if qc != q else []), *([kc] if kc != k else []))
         scaled = self.scale(where, comp, scores, S * b)
         t.drop(scores)
@@ -285,17 +300,20 @@ class AttentionOps:
         if probs != p32:
             t.drop(p32)
         vc = self.copy(where, comp, v, n) if copy_kv else v
-        (out,) = self._bmm(where, "attention_scores", probs, vc, n, S * b, n)
+        (out,) = self._bmm(where, "attention_scores", probs, vc, n, S * b, n, 2 * S * d)
         if vc != v:
             t.drop(vc)
         return out, probs
 
     def _bmm(
-        self, where: str, comp: str, x: int, y: int, out_bytes: int, nx: int, ny: int
-    ) -> list[int]:
-        """A batched matmul ``x @ y``: each input's gradient is made only if it needs one, and
-        each is saved only for the other's gradient (as autograd's ``BmmBackward0`` does)."""
+        self, where: str, comp: str, x: int, y: int, out_bytes: int, nx: int, ny: int,
+        flops: int = 0,
+    ) -> list[int]:  # fmt: skip
+        """A batched matmul ``x @ y`` of ``flops`` operations: each input's gradient is made
+        only if it needs one (as many operations again), and each is saved only for the other's
+        gradient (as autograd's ``BmmBackward0`` does)."""
         t = self.tape
+        t.count(flops, flops * (t.grad(x) + t.grad(y)), self.b)
         saves = tuple(v for v, other in ((x, y), (y, x)) if t.grad(other))
         prog = (self._dx(nx, 0) if t.grad(x) else []) + (self._dx(ny, 1) if t.grad(y) else [])
         return t.op(where, comp, [x, y], [out_bytes], saves, prog)

@@ -257,7 +257,8 @@ def lora_targets_for(
         arch: the model's :class:`~course_lib.hf.spec.Arch`.
         lora_targets: ``None`` (PEFT's default for the family, :func:`default_targets`),
             ``"all-linear"`` (every projection, :func:`lora_modules`), or a list (or a
-            comma-separated string) of PEFT module names.
+            comma-separated string) of PEFT module names, ``lm_head`` (the output layer) and
+            ``all-linear`` among them.
 
     Returns:
         The module names, each once, in the order given.
@@ -271,12 +272,61 @@ def lora_targets_for(
         return default_targets(arch)
     if lora_targets == "all-linear":
         return allowed
-    names = lora_targets.split(",") if isinstance(lora_targets, str) else list(lora_targets)
-    names = [n.strip() for n in names if n.strip()]
-    bad = [n for n in names if n not in allowed]
+    names = _names(lora_targets)
+    if "all-linear" in names:  # all-linear and more (the head): every projection, then those
+        names = [*allowed, *(n for n in names if n != "all-linear")]
+    bad = [n for n in names if n not in (*allowed, HEAD)]
     if bad or not names:
         raise ValueError(
             f"lora_targets {bad or names!r} are not projections of "
-            f"{arch.model_type}: choose from {', '.join(allowed)} or 'all-linear'"
+            f"{arch.model_type}: choose from {', '.join(allowed)}, {HEAD} (the output layer) "
+            "or 'all-linear'"
         )
     return tuple(dict.fromkeys(names))
+
+
+HEAD = "lm_head"  # the output layer's module name in every family
+
+
+def embedding_name(arch: Arch) -> str:
+    """The input embedding's module name (``embed_tokens``; GPT-2: ``wte``).
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+
+    Returns:
+        The name PEFT's ``modules_to_save`` takes for it.
+    """
+    return "wte" if arch.family == "gpt2" else "embed_tokens"
+
+
+def saved_modules(arch: Arch, names: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """PEFT's ``modules_to_save`` as the recipes read it: ``"embed"`` (a trainable copy of the
+    input embedding) and/or ``"head"`` (of the output layer), in that order.
+
+    Args:
+        arch: the model's :class:`~course_lib.hf.spec.Arch`.
+        names: module names (a list or a comma-separated string): the embedding's
+            (:func:`embedding_name`) and ``lm_head``; ``None`` or empty: none.
+
+    Returns:
+        ``()``, ``("embed",)``, ``("head",)`` or ``("embed", "head")``.
+
+    Raises:
+        ValueError: a name that is neither.
+    """
+    given = _names(names) if names else []
+    embed = embedding_name(arch)
+    bad = [n for n in given if n not in (embed, HEAD)]
+    if bad:
+        raise ValueError(
+            f"modules_to_save {bad!r}: the planner models a trainable copy of {embed} (the input "
+            f"embedding) and {HEAD} (the output layer) only"
+        )
+    return tuple(k for k, n in (("embed", embed), ("head", HEAD)) if n in given)
+
+
+def _names(value: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Module names from a list or a comma-separated string, stripped, empty ones dropped."""
+    names = value.split(",") if isinstance(value, str) else list(value)
+    return [n.strip() for n in names if n.strip()]

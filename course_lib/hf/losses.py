@@ -18,12 +18,16 @@ that one moment it counts ``N x C`` (and ``V x C``) twice: an over-estimate of a
 from __future__ import annotations
 
 from ..units import FP32, INT64
-from .ops import Ops
+from .families import HEAD
+from .ops import Adapters, Ops
 from .spec import Arch, StepSpec
 from .tape import LOSS
 
 
-def record_loss(ops: Ops, arch: Arch, spec: StepSpec, h: int, head: str, full: bool) -> None:
+def record_loss(
+    ops: Ops, arch: Arch, spec: StepSpec, h: int, head: str, full: bool,
+    ad: Adapters | None = None,
+) -> None:  # fmt: skip
     """Record the head and the loss on ``ops.tape`` from the final hidden state ``h``.
 
     Args:
@@ -32,14 +36,26 @@ def record_loss(ops: Ops, arch: Arch, spec: StepSpec, h: int, head: str, full: b
         spec: the step's :class:`~course_lib.hf.spec.StepSpec`.
         h: the final hidden state's id.
         head: the head's parameter name.
-        full: the base weights train (a full fine-tune).
+        full: the head's weight trains (a full fine-tune, or PEFT's ``modules_to_save``).
+        ad: the LoRA adapters (``lm_head`` among their targets: LoRA on the output layer).
+
+    Raises:
+        ValueError: LoRA on the head with the chunked loss (not modelled).
     """
     C, V = arch.hidden_size, arch.vocab_size
+    lora = ad(HEAD) if ad and HEAD in ad.targets else None  # only when named
     if spec.loss == "chunked":
+        if lora:
+            raise ValueError("LoRA on lm_head with the chunked loss is not modelled (the fused "
+                             "loss takes the head's weight, not PEFT's adapter): use "
+                             "loss='standard'")  # fmt: skip
         _chunked(ops, h, C, V, head, full)
         return
     t, N = ops.tape, ops.N
-    logits = ops.matmul("lm_head", LOSS, h, C, V, head, full, b=ops.head_b)
+    if lora:  # PEFT's Linear around the head: the sum in the adapter's wider dtype, cast back
+        logits = ops.linear("lm_head", LOSS, h, C, V, head, full, lora=lora, stored=False)
+    else:
+        logits = ops.matmul("lm_head", LOSS, h, C, V, head, full, b=ops.head_b)
     if arch.final_softcap:  # logits / cap; tanh (keeps its output); * cap
         nv = N * V * ops.head_b
         div = ops.scale("lm_head", LOSS, logits, nv)
@@ -104,6 +120,8 @@ def _chunked(ops: Ops, h: int, C: int, V: int, head: str, full: bool) -> None:
     loss_1d = t.tensor(N * FP32, False, LOSS, "fused loss: per-token loss")
     mask = t.tensor(N, False, LOSS, "fused loss: target mask")
     rows = chunk_rows(N, C, V)
+    # the head's logits and, in the same forward, the hidden states' (and head's) gradients
+    t.count(2 * N * C * V * (2 + full), 0, b)
     chunk = t.tensor(rows * V * b, False, LOSS, "fused loss: a chunk's logits")
     tmp = t.tensor(rows * C * b, False, LOSS, "fused loss: a chunk's input gradient")
     t.drop(chunk, tmp, mask)

@@ -21,15 +21,17 @@ from typing import Any
 from ..units import DTYPE_BYTES, dtype_name
 from .arch import Arch, architecture, layer_dims, parameter_dims, root_dims
 from .cards import Band, cublas_workspaces, device_band
-from .families import lora_targets_for
+from .families import HEAD, lora_targets_for, saved_modules
 from .predict import HFStepBreakdown, predict_hf_step
 from .states import (
+    DEEPSPEED_SUB_GROUP,
     Sharding,
     int8_bytes,
     nf4_bytes,
     optimizer_state_bytes,
     optimizer_step_bytes,
     paged_state_bytes,
+    zero3_step_bytes,
 )
 
 
@@ -115,7 +117,7 @@ def predict_hf_memory(
     sharding: str = "none", offload: bool = False, double_quant: bool = True,
     card: str | None = None, fused: bool = False, master_weights: object = None,
     reduce_dtype: object = None, workload: str = "fixed", allocator: str = "default",
-    **step_kwargs: Any,
+    sub_group_size: int | None = None, **step_kwargs: Any,
 ) -> HFMemory:  # fmt: skip
     """Peak bytes per device of one step of a fine-tune (module docstring).
 
@@ -149,6 +151,8 @@ def predict_hf_memory(
         workload: ``"fixed"`` rows, ``"varying"`` rows or ``"packing"``: which measured
             reserve the band takes (:mod:`~course_lib.hf.cards`).
         allocator: ``"default"`` or ``"expandable"`` (``expandable_segments:True``).
+        sub_group_size: ``"zero3"`` with ``"adamw-mixed"``: DeepSpeed's ``sub_group_size``,
+            the elements its step casts to fp32 at once (``None``: its default, 1e9).
         **step_kwargs: passed to :func:`predict_hf_step` (``attn_impl``, ``lora_targets``,
             ``weights``, ``loss``, ``loop``, ``device`` (default ``"cuda"``), ...).
 
@@ -171,39 +175,42 @@ def predict_hf_memory(
     master_b, reduce_b = _mixed_precision(master_weights, reduce_dtype, b, lora_rank, shard,
                                           optimizer, weights)  # fmt: skip
     stored = _stored_weights(arch, weights, 4 if upcast else b, master_b, double_quant, shard)
-    trainable, grad_b = _trainable(arch, lora_rank, master_b, step_kwargs)
-    mine = shard.state_shapes(trainable)
-    states = 0 if offload else optimizer_state_bytes(mine, optimizer, grad_b)
-    paged = 0 if offload else paged_state_bytes(mine, optimizer)
+    groups = _trained_groups(arch, lora_rank, master_b, 4 if upcast else b, step_kwargs)
+    mine = [(shard.state_shapes(dims), e) for dims, e in groups]
+    states, paged = _states(mine, optimizer, offload)
+    every = sum(r * k * e for dims, e in groups for r, k in dims)  # every trained gradient
     c = {"weights": stored,
-         "adapters": 0 if lora_rank is None else sum(shard.local(trainable)) * grad_b,
+         "adapters": 0 if lora_rank is None else sum(sum(shard.local(d)) * e for d, e in groups),
          "optimizer_state": states - paged,
-         "gradients": shard.gradients(trainable, grad_b), "activations": step.activations,
+         "gradients": sum(shard.gradients(dims, e) for dims, e in groups),
+         "activations": step.activations,
          "logits_and_loss": step.logits_and_loss, "transient": step.transient,
          "gathered": _gathered(arch, shard, b, b if lora_rank is None else 0,
                                _in_a_layers_backward(step.peak_at), reduce_b),
-         "optimizer_step": optimizer_step_bytes(mine, optimizer, grad_b, foreach, fused),
+         # torch.optim groups its tensors by dtype and steps one group at a time
+         "optimizer_step": _step_bytes(mine, optimizer, foreach, fused, shard, b,
+                                       sub_group_size),
          "cublas_workspaces": cublas_workspaces(card) if step.settings["device"] == "cuda" else 0,
          "batch": 2 * batch_size * seq_len * 8,  # input_ids and labels, int64
-         "ddp_buckets": shard.ddp_buckets(sum(r * k for r, k in trainable) * grad_b)}  # fmt: skip
+         "ddp_buckets": shard.ddp_buckets(every)}  # fmt: skip
     held = _held_by_plain_loop(step, arch, batch_size * seq_len, 4 if upcast else b)
     # the step counts the gradients it makes in the compute dtype (an adapter's in its own)
-    made_b = b if lora_rank is None else grad_b
+    made = every if lora_rank is not None else sum(r * k for r, k in groups[0][0]) * b
     # the device band at a peak: the reserve over what fragments (not what persists), context
     persistent = c["weights"] + c["adapters"] + c["optimizer_state"]
     band = partial(device_band, persistent=persistent, attn_impl=step.attn_impl, card=card,
                    workload=workload, allocator=allocator)  # fmt: skip
-    return _at_the_peak(c, step, trainable, made_b, held, offload, paged, band)
+    return _at_the_peak(c, step, made, held, offload, paged, band)
 
 
 def _at_the_peak(
-    c: dict[str, int], step: HFStepBreakdown, trainable: list[tuple[int, int]], grad_b: int,
-    held: int, offload: bool, paged: int, band: Callable[[int], Band],
+    c: dict[str, int], step: HFStepBreakdown, grads: int, held: int, offload: bool, paged: int,
+    band: Callable[[int], Band],
 ) -> HFMemory:  # fmt: skip
     """The larger of the two moments (module docstring), as :class:`HFMemory`, with the parts
-    of the moment that decides (``at_peak``, adding up to ``peak_bytes``) and ``band(peak)``."""
+    of the moment that decides (``at_peak``, adding up to ``peak_bytes``) and ``band(peak)``;
+    ``grads``: the bytes of every gradient the step makes, as it makes them."""
     fixed = {k: c[k] for k in FIXED}
-    grads = sum(r * k for r, k in trainable) * grad_b  # what the step makes, all of it
     # the gradients made by the backward's peak, as this rank keeps them (its share, sharded)
     made = step.gradients * c["gradients"] // grads if grads else 0
     moment = {
@@ -257,9 +264,10 @@ def _gathered(
     adapters only) and its reduce-scatter input (``reduce_b`` bytes an element)."""
     layer_n = sum(r * c for r, c in layer_dims(arch))
     root_w = sum(r * c for r, c in root_dims(arch)) * b
+    module = max(r * c for r, c in root_dims(arch)) * b
     if not in_backward or not grad_b:
-        return shard.gathered(root_w, layer_n * b, 0)
-    return shard.gathered(root_w, layer_n * b, layer_n * grad_b, layer_n * reduce_b)
+        return shard.gathered(root_w, layer_n * b, 0, root_module_bytes=module)
+    return shard.gathered(root_w, layer_n * b, layer_n * grad_b, layer_n * reduce_b, module)
 
 
 def _mixed_precision(
@@ -309,39 +317,76 @@ def _stored_weights(
     return shard.weights(quant + rest * other_b)
 
 
-def _trainable(
-    arch: Arch, lora_rank: int | None, b: int, step_kwargs: dict
-) -> tuple[list[tuple[int, int]], int]:
-    """The trained tensors' ``(rows, row length)`` and their element size: every parameter,
-    or the LoRA adapters (``A``: rank x in, ``B``: out x rank) of the targeted projections."""
+def _trained_groups(
+    arch: Arch, lora_rank: int | None, b: int, copy_b: int, step_kwargs: dict
+) -> list[tuple[list[tuple[int, int]], int]]:
+    """The trained tensors' ``(rows, row length)`` by element size: every parameter (``b``
+    bytes), or the LoRA adapters (``A``: rank x in, ``B``: out x rank) of the targeted
+    projections and the head (the adapter's dtype), and PEFT's ``modules_to_save`` copies of
+    the embedding and the head (``copy_b``: the weights' dtype, fp32 after kbit preparation)."""
     if lora_rank is None:
-        return parameter_dims(arch), b
+        return [(parameter_dims(arch), b)]
     targets = set(lora_targets_for(arch, step_kwargs.get("lora_targets")))
-    pairs = [
-        ((lora_rank, i), (o, lora_rank)) for name, i, o in projections(arch) if name in targets
-    ]
-    grad_b = DTYPE_BYTES[dtype_name(step_kwargs.get("adapter_dtype") or "float32")]
-    return [d for pair in pairs for d in pair] * arch.num_hidden_layers, grad_b
+    pairs = [((lora_rank, i), (o, lora_rank)) for name, i, o in projections(arch)
+             if name in targets] * arch.num_hidden_layers  # fmt: skip
+    C, V = arch.hidden_size, arch.vocab_size
+    if HEAD in targets:
+        pairs.append(((lora_rank, C), (V, lora_rank)))
+    adapter_b = DTYPE_BYTES[dtype_name(step_kwargs.get("adapter_dtype") or "float32")]
+    groups = [([d for pair in pairs for d in pair], adapter_b)]
+    copies = saved_modules(arch, step_kwargs.get("modules_to_save"))
+    if copies:
+        groups.append(([(V, C)] * len(copies), copy_b))
+    return groups
+
+
+def _step_bytes(
+    mine: list[tuple[list[int], int]], optimizer: str, foreach: bool, fused: bool,
+    shard: Sharding, b: int, sub_group_size: int | None,
+) -> int:  # fmt: skip
+    """The optimiser step's temporaries on this rank: ``torch.optim`` steps one dtype's
+    tensors at a time; DeepSpeed's ZeRO-3 with fp32 masters one sub-group at a time."""
+    if shard.mode == "zero3" and optimizer == "adamw-mixed":
+        shapes = [n for group, _ in mine for n in group]
+        return zero3_step_bytes(shapes, b, sub_group_size or DEEPSPEED_SUB_GROUP)
+    return max(optimizer_step_bytes(shapes, optimizer, e, foreach, fused) for shapes, e in mine)
+
+
+def _states(mine: list[tuple[list[int], int]], optimizer: str, offload: bool) -> tuple[int, int]:
+    """The optimiser's states on this rank and the paged part of them: ``torch.optim`` keeps
+    its moments in each tensor's dtype; bitsandbytes' 8-bit states do not depend on it (and its
+    two quantisation maps are shared once)."""
+    if offload:
+        return 0, 0
+    every = [n for shapes, _ in mine for n in shapes]
+    paged = paged_state_bytes(every, optimizer)
+    if optimizer in ("adamw-8bit", "paged-adamw-8bit"):
+        return optimizer_state_bytes(every, optimizer, 4), paged
+    return sum(optimizer_state_bytes(shapes, optimizer, e) for shapes, e in mine), paged
 
 
 def trainable_parameters(
-    config: Any, lora_rank: int | None = None, lora_targets: str | list | tuple | None = None
-) -> int:
+    config: Any, lora_rank: int | None = None, lora_targets: str | list | tuple | None = None,
+    modules_to_save: str | list | tuple | None = None,
+) -> int:  # fmt: skip
     """The parameters a fine-tune trains.
 
     Args:
         config: a ``PretrainedConfig`` or its dict.
         lora_rank: LoRA's rank; ``None``: a full fine-tune (every parameter).
         lora_targets: as :func:`predict_hf_step` (``None``: PEFT's default for the family).
+        modules_to_save: PEFT's trainable copies (:func:`predict_hf_step`).
 
     Returns:
-        The count (a tied embedding once; LoRA: ``rank x (in + out)`` per adapted projection).
+        The count (a tied embedding once; LoRA: ``rank x (in + out)`` per adapted projection,
+        and every parameter of a saved module's copy).
 
     Raises:
         ValueError: an unsupported config or LoRA target.
     """
-    dims, _ = _trainable(architecture(config), lora_rank, 4, {"lora_targets": lora_targets})
-    return sum(r * c for r, c in dims)
+    kw = {"lora_targets": lora_targets, "modules_to_save": modules_to_save}
+    groups = _trained_groups(architecture(config), lora_rank, 4, 4, kw)
+    return sum(r * c for dims, _ in groups for r, c in dims)
 
 
 def _held_by_plain_loop(step: HFStepBreakdown, arch: Arch, tokens: int, e: int) -> int:

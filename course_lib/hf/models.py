@@ -42,13 +42,15 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     gpt2 = arch.family == "gpt2"
     # The base model's locals (embeddings, positions, RoPE's tables, the masks) live until it
     # returns the final hidden state; that and the logits live until the loss is computed.
-    embeds = [("param", "embed", V * C * b)]
-    x = x0 = tape.op("embed_tokens", "embeddings", [], [N * C * b], (), embeds, full)[0]
+    # PEFT's modules_to_save trains a copy of the embedding and/or the head beside LoRA.
+    embed_trains = full or "embed" in spec.saved_modules
+    embeds = [("param", "embed" if full else "embed (saved copy)", V * C * b)]
+    x = x0 = tape.op("embed_tokens", "embeddings", [], [N * C * b], (), embeds, embed_trains)[0]
     if arch.embed_scale:  # Gemma: * embed_scale (a buffer already in the model's dtype)
         (x,) = tape.op("embed_tokens", "embeddings", [x0], [N * C * b], (), ops._dx(N * C * b))
         tape.drop(x0)
         x0 = x
-    if spec.checkpointing == "blocks" and not full:
+    if spec.checkpointing == "blocks" and not embed_trains:
         # enable_input_require_grads(): the embedding output becomes a leaf that needs a
         # gradient, so its AccumulateGrad node holds it until the graph is gone.
         tape.needs_grad[x] = True
@@ -86,8 +88,10 @@ def record_step(arch: Arch, spec: StepSpec) -> Tape:
     else:
         h = ops.rmsnorm("norm", "norms", x, C, "norm", full, kind=arch.norm)
     tape.drop(x, *model_locals)
-    head = "embed" if arch.tie_word_embeddings else "lm_head"
-    record_loss(ops, arch, spec, h, head, full)
+    head = "embed" if arch.tie_word_embeddings and full else "lm_head"
+    if "head" in spec.saved_modules:
+        head = "lm_head (saved copy)"
+    record_loss(ops, arch, spec, h, head, full or "head" in spec.saved_modules, ad)
     return tape
 
 
@@ -98,6 +102,8 @@ def _recorder(spec: StepSpec) -> tuple[Ops, Adapters | None]:
     ops.compute_b = spec.compute_b or spec.b
     ops.cuda = spec.device == "cuda"
     ops.half = spec.half
+    ops.nf4_keeps_input = spec.nf4_keeps_input
+    ops.tape.reentrant = spec.reentrant
     if spec.lora_rank is None:
         return ops, None
     mask = 1 if ops.cuda else spec.adapter_b

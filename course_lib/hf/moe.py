@@ -156,6 +156,8 @@ def _grouped(
     if t.grad(x):
         prog += [("new", "dx", rows * n_in * b), ("grad", 0, "dx")]
     saves = (x, offsets) if full else (offsets,)
+    mm = 2 * rows * n_in * n_out
+    t.count(mm, mm * (t.grad(x) + full), b)
     (out,) = t.op(name, "mlp", [x], [rows * n_out * b], saves, prog, full)
     return out
 

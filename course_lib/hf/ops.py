@@ -74,6 +74,7 @@ class Ops(AttentionOps, NormOps):
         self.head_b = b  # the logits' element size
         self.cuda = False  # CUDA kernels: LayerNorm statistics in fp32, softmax's backward
         self.half = False  # the model's dtype is float16 (CUDA fuses its fp32 softmax)
+        self.nf4_keeps_input = False  # bitsandbytes before 0.43.2 (StepSpec.nf4_keeps_input)
 
     # -- linear layers ------------------------------------------------------------------------
 
@@ -116,12 +117,14 @@ class Ops(AttentionOps, NormOps):
         else:
             program = dw + dx
         saves = (x,) if trainable else ()
+        mm = 2 * N * n_in * n_out
+        t.count(mm, mm * (t.grad(x) + trainable), b)
         (out,) = t.op(where, comp, [x], [N * n_out * b], saves, program, trainable)
         return out
 
     def linear(
         self, where: str, comp: str, x: int, n_in: int, n_out: int, pid: str, trainable: bool,
-        bias: bool = False, lora: Lora | None = None,
+        bias: bool = False, lora: Lora | None = None, stored: bool = True,
     ) -> int:  # fmt: skip
         """An ``nn.Linear`` (or GPT-2's ``Conv1D``), with PEFT LoRA if ``lora``: ``base(x) +
         B(A(dropout(x.to(adapter dtype)))) * scaling``. PEFT's ``Linear`` sums in the wider
@@ -140,11 +143,13 @@ class Ops(AttentionOps, NormOps):
             trainable: the weight trains.
             bias: with a bias.
             lora: the adapter on it, or ``None``.
+            stored: the weight is stored as the projections are (``False``: the head, which
+                bitsandbytes never quantises).
 
         Returns:
             The output tensor's id.
         """
-        if (not trainable or lora) and self.quant:
+        if (not trainable or lora) and self.quant and stored:
             out = self.quant_linear(where, comp, x, n_in, n_out)
             if lora:  # peft's bnb layers: result = result.clone()
                 copy = self.copy(where, comp, out, self.N * n_out * self.b)
@@ -168,7 +173,7 @@ class Ops(AttentionOps, NormOps):
         t.drop(a)
         (scaled,) = t.op(where, comp, [up], [N * n_out * ab], (), self._dx(N * n_out * ab))
         t.drop(up)
-        if self.quant:  # output.to(result dtype), then result + output in the model's dtype
+        if self.quant and stored:  # output.to(result dtype), then result + output
             cast = self.to(where, comp, scaled, n_out, b, src=ab)
             if cast != scaled:
                 t.drop(scaled)
@@ -237,7 +242,8 @@ class Ops(AttentionOps, NormOps):
 
         ``Linear4bit`` casts its input to the compute dtype, dequantises the weight (an
         ``n_out x n_in`` transient, in the forward and again in the backward), keeps no input
-        (``MatMul4Bit`` saves only the packed weight) and casts the output back.
+        (``MatMul4Bit`` saves only the packed weight; before bitsandbytes 0.43.2 it kept its
+        input on ``ctx``, as int8 does: ``nf4_keeps_input``) and casts the output back.
         ``Linear8bitLt`` does not cast its input. On CUDA (``MatMul8bitLt``) it quantises an
         fp16 copy of it to int8 with an fp32 scale per row (``int8_vectorwise_quant``; outlier
         columns are data: counted as none) and keeps the input itself; on the CPU training goes
@@ -260,7 +266,10 @@ class Ops(AttentionOps, NormOps):
         cb = b if self.quant == "int8" else self.compute_b  # int8 computes in the input's dtype
         w = n_in * n_out * cb
         xc = self.to(where, comp, x, n_in, cb)
-        held: tuple = (xc,) if self.quant == "int8" else ()  # ctx.A = A (ctx.tensors on CUDA)
+        # int8: ctx.A = A (ctx.tensors on CUDA); NF4 before bitsandbytes 0.43.2: ctx.tensors =
+        # (A, B) whenever A needs a gradient (the backward never read it)
+        keeps = self.quant == "int8" or (self.nf4_keeps_input and t.grad(xc))
+        held: tuple = (xc,) if keeps else ()
         if self.quant == "int8" and self.cuda:
             half = t.tensor(N * n_in * 2, False, comp, where + " (fp16 input)") if cb != 2 else None
             extra = [t.tensor(N * n_in + N * FP32, False, comp, where + " (int8 input)")]
@@ -275,6 +284,7 @@ class Ops(AttentionOps, NormOps):
             t.drop(t.tensor(n_out * FP32, False, comp, where + " (dequantisation scale)"))
         prog = [("new", "w", w), *scale, ("new", "dx", N * n_in * cb), ("del", "w"),
                 ("grad", 0, "dx")]  # fmt: skip
+        t.count(2 * N * n_in * n_out, 2 * N * n_in * n_out * t.grad(xc), cb)
         (out,) = t.op(where, comp, [xc], [N * n_out * cb], (), prog, held=held)
         t.drop(*extra)
         if xc != x:

@@ -26,10 +26,9 @@ from typing import Any
 from .._checks import Checkpointing, one_of, positive_int
 from ..units import DTYPE_BYTES, FP32, dtype_name
 from .arch import SUPPORTED_MODEL_TYPES, Arch, StepSpec, architecture, config_dict
-from .families import lora_targets_for
-from .models import record_step
+from .families import lora_targets_for, saved_modules
 from .moe import IMPLEMENTATIONS
-from .replay import replay
+from .scaling import replay_step
 from .settings import (
     ATTENTION,
     DEVICES,
@@ -39,6 +38,7 @@ from .settings import (
     checkpoint_mode,
     config_dtype,
     expert_counts,
+    nf4_keeps_input,
     notes_for,
     packed_documents,
     refuse_unmodelled,
@@ -87,6 +87,8 @@ class HFStepBreakdown:
     forward_peak: int
     saved: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # the step's floating-point operations by phase and element size ("forward@2", ...)
+    flops: dict[str, float] = field(default_factory=dict)
     lora_targets: tuple = ()  # the projections that got an adapter
     settings: dict = field(default_factory=dict)  # every keyword as the prediction read it
 
@@ -164,7 +166,12 @@ def step_spec(
         half=name == "float16" and not upcast,
         experts=one_of("experts", kw.get("experts", "grouped_mm"), IMPLEMENTATIONS),
         documents=packed_documents(kw.get("documents"), seq_len, arch),
+        saved_modules=saved_modules(arch, kw.get("modules_to_save")),
+        nf4_keeps_input=weights == "nf4" and nf4_keeps_input(kw.get("bnb_version")),
+        reentrant=bool(kw.get("reentrant")) and mode == "blocks",
     )  # fmt: skip
+    if spec.saved_modules and lora_rank is None:
+        raise ValueError("modules_to_save is PEFT's: a full fine-tune trains every module already")
     return arch, spec, name, mode
 
 
@@ -189,6 +196,9 @@ def predict_hf_step(
     expert_tokens: str | list | tuple | None = None,
     experts: str = "grouped_mm",
     documents: int | None = None,
+    modules_to_save: str | list[str] | tuple[str, ...] | None = None,
+    bnb_version: str | None = None,
+    reentrant: bool = False,
 ) -> HFStepBreakdown:
     """Predict the peak bytes of one training step of a Hugging Face causal LM.
 
@@ -233,6 +243,13 @@ def predict_hf_step(
         experts: mixture of experts: ``transformers``' ``experts_implementation``,
             ``"grouped_mm"`` (its default; the routing changes no tensor's size) or ``"eager"``
             (one matmul per expert: its transients follow the most loaded expert).
+        modules_to_save: PEFT's ``modules_to_save`` with LoRA: a trainable copy of the input
+            embedding (``embed_tokens``; GPT-2 ``wte``) and/or of ``lm_head``.
+        bnb_version: bitsandbytes' version with ``weights="nf4"``: before 0.43.2 every 4-bit
+            projection kept its input for the backward (``None``: a current one).
+        reentrant: checkpointing with ``use_reentrant=True`` (every transformers 4 release's
+            default; ``gradient_checkpointing_kwargs={"use_reentrant": True}`` in 5): a block's
+            first forward keeps nothing, and its recomputation runs the whole block.
 
     Returns:
         :class:`HFStepBreakdown`, ``.total`` in bytes above the parameters.
@@ -247,7 +264,8 @@ def predict_hf_step(
         targets=targets, lora_dropout=lora_dropout, adapter_dtype=adapter_dtype, weights=weights,
         kbit_prepare=kbit_prepare, loss=loss, loop=loop, device=device,
         checkpoint_every=checkpoint_every, expert_tokens=expert_tokens, experts=experts,
-        documents=documents,
+        documents=documents, modules_to_save=modules_to_save, bnb_version=bnb_version,
+        reentrant=reentrant,
     )  # fmt: skip
     arch, spec, name, mode = step_spec(
         config, batch_size, seq_len, attn_impl, dtype, lora_rank, checkpointing, **kw
@@ -255,11 +273,11 @@ def predict_hf_step(
     notes = notes_for(config, seq_len, spec.attn)
     if lora_rank is not None and lora_targets is None:
         notes.append(f"LoRA on {', '.join(targets)}: PEFT's default for {arch.model_type}")
-    r = replay(record_step(arch, spec))
+    r = replay_step(arch, spec)
     settings = {"attn_impl": spec.attn, "checkpoint_every": spec.checkpoint_every, **kw}
     return HFStepBreakdown(
         arch.model_type, batch_size, seq_len, name, spec.attn, lora_rank, mode, r.activations,
         r.logits_and_loss, r.gradients, r.transient, total=r.peak, peak_at=r.peak_at,
         forward_peak=r.forward_peak, saved=r.saved, notes=notes, lora_targets=targets,
-        settings=settings,
+        settings=settings, flops=dict(r.flops or {}),
     )  # fmt: skip

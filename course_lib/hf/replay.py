@@ -41,10 +41,13 @@ class Replayed:
     transient: int
     forward_peak: int
     saved: dict[str, int]  # kept for backward at the end of the forward, by component
-    # Per allocation: (where, live bytes after it, parameter gradients finished before its node).
-    # With every gradient already there (accumulation) the live bytes are ``live - finished +
-    # all``: a gradient in the making is a buffer until AccumulateGrad adds it in place.
-    log: list[tuple[str, int, int]] | None = None
+    # Per allocation: (where, live bytes after it, parameter gradients finished before its node,
+    # then the live bytes by kind: activations, logits_and_loss, gradients, transient). With
+    # every gradient already there (accumulation) the live bytes are ``live - finished + all``:
+    # a gradient in the making is a buffer until AccumulateGrad adds it in place.
+    log: list[tuple[str, int, int, int, int, int, int]] | None = None
+    forward_events: int = 0  # the log's entries made by the forward pass
+    flops: dict[str, float] | None = None  # the step's operations (Tape.flops)
 
 
 class _Ledger:
@@ -70,7 +73,9 @@ class _Ledger:
         if n > 0 and self.total > self.peak[0]:
             self.peak = (self.total, where, dict(self.live))
         if self.log is not None and n > 0:
-            self.log.append((where, self.total, self.grads_before))
+            k = self.live
+            self.log.append((where, self.total, self.grads_before, k["activations"], k[LOSS],
+                             k["gradients"], k["transient"]))  # fmt: skip
 
     def _kind(self, t: int) -> str:
         return LOSS if self.tape.component[t] == LOSS else "activations"
@@ -113,7 +118,7 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
     """
     r = _Ledger(tape, log)
     nodes, saved = _forward(r, tape)
-    forward_peak = r.peak[0]
+    forward_peak, forward_events = r.peak[0], len(r.log or ())
     r.buffer[tape.loss] = r.new_grad(tape.nbytes[tape.loss], "loss")  # ones_like(loss)
     for node in nodes:
         for ins in node.program:
@@ -125,20 +130,25 @@ def replay(tape: Tape, log: bool = False) -> Replayed:
             regions.setdefault(region, []).append((kind, item))
     first_of_region = {reg: next(it for k, it in ev if k == "node") for reg, ev in regions.items()}
     keeps = {reg: [it for k, it in ev if k in ("keep", "capture")] for reg, ev in regions.items()}
+    # reentrant: the whole block is one node, so its recomputation comes before any of its
+    # nodes runs, and what it made lives until the block's backward returns
+    later: dict[int, list[int]] = {}
     for node in reversed(nodes):
         events = None
-        if node.saves and node.region is not None:
+        if node.region is not None and (node.saves or tape.reentrant):
             events = regions.pop(node.region, None)
-        if events is not None:
-            _pin(r, events)
-            _recompute(r, events)
+        if events is not None and node.region is not None:
+            if not tape.reentrant:
+                _pin(r, events)
+            later[node.region] = _recompute(r, events, tape.reentrant)
         _run_node(r, node)
         if node.region is not None and first_of_region[node.region] is node:
-            for t in keeps[node.region]:  # the block's frame goes: its inputs are let go
+            for t in keeps[node.region] + later.pop(node.region, []):  # the block's frame goes
                 r.release(t)
     total, where, split = r.peak
     return Replayed(total, where, split["activations"], split[LOSS], split["gradients"],
-                    split["transient"], forward_peak, saved, r.log)  # fmt: skip
+                    split["transient"], forward_peak, saved, r.log, forward_events,
+                    dict(tape.flops))  # fmt: skip
 
 
 def _forward(r: _Ledger, tape: Tape) -> tuple[list[Node], dict[str, int]]:
@@ -168,6 +178,8 @@ def _forward(r: _Ledger, tape: Tape) -> tuple[list[Node], dict[str, int]]:
                 for t in item.saves:
                     count(tape.component[t], t)  # by what the tensor is, not who keeps it
                     r.hold(t)
+            if region is not None and tape.reentrant:
+                continue  # run without grad: no node, nothing on a ctx
             for t in item.held:  # on the node's ctx: they live as long as the graph (the step)
                 count(tape.component[t], t)
                 r.hold(t)
@@ -187,13 +199,18 @@ def _pin(r: _Ledger, events: list[tuple]) -> None:
                 r.holds[t] -= 1
 
 
-def _recompute(r: _Ledger, events: list[tuple]) -> None:
-    """Run a checkpointed block's forward again, up to the last tensor it saves."""
+def _recompute(r: _Ledger, events: list[tuple], whole: bool = False) -> list[int]:
+    """Run a checkpointed block's forward again, up to the last tensor it saves (``whole``:
+    reentrant checkpointing, to its end, and what it made outlives it: returned, for the
+    caller to let go once the block's backward is over)."""
     events = [(kind, item) for kind, item in events if kind not in ("keep", "capture")]
     last = max(i for i, (kind, item) in enumerate(events) if kind == "node" and item.saves)
     stop = events[last][1]
     unborn = {t for t in stop.outputs if t not in stop.saves}
+    if whole:
+        last, unborn = len(events) - 1, set()
     made: set[int] = set()
+    on_ctx: list[int] = []  # what the recomputed nodes keep on their ctx (Node.held)
     for kind, item in events[: last + 1]:
         if kind == "new" and item not in unborn:
             r.hold(item, r.tape.made_by[item] + " (recomputed)")
@@ -204,8 +221,16 @@ def _recompute(r: _Ledger, events: list[tuple]) -> None:
         elif kind == "node":
             for t in item.saves:
                 r.hold(t, f"{item.name} (recomputed)")
-    for t in made:  # the recomputation stops; its own references die with it
+            for t in item.held:
+                r.hold(t, f"{item.name} (recomputed)")
+                on_ctx.append(t)
+    # the recomputation stops: its own references die with it, and so does its graph, whose
+    # nodes kept tensors on their ctx (reentrant: the block's outputs and graph live on)
+    if whole:
+        return [*made, *on_ctx]
+    for t in [*made, *on_ctx]:
         r.release(t)
+    return []
 
 
 def _run_node(r: _Ledger, node: Node) -> None:

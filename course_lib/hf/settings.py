@@ -189,3 +189,30 @@ def config_dtype(c: dict) -> str:
         The dtype's name.
     """
     return str(c.get("dtype") or c.get("torch_dtype") or "float32")
+
+
+# bitsandbytes 0.43.2 stopped MatMul4Bit keeping its input for the backward: the forward set
+# ``ctx.tensors = (A, B)`` and the backward never read A (it only needs the weight); commit
+# 9e75374 ("fix QLoRA mem bug: delete useless buffered activation", pull request 1270, July
+# 2024) made it ``(None, B)``; 0.43.2 is the first tag that holds it.
+NF4_INPUT_FREED = (0, 43, 2)
+
+
+def nf4_keeps_input(bnb_version: str | None) -> bool:
+    """Does this bitsandbytes keep every 4-bit projection's input for the backward?
+
+    Args:
+        bnb_version: ``"0.41.1"`` and the like (``None``: a current one, 0.43.2 or later).
+
+    Returns:
+        ``True`` before 0.43.2 (:data:`NF4_INPUT_FREED`).
+
+    Raises:
+        ValueError: a version that is not dotted numbers.
+    """
+    if bnb_version is None:
+        return False
+    parts = str(bnb_version).strip().split(".")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        raise ValueError(f"bnb_version={bnb_version!r}: give bitsandbytes' version, e.g. '0.41.1'")
+    return tuple(int(p) for p in parts) + (0,) * (3 - len(parts)) < NF4_INPUT_FREED

@@ -71,6 +71,11 @@ class StepSpec:
     half: bool = False  # the model's dtype is float16 (not bfloat16)
     experts: str = "grouped_mm"  # mixture of experts: transformers' experts_implementation
     documents: int = 0  # packed documents per row (0: one sequence a row, no packing)
+    # PEFT's modules_to_save: a trainable copy of the embedding ("embed") and/or the head ("head")
+    saved_modules: tuple = ()
+    # bitsandbytes before 0.43.2: MatMul4Bit keeps its input on ctx (ctx.tensors = (A, B))
+    nf4_keeps_input: bool = False
+    reentrant: bool = False  # checkpointing with use_reentrant=True (Tape.reentrant)
 
     @property
     def attn(self) -> str:

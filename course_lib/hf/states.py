@@ -157,6 +157,50 @@ def optimizer_step_bytes(
     return 0
 
 
+# DeepSpeed ZeRO-3 steps its optimiser one sub-group of this rank's partitions at a time
+# (``DeepSpeedZeroOptimizer_Stage3.step``): ``_prepare_fp32_grad_for_sub_group`` flattens the
+# group's gradients (``torch.cat``: a copy in their dtype) and casts that to fp32, the fp32 copy
+# lives through the group's update and ``_release_sub_group`` drops it. A group closes once it
+# holds ``sub_group_size`` elements (``_create_fp16_sub_groups``); DeepSpeed's default is 1e9
+# (``runtime/zero/config.py``), read at commit edaa722 (August 2026).
+DEEPSPEED_SUB_GROUP = 10**9
+
+
+def largest_sub_group(shapes: list[int], size: int = DEEPSPEED_SUB_GROUP) -> int:
+    """The elements of the largest of DeepSpeed ZeRO-3's optimiser sub-groups on this rank.
+
+    Args:
+        shapes: this rank's partition of each trained tensor, in the optimiser's order.
+        size: ``sub_group_size``.
+
+    Returns:
+        The largest group's elements (a group closes at the first tensor that takes it to
+        ``size`` or more, so it can pass ``size`` by one tensor).
+    """
+    best = group = 0
+    for n in shapes:
+        group += n
+        if group >= size:
+            best, group = max(best, group), 0
+    return max(best, group)
+
+
+def zero3_step_bytes(shapes: list[int], grad_b: int, size: int = DEEPSPEED_SUB_GROUP) -> int:
+    """DeepSpeed ZeRO-3's step temporaries with fp32 master weights (``adamw-mixed``): the
+    largest sub-group's gradients flattened in their dtype and cast to fp32, both alive for a
+    moment (its FusedAdam makes nothing more).
+
+    Args:
+        shapes: this rank's partition of each trained tensor, in order.
+        grad_b: bytes per gradient element (the model's dtype).
+        size: ``sub_group_size``.
+
+    Returns:
+        Bytes.
+    """
+    return largest_sub_group(shapes, size) * (grad_b + 4)
+
+
 def greedy_partition(shapes: list[int], devices: int) -> list[list[int]]:
     """``torch.distributed.optim.ZeroRedundancyOptimizer``'s partition: whole tensors, largest
     first, each to the rank holding the fewest elements so far (the first such rank).
@@ -274,7 +318,7 @@ class Sharding:
 
     def gathered(
         self, root_bytes: int, layer_bytes: int, layer_grad_bytes: int,
-        reduce_bytes: int | None = None,
+        reduce_bytes: int | None = None, root_module_bytes: int | None = None,
     ) -> int:  # fmt: skip
         """What FSDP2 (``fully_shard`` on each decoder layer and the root) holds unsharded in
         the backward, by its design (``torch/distributed/fsdp/_fully_shard``): the root's
@@ -285,13 +329,17 @@ class Sharding:
         since not all of them are live at once. With a mixed-precision policy
         (``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=...)`` on fp32 parameters)
         the gathered parameters and their gradients are in the compute dtype and the
-        reduce-scatter input in ``reduce_dtype`` (``reduce_bytes``).
+        reduce-scatter input in ``reduce_dtype`` (``reduce_bytes``). DeepSpeed's ZeRO-3
+        (``"zero3"``) gathers each module in its pre-forward (and pre-backward) hook and
+        releases it after: at most the largest module running (a layer, the embedding or the
+        head) and the next layer prefetched, never the whole root at once.
 
         Args:
             root_bytes: the root's parameters, unsharded.
             layer_bytes: one layer's parameters, unsharded.
             layer_grad_bytes: one layer's gradients, unsharded (0: none held).
             reduce_bytes: one layer's reduce-scatter input (``None``: as its gradients).
+            root_module_bytes: the largest root module (the embedding or the head).
 
         Returns:
             Bytes held unsharded at once (0 without dim-0 sharding).
@@ -299,6 +347,9 @@ class Sharding:
         if not self.dim0:
             return 0
         scatter = layer_grad_bytes if reduce_bytes is None else reduce_bytes
+        if self.mode == "zero3":  # DeepSpeed: each module gathered as it runs, freed after it
+            root = max(root_module_bytes or 0, layer_bytes)
+            return root + layer_bytes + layer_grad_bytes + scatter
         return root_bytes + 2 * layer_bytes + layer_grad_bytes + scatter
 
 

@@ -59,6 +59,14 @@ class Tape:
     region: int | None = None  # the checkpointed block being recorded
     n_regions: int = 0
     loss: int = -1  # the loss scalar: where the backward pass starts
+    # reentrant checkpointing (torch.utils.checkpoint(use_reentrant=True): every transformers 4
+    # release's default, pinned by its pull request 28538 and changed in 5 by 43203): a block's
+    # first forward runs without grad, so no node of it exists to keep
+    # anything on its ctx, and its recomputation runs the whole block
+    reentrant: bool = False
+    # floating-point operations (2 per multiply-add) by phase and element size: "forward@2",
+    # "backward@2", "recompute@2" (a checkpointed block's forward, run again), ...
+    flops: dict[str, float] = field(default_factory=dict)
 
     def tensor(self, nbytes: int, grad: bool = True, component: str = "", name: str = "") -> int:
         """A new tensor of ``nbytes`` made by op ``name`` (an event); returns its id.
@@ -73,6 +81,7 @@ class Tape:
             Its id.
         """
         self.nbytes.append(int(nbytes))
+        self._written("forward", nbytes)
         self.needs_grad.append(grad)
         self.component.append(component)
         self.made_by.append(name)
@@ -89,6 +98,29 @@ class Tape:
             Whether it needs a gradient.
         """
         return t >= 0 and self.needs_grad[t]
+
+    def count(self, forward: float, backward: float, b: int) -> None:
+        """Count one op's floating-point operations in ``b``-byte elements: its forward, its
+        backward, and its forward again when it is in a checkpointed block (recomputed).
+
+        Args:
+            forward: the forward's operations.
+            backward: the backward's operations.
+            b: bytes per element of what it multiplies (the matmul's dtype).
+        """
+        again = forward if self.region is not None else 0
+        for phase, n in (("forward", forward), ("backward", backward), ("recompute", again)):
+            if n:
+                key = f"{phase}@{b}"
+                self.flops[key] = self.flops.get(key, 0) + n
+
+    def _written(self, phase: str, nbytes: float) -> None:
+        """Bytes the step writes (every tensor it makes), the memory traffic of its elementwise
+        kernels: ``"forward@written"``, ``"backward@written"``, ``"recompute@written"``."""
+        for key in (f"{phase}@written", "recompute@written" if self.region is not None and
+                    phase == "forward" else ""):  # fmt: skip
+            if key and nbytes:
+                self.flops[key] = self.flops.get(key, 0) + nbytes
 
     def view(self, t: int, of: int) -> int:
         """Mark ``t`` (made with 0 bytes) a view of ``of``: saving it keeps ``of`` alive.
@@ -139,6 +171,7 @@ class Tape:
             node = Node(name, component, ins, tuple(outs), kept, tuple(program), self.region,
                         pinned)  # fmt: skip
             self.events.append(("node", node, self.region))
+            self._written("backward", sum(i[2] for i in node.program if i[0] in ("new", "param")))
         return outs
 
     def keep(self, t: int) -> None:

@@ -13,9 +13,14 @@ Nothing is downloaded. :func:`load_config` reads, in this order:
    against the published one in ``tests/library/test_finetune_plan.py``);
 3. a hub id (``org/name``) in the local Hugging Face cache: ``$HF_HUB_CACHE``, else
    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``, where ``models--org--name/snapshots/*/``
-   holds the ``config.json`` ``from_pretrained`` downloaded (the newest snapshot).
+   holds the ``config.json`` ``from_pretrained`` downloaded (the newest snapshot);
+4. any other hub id: its ``config.json`` alone, fetched with ``huggingface_hub``'s
+   ``hf_hub_download`` (from ``$HF_ENDPOINT``, with your token if you logged in) into that cache,
+   so the next plan reads it offline. With ``HF_HUB_OFFLINE=1`` only the cache is read. A gated
+   model, a missing one, one without a ``config.json`` and an unreachable Hub each end in one
+   line saying what to do (:func:`fetch_config`).
 
-A name found nowhere is an error listing the closest known names (:mod:`difflib`).
+A name found nowhere else is an error listing the closest known names (:mod:`difflib`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -124,9 +130,70 @@ def load_config(name_or_path: str | os.PathLike) -> dict:
         if wanted in (_key(name), _key(repo)):
             return dict(config, _name_or_path=repo)
     cached = cached_config(text)
+    if cached is None and _HUB_ID.fullmatch(text):
+        cached = fetch_config(text)
     if cached is not None:
         return dict(_parse(cached.read_text(), str(cached)), _name_or_path=text)
     raise ValueError(_unknown(text))
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+def fetch_config(repo_id: str) -> Path:
+    """Download ``repo_id``'s ``config.json`` (only that file) into the Hugging Face cache.
+
+    Args:
+        repo_id: ``org/name`` on the Hub (``$HF_ENDPOINT``, default huggingface.co).
+
+    Returns:
+        The path of the cached ``config.json``.
+
+    Raises:
+        ValueError: one line saying what to do: ``huggingface_hub`` missing, a gated model (accept
+            its terms and log in), no such model (or a private one), no ``config.json`` in it, or
+            the Hub out of reach (offline) with nothing in the cache.
+    """
+    try:
+        from huggingface_hub import (
+            constants,
+            errors,
+            get_hf_file_metadata,
+            hf_hub_download,
+            hf_hub_url,
+        )
+    except ImportError:
+        raise ValueError(
+            f"{repo_id!r} is not in the Hugging Face cache at {hub_cache()}, and fetching its "
+            "config.json needs huggingface_hub (pip install huggingface_hub): or pass the path "
+            "of its config.json"
+        ) from None
+    where, instead = constants.ENDPOINT, "or pass the path of its config.json"
+    try:
+        if not constants.HF_HUB_OFFLINE:  # one look first: hf_hub_download retries for 23 s
+            get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=10)
+        return Path(hf_hub_download(repo_id, "config.json"))
+    except errors.GatedRepoError:
+        why = (f"{repo_id} is gated on the Hub: accept its terms at {where}/{repo_id} and log in "
+               f"(hf auth login, or HF_TOKEN), {instead}")  # fmt: skip
+    except errors.RepositoryNotFoundError:
+        why = (f"no model {repo_id} at {where} (or it is private: log in with hf auth login); "
+               f"check the id, {instead}")  # fmt: skip
+    except errors.RemoteEntryNotFoundError:
+        why = (f"{repo_id} has no config.json (an adapter or GGUF repository?): give its base "
+               "model's id, or the path of a config.json")  # fmt: skip
+    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled, OSError) as exc:
+        offline = constants.HF_HUB_OFFLINE
+        reach = "HF_HUB_OFFLINE is set" if offline else f"{where} could not be reached"
+        why = (f"{repo_id} is not in the Hugging Face cache at {hub_cache()} and {reach} "
+               f"({type(exc).__name__}): connect once to fetch it, {instead}")  # fmt: skip
+    except errors.HfHubHTTPError as exc:
+        why = f"the Hub answered {exc.response.status_code} for {repo_id}: {instead}"
+    except Exception as exc:  # the HTTP client's own errors: no connection, a timeout
+        why = (f"{repo_id} is not in the Hugging Face cache at {hub_cache()} and {where} "
+               f"could not be reached ({type(exc).__name__}): connect once to fetch it, "
+               f"{instead}")  # fmt: skip
+    raise ValueError(why)
 
 
 def _unknown(text: str) -> str:

@@ -60,6 +60,8 @@ def build_model(
     weights: str = "16bit",
     adapter_dtype: object = "float32",
     device: str = "cpu",
+    modules_to_save: list[str] | None = None,
+    reentrant: bool = False,
 ) -> Any:
     """A random model from ``config`` in ``dtype`` and training mode, as a fine-tune runs it:
     PEFT LoRA on ``lora_targets`` (``None``: PEFT's default for the family), 4/8-bit frozen
@@ -76,6 +78,8 @@ def build_model(
         lora_dropout: LoRA's dropout probability.
         weights: ``"16bit"``, ``"int8"`` or ``"nf4"`` (frozen quantised base weights).
         adapter_dtype: ``"float32"`` (PEFT's autocast) or the model's dtype.
+        modules_to_save: PEFT's ``modules_to_save`` (trainable copies beside LoRA).
+        reentrant: checkpoint with ``use_reentrant=True`` (transformers 4's default).
         device: where the weights are made. ``"cpu"`` builds in fp32 and casts (the CPU
             checks' path); any other device (``"cuda"``) makes every 16-bit weight there in
             ``dtype`` at once, as loading a checkpoint does, so no fp32 copy passes through
@@ -102,9 +106,9 @@ def build_model(
         model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if checkpointing_mode(checkpointing) == "blocks":
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5
-            model.activation_checkpointing_enable()
+            model.activation_checkpointing_enable({"use_reentrant": reentrant})
         else:  # transformers 4: the same, spelled out
-            kwargs = {"use_reentrant": False}
+            kwargs = {"use_reentrant": reentrant}
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             model.enable_input_require_grads()
     if lora_rank is not None:
@@ -118,6 +122,7 @@ def build_model(
             task_type="CAUSAL_LM",
             target_modules=targets,
             fan_in_fan_out=config.model_type == "gpt2",  # Conv1D
+            modules_to_save=modules_to_save,
         )
         # PEFT casts 16-bit adapters to fp32 unless told not to (autocast_adapter_dtype)
         keep = dtype_name(adapter_dtype or "float32") != "float32"
@@ -220,7 +225,9 @@ class HFComparison:
         return f"{self.dtype} {self.attn_impl} {lora} checkpointing={self.checkpointing}"
 
 
-BUILD_KEYS = ("lora_targets", "lora_dropout", "weights", "adapter_dtype")
+BUILD_KEYS = (
+    "lora_targets", "lora_dropout", "weights", "adapter_dtype", "modules_to_save", "reentrant",
+)  # fmt: skip
 
 
 def _step(model: Any, batch: dict, loop: str) -> float:

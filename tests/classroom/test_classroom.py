@@ -9,8 +9,11 @@ PostgreSQL. Then, in headless Chromium (Debian's, through Playwright):
    answer cells filled as the instructor's version answers them, the written answer in their
    own words), the other the blank notebook;
 3. the instructor collects in formgrader, autogrades (``run.py autograde``: the course's
-   sandboxed grader, recorded in the class gradebook), enters a manual score for the written
-   answer (one of them) in formgrader, and generates and releases feedback there;
+   sandboxed grader, recorded in the class gradebook), enters a manual score and a comment for
+   the written answer (one of them) in formgrader, and generates and releases feedback there;
+   the lesson's grading workspace, made again from the class gradebook (``refresh``), and its
+   Canvas and Moodle exports show the manual points (issue 40: they showed the autograded
+   points alone, "not yet graded");
 4. each student fetches feedback, opens it, and sees their own score and no hidden test;
 5. the scores are read back from PostgreSQL with SQL: the solution scores every autograded
    point plus the manual points, the blank 0;
@@ -23,6 +26,7 @@ and removes everything also when a step fails.
 
 from __future__ import annotations
 
+import csv
 import glob
 import importlib.util
 import json
@@ -54,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "classroom" / "run.py"
 ARTIFACTS = ROOT / "artifacts" / "classroom"
 MANUAL_POINTS = 1.5
+COMMENT = "Good reasoning; say which term grows with the square of the length."
 
 
 def _why_not() -> str:
@@ -90,9 +95,12 @@ class Room:
         self.prefix = prefix
         self.log_path = ARTIFACTS / "run.log"
         self.log = open(self.log_path, "w")
+        # the instructor's course secret, outside the state folder (the classroom makes none)
+        self.secret_file = course_secret.create(state.parent / f"{state.name}-secret", term="T1")
         self.proc = subprocess.Popen(
             [sys.executable, str(RUN), "start", "--state", str(state), "--students", "2",
-             "--prefix", prefix, "--port", "0", "--exit-with-parent"],
+             "--prefix", prefix, "--port", "0", "--exit-with-parent",
+             "--secret-file", str(self.secret_file)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a terminal's Ctrl-C is simulated below, on purpose
@@ -152,6 +160,7 @@ class Room:
         )
         (ARTIFACTS / "clean.log").write_text(clean.stdout + clean.stderr)
         self.log.close()
+        self.secret_file.unlink(missing_ok=True)  # clean leaves it: the instructor's own file
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +235,46 @@ def alive(pid: int) -> bool:
     )
 
 
+def comments(gradebook_url: str) -> list[str]:
+    """Every manual comment of the class gradebook."""
+    import psycopg
+
+    url = gradebook_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        rows = conn.execute("SELECT manual_comment FROM comment WHERE manual_comment IS NOT NULL")
+        return [row[0] for row in rows.fetchall()]
+
+
+def workspace_outputs(
+    room, course: Path, teacher: str, student: str, score: float, most: float, pending: float
+):
+    """``refresh`` and both exports of the lesson's workspace, run as the instructor, show the
+    points and the comment entered in the hub's formgrader (issue 40, item 3)."""
+    workspace = course / "grading" / LESSON
+    room.run("instructor", "--", "python", "-m", "course_grading", "refresh", str(workspace))
+    page = (workspace / "feedback" / student / f"{LESSON}.html").read_text(encoding="utf-8")
+    assert f"{LESSON} (Score: {score:.1f} / {most:.1f})" in page and COMMENT in page
+    with open(workspace / "report.csv", newline="", encoding="utf-8") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["student"] == student)
+    assert float(row["score"]) == pytest.approx(score), row
+    assert float(row["manual_pending"]) == pytest.approx(pending), row  # the other answers
+    roster = course / "canvas_export.csv"
+    roster.write_text(
+        f"Student,ID,SIS User ID,SIS Login ID,Section,{LESSON}\n    Points Possible,,,,,{most}\n"
+        f"Someone,9001,S-1,{student},A,\n",
+        encoding="utf-8",
+    )
+    owner = pwd.getpwnam(teacher)
+    os.chown(roster, owner.pw_uid, owner.pw_gid)
+    for fmt, extra in (("canvas", ["--gradebook", str(roster)]), ("moodle", [])):
+        out = course / f"{fmt}.csv"
+        room.run("instructor", "--", "python", "-m", "course_grading", "export", str(workspace),
+                 "--format", fmt, "--out", str(out), *extra)  # fmt: skip
+        with open(out, newline="", encoding="utf-8-sig") as fh:
+            rows = {r[0] if fmt == "moodle" else r[3]: r[-1] for r in csv.reader(fh)}
+        assert float(rows[student]) == pytest.approx(score), (fmt, rows)
+
+
 # --- the test --------------------------------------------------------------------------------
 def test_a_lesson_goes_round_the_classroom(room, browser):
     ready, steps = room.ready, Steps()
@@ -296,6 +345,8 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         peek = subprocess.run([*as_student, "cat", str(secret_file)], capture_output=True)
         assert peek.returncode != 0 and not peek.stdout, "a student reads the course secret"
         assert secret_file.stat().st_mode & 0o077 == 0, oct(secret_file.stat().st_mode)
+        # and it is the instructor's file, byte for byte (the classroom made none of its own)
+        assert secret_file.read_bytes() == room.secret_file.read_bytes()
         teacher_account = pwd.getpwnam(teacher_name)
         found = subprocess.run(
             ["nsenter", f"--target={hub_pid}", "--mount", f"--setuid={teacher_account.pw_uid}",
@@ -336,7 +387,7 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         assert "recorded in the class gradebook" in output or "nbgrader autograde" in output
         sandboxed = "recorded in the class gradebook" in output
         if sandboxed:  # graded with the course secret: real grades, not practice
-            report = (course / "grading" / "report.md").read_text(encoding="utf-8")
+            report = (course / "grading" / LESSON / "report.md").read_text(encoding="utf-8")
             assert report.startswith("# Grading report"), report[:300]
         (ARTIFACTS / "autograde-mode.txt").write_text(
             "sandboxed course_grading\n" if sandboxed else "plain nbgrader autograde\n"
@@ -356,9 +407,14 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         box.scroll_into_view_if_needed()
         box.fill(f"{MANUAL_POINTS}")
         box.press("Tab")
+        comment = teacher.locator(f'textarea[id="{manual_id}-comment"]')
+        comment.fill(COMMENT)
+        comment.press("Tab")  # formgrader saves a comment on its change event
         deadline = time.monotonic() + 30
-        while scores(ready["gradebook_url"])[student_a]["manual"] != MANUAL_POINTS:
-            assert time.monotonic() < deadline, "the manual score never reached the gradebook"
+        while scores(ready["gradebook_url"])[student_a][
+            "manual"
+        ] != MANUAL_POINTS or COMMENT not in comments(ready["gradebook_url"]):
+            assert time.monotonic() < deadline, "the manual grade never reached the gradebook"
             time.sleep(0.5)
         steps.shot(teacher, "instructor-manual-grade")
 
@@ -370,6 +426,11 @@ def test_a_lesson_goes_round_the_classroom(room, browser):
         steps.shot(teacher, "instructor-feedback-released")
 
     expected = {student_a: facts["auto_max"] + MANUAL_POINTS, student_b: 0.0}
+    with steps.step("the lesson's workspace and exports read the hub's manual grade"):
+        pending = sum(points for _, points in facts["manual"][1:])
+        workspace_outputs(
+            room, course, teacher_name, student_a, expected[student_a], total_max, pending
+        )
     for name, page in students.items():
         with steps.step(f"{name}: fetch feedback, read own score, no hidden test"):
             submitted = in_list(page, "submitted_assignments_list")

@@ -116,22 +116,26 @@ def _course_grading(args: list[str], tmp: Path) -> str:
 
     if args[:1] == ["secret"]:
         (tmp / "course_secret").unlink(missing_ok=True)
-        return "" if cli.main(["secret", str(tmp / "course_secret")]) == 0 else "secret failed"
-    if args[:1] == ["cluster-certs"]:
-        from course_grading.cluster_certs import build_parser
+        made = cli.main(["secret", str(tmp / "course_secret"), *args[2:]])  # its options too
+        return "" if made == 0 else "secret failed"
+    commands = (["export"], ["refresh"], ["key"], ["passback"], ["lti-key"], ["cluster-certs"])
+    if args[:1] in commands:
+        from course_grading import cluster_certs, refresh
+        from course_grading.lms import export, passback_cli
+        from course_grading.nbgrader import answer_key
 
+        parser = {
+            "export": export.build_parser,
+            "refresh": refresh.build_parser,
+            "key": lambda: answer_key.build_parser(ROOT),
+            "passback": passback_cli.build_parser,
+            "lti-key": passback_cli.key_parser,
+            "cluster-certs": cluster_certs.build_parser,
+        }[args[0]]()
         try:
-            build_parser().parse_args(args[1:])
-        except SystemExit:
-            return f"python -m course_grading cluster-certs does not accept {args[1:]}"
-        return ""
-    if args[:1] == ["export"]:
-        from course_grading.lms import export
-
-        try:
-            export.build_parser().parse_args(args[1:])
+            parser.parse_args(args[1:])
         except SystemExit as done:  # --help ends with 0, a bad argument with 2
-            bad = f"python -m course_grading export does not accept {args[1:]}"
+            bad = f"python -m course_grading {args[0]} does not accept {args[1:]}"
             return bad if done.code else ""
         return ""
     try:
@@ -323,6 +327,9 @@ BAD_DOC = """
 nbgrader export
 make no-such-target
 .venv/bin/python -m course_grading submitted --no-such-flag
+.venv/bin/python -m course_grading key --secret-file PATH --no-such-flag
+.venv/bin/python -m course_grading passback grading --platform lti.json --no-such-flag
+.venv/bin/python -m course_grading lti-key
 .venv/bin/nbgrader generate_feedback LESSON --no-such-flag
 .venv/bin/nbgrader no_such_subcommand
 .venv/bin/python benchmarks/grading.py --no-such-flag
@@ -373,7 +380,8 @@ MADE_AT_RUN_TIME = {
     "steps.txt", "values.json", "in.ipynb", "out.ipynb", "worker.log", "hub.db",
     "jupyter_server_config.json", "page_config.json", "course_secret", "values.schema.json",
     "node_modules", "copies.md", "rows.json", "gpu_held_out_rows.json", "canvas.csv",
-    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv", "graded.csv",
+    "moodle.csv", "CANVAS_EXPORT.csv", "MOODLE_EXPORT.csv", "graded.csv", "WORKSHEET.csv",
+    "class_gradebook.json",
 }  # fmt: skip
 #: Files of other projects the docs name, and why.
 NOT_OURS = {

@@ -162,6 +162,9 @@ def _ordinary_user(command: list[str]):
         spec.loader.exec_module(builders)
     finally:
         sys.path.remove(str(ROOT / "tests" / "grading"))
+    problem = builders.unreachable()
+    if problem:
+        pytest.skip(problem)
     return builders.as_ordinary_user(command), builders
 
 
@@ -196,6 +199,7 @@ def test_allow_root_is_added_for_root_only():
 def test_the_repositorys_lab_settings_come_first(tmp_path):
     env = lab.lab_environment({"JUPYTER_CONFIG_PATH": "/elsewhere"})
     assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [
+        str(ROOT / "jupyter-config" / "student"),  # a student's Lab: no instructor tools
         str(ROOT / "jupyter-config"),
         "/elsewhere",
     ]

@@ -12,6 +12,7 @@ the whole grading command, released with the secret and graded with it.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import re
 import shutil
@@ -29,7 +30,13 @@ from course_grading.judge.items.model import lesson_of
 from course_grading.nbgrader import course as wc
 from course_grading.nbgrader.steps import render_editions, render_lesson
 
-SECRETS = [b"edition-test-secret-0123456789", b"another class's secret, 32 bytes", b"k" * 16]
+#: Three classes' secrets, each as ``python -m course_grading secret`` writes one (strong: the
+#: grader refuses a guessable one), in the one-line form: the key is the secret itself.
+SECRETS = [
+    b"d612b3fbe6d5ff3e022cdffd51c421e2e440cf5636d47169d1ee7ecc9d56c268",
+    b"e69267ee31196d2309573f1ec4f05140fa56b70fedc5c58efc58419698147b7d",
+    b"ad7b9342ac6233f2093c488f1f90f0f1a2b38fb68a92b85bb7ced1558e6fe667",
+]
 LESSONS = wc.find_lessons(REPO)
 BOUND = [
     (lesson, gid)
@@ -125,6 +132,72 @@ def test_the_draw_is_the_same_every_time_and_the_label_reveals_nothing():
     assert edition.label(None) == "self-study edition"
     label = edition.label(SECRETS[0])
     assert label.startswith("class edition ") and len(label) == len("class edition ") + 8
+
+
+#: Each edition-bound item asks a class one of at least this many answers besides the public one
+#: (issue 42: lesson 1's target practice had 2, its question 1 3: a class's answer was likely
+#: another class's, or last year's).
+MIN_CLASS_ANSWERS = 5
+
+
+def _class_answers(lesson: str, enough: int | None = None) -> dict[str, set[tuple]]:
+    """Every answer a class can be asked for, per edition-bound item of ``lesson``: the item's
+    right values, as its forms read them, under each combination of numbers the draw keeps
+    (every one: ``Edition.draw`` redraws until a combination is kept). With ``enough``, the
+    walk stops once every item has that many (lesson 5 has 676,512 combinations)."""
+    registry = lesson_of(lesson)
+    edition, bound = registry.edition, [i for i in registry.items.values() if i.edition]
+    names, found = sorted(edition.numbers), {item.grade_id: set() for item in bound}
+    for combination in itertools.product(*(edition.numbers[n].choices for n in names)):
+        numbers = dict(zip(names, combination))
+        if not all(keeps(numbers) for keeps in edition.answers):
+            continue
+        for item in bound:
+            values = item.expected_values(numbers)
+            found[item.grade_id].add(
+                tuple(item.forms[n].canonical(values[n]) for n in sorted(item.forms))
+            )
+        if enough and all(len(answers) >= enough for answers in found.values()):
+            break
+    return found
+
+
+@pytest.mark.parametrize("lesson", sorted({lesson for lesson, _ in BOUND}))
+def test_every_edition_bound_item_asks_a_class_one_of_five_answers_or_more(lesson):
+    """Before: lesson 1's target practice had 2 class answers, question 1 3. All of them now
+    (``_class_answers`` without ``enough``): lesson 1 30, 11 and 6; lesson 2 80; lesson 3 6;
+    lesson 5 235, 28 and 23."""
+    answers = _class_answers(lesson, enough=MIN_CLASS_ANSWERS)
+    public = {
+        item.grade_id: tuple(
+            item.forms[n].canonical(item.expected_values()[n]) for n in sorted(item.forms)
+        )
+        for item in lesson_of(lesson).items.values()
+        if item.edition
+    }
+    for gid, found in answers.items():
+        assert len(found) >= MIN_CLASS_ANSWERS and public[gid] not in found, (gid, found)
+
+
+def test_each_card_is_far_from_every_measured_peak_of_its_budget():
+    """Target practice's answer is measured (counted bytes on the CPU); a GPU's allocator peaks
+    run a little higher. A card 15 % or more from every split's peak picks the same split on
+    both; the check can fail: a card at a peak (86.9 MiB at 4,096 tokens) is named."""
+    from course_grading.judge.items import lesson_01
+
+    def too_close(tokens: int, card: float) -> list[str]:
+        peaks = lesson_01._split_peaks(tokens)
+        return [f"{card} MiB is within 15 % of {seq}'s {peak / 2**20:.1f} MiB"
+                for seq, peak in peaks.items()
+                if 1 / 1.15 < card * 2**20 / peak < 1.15]  # fmt: skip
+
+    for tokens, cards in lesson_01.CARDS.items():
+        for card in cards:
+            assert not too_close(tokens, card), (tokens, too_close(tokens, card))
+        seqs = {lesson_01._target({"tp_tokens": tokens, "tp_card": i})["target_seq_len"]
+                for i in range(len(cards))}  # fmt: skip
+        assert seqs == {128, 256, 512, 1024}, (tokens, seqs)  # one card per split
+    assert too_close(4096, 87) and too_close(2048, 50)
 
 
 def test_an_edition_too_narrow_to_change_an_answer_is_refused():
@@ -245,7 +318,9 @@ def graded(tmp_path_factory):
                           env=wc.nbgrader_env(), check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out / "report.csv", newline="", encoding="utf-8") as fh:
-        return {row["student"]: row for row in csv.DictReader(fh)}
+        rows = {row["student"]: row for row in csv.DictReader(fh)}
+    page = out / "copies.md"
+    return {**rows, "copies.md": page.read_text(encoding="utf-8") if page.exists() else ""}
 
 
 def test_the_class_solution_scores_full_marks_unflagged(graded):
@@ -259,6 +334,20 @@ def test_the_self_study_answers_in_a_class_score_nothing_on_those_questions(grad
     failed = set(re.findall(r"(?:^|; )(test-[\w-]+) \(0/", row["failed_tests"]))
     assert failed == {"test-q1", "test-q2", "test-q3"}, row["failed_tests"]
     assert float(row["auto_score"]) == float(full["auto_score"]) - 3, row
+
+
+def test_the_self_study_answers_in_a_class_are_flagged_and_on_the_review_page(graded):
+    """Issue 40.5: the student who typed the public answers was status ``ok``, the signal only
+    in the failed items' text. The row is flagged and names the items; the page lists it."""
+    row = graded["publictyped"]
+    assert row["status"] == "flagged", row
+    said = "answers the self-study edition: test-q1, test-q2, test-q3"
+    assert said in row["reasons"], row["reasons"]
+    section = graded["copies.md"].split("## Answers of the self-study edition", 1)[1]
+    assert f"| publictyped | {LESSON} | test-q1, test-q2, test-q3" in section.replace("\\", "")
+    for honest in ("classright", "blank"):
+        assert "answers the self-study" not in graded[honest]["reasons"], graded[honest]
+        assert f"| {honest} |" not in section
 
 
 def test_a_notebook_of_another_edition_is_flagged_and_its_answers_score_nothing(graded):

@@ -299,14 +299,16 @@ def test_each_submissions_function_time_is_reported_apart_from_the_report(graded
 
 def test_a_graded_function_pasted_from_the_solution_is_listed_for_review(graded_class):
     """``correct00`` hands in the instructor's own notebook of the first real lesson: each of its
-    graded functions is listed as the solution's, beside the report, and still scores."""
+    graded functions is in a cluster with the solution (one line each, never one per pair),
+    beside the report, and still scores."""
     out = graded_class["out"]
     report = (out / "report.md").read_text(encoding="utf-8")
-    assert "## Possible copies, for review" in report
-    listed = [ln for ln in report.splitlines() if ln.startswith("| correct00 |")]
-    assert any("the instructor's solution" in ln for ln in listed), listed
-    side_by_side = (out / "copies.md").read_text(encoding="utf-8")
-    assert "## correct00 ·" in side_by_side and "| the student's cell |" in side_by_side
+    section = report.split("## Possible copies, for review", 1)[1]
+    listed = [ln for ln in section.splitlines() if "correct00" in ln]
+    assert listed and all("the instructor's solution" in ln for ln in listed), listed
+    page = (out / "copies.md").read_text(encoding="utf-8")
+    lines = [ln for ln in page.splitlines() if ln.startswith("**") and "correct00" in ln]
+    assert len(lines) == len(listed) and "In common, from" in page, lines
     row = next(r for r in graded_class["rows"] if r["student"] == "correct00")
     assert row["status"] == "ok"  # listed, never taken off
 

@@ -26,7 +26,18 @@ ones, each a full-marks notebook with more code:
   30,000 files (``--tmp-size 64``: each private folder holds 64 MiB);
 - display: one 100 MiB ``display`` message (the cap is 32 MiB);
 - sleeper: nine cells each sleeping just under the cell limit (``--timeout 8``);
-- graderreader: imports ``course_grading`` and reads its files at the grader's own paths.
+- graderreader: imports ``course_grading`` and reads its files at the grader's own paths;
+
+and, in the answer cell of the graded function (``tokens_per_batch``), which runs again in the
+function sandbox (issue 42):
+
+- fnhogs: where the function is graded, 3 processes of 900 MiB each at once (``--memory 2``);
+- escaper: a user and mount namespace of its own with a 3 GiB tmpfs where the function is graded,
+  ``unshare -Urm`` and a 100 MiB tmpfs in the kernel, and the calls the issue found reaching the
+  kernel (``io_uring_setup``, ``keyctl``, ``personality``, ``pidfd_open``, ``process_vm_readv``,
+  ``perf_event_open``, ``setns``); its function answers right only where nothing got through;
+- slowcalls: every call sleeps 5.5 s where the function is graded, under the 7 s per-call limit
+  (6 calls: 33 s), against the item's budget of 30 s.
 
 Sizes are the smallest that prove each limit (the issue's attacks were 1.5 GB and 600 MiB; 4 ×
 900 MiB under ``--memory 1``; ``--memory 2`` here so that the 100 MiB message can be built in a
@@ -37,7 +48,9 @@ graded alone, every original must be byte-identical, both root reports identical
 may hold instructor material, nothing may reach the port or another sandbox or the grader, no
 process may be left, and neither the host's disk nor the grader's memory may take what the
 students tried to put there. The same checks run on a small class graded ``--no-sandbox`` must
-fail: they can tell.
+fail: they can tell. On the code before issue 42 (``benchmarks/sandbox_envelope.py`` grades the
+same attacks alone, with either checkout) no function member's row named a limit, and the
+escaper's function answered wrong: its namespace and its tmpfs were made.
 """
 
 from __future__ import annotations
@@ -67,6 +80,7 @@ from class_builders import (
     hand_to_ordinary_user,
     sandbox_problem,
     set_source,
+    unreachable,
     write,
 )
 
@@ -74,6 +88,7 @@ import course_grading
 from course_grading.judge import secret as course_secret
 from course_grading.nbgrader import course as wc
 from course_grading.review.leaks import instructor_lines, leaked, own_lines, visible_text
+from course_grading.sandbox import syscalls
 from course_grading.sandbox.bwrap import MAX_SLOTS, UID_BASE
 from course_grading.sandbox.processes import running
 
@@ -93,9 +108,17 @@ GRADER_FILES = [
     str(GRADER / "judge" / "items" / "lesson_99.py"),
 ]
 NEXT_CELL = "\n# --- next cell ---\n"  # hostile code split into cells
+ITEM_BUDGET = 30  # seconds: every run of one item's function (the floor: the fixture's is fast)
 
 
 pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "-")
+
+#: Why this machine cannot run the grader as an ordinary uid ("" where it can): dropping to one
+#: needs root, and the uid must be shown the checkout (``class_builders.unreachable``).
+ORDINARY_PROBLEM = "switching to an ordinary uid needs root" if os.geteuid() else unreachable()
+_ORDINARY = pytest.param(
+    "ordinary", marks=pytest.mark.skipif(bool(ORDINARY_PROBLEM), reason=ORDINARY_PROBLEM or "-")
+)
 
 HOSTILE = {
     "vandal": (
@@ -301,6 +324,77 @@ PROBING = {
 }
 
 
+#: Answer cells of the graded function (``answer_tokens``): each runs in the kernel and again in
+#: the function sandbox, where ``ipykernel`` is not imported. Name -> (source, reasons).
+FUNCTION_CELLS = {
+    "fnhogs": (
+        "import subprocess, sys\n"
+        "if 'ipykernel' not in sys.modules:  # where the function is graded\n"
+        "    code = 'import time; b = bytearray(900 * 2**20); time.sleep(2)'\n"
+        "    hogs = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(3)]\n"
+        "    print([hog.wait() for hog in hogs])\n"
+        "def tokens_per_batch(batch_size, seq_len):\n"
+        "    return batch_size * seq_len",
+        [rf"test_tokens: its graded function's sandbox reached its memory limit of {MEMORY_GIB}"],
+    ),
+    "escaper": (
+        "import ctypes, errno, os, subprocess, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.syscall.restype = ctypes.c_long\n"
+        "reached = []\n"
+        "for name, args in {calls!r}:\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        got = libc.syscall(*[ctypes.c_long(a) for a in args])\n"
+        "        os._exit(0 if got >= 0 else ctypes.get_errno())\n"
+        "    if os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) != errno.EPERM:\n"
+        "        reached.append(name)\n"
+        "held = 0\n"
+        "if 'ipykernel' in sys.modules:  # the kernel: a nested tmpfs past --tmp-size\n"
+        "    nested = ('mount -t tmpfs -o size=4g none /tmp && '\n"
+        "              'head -c 100M /dev/zero > /tmp/x && echo $(($(stat -c %s /tmp/x)))')\n"
+        "    done = subprocess.run(['unshare', '-Urm', 'sh', '-c', nested], capture_output=True)\n"
+        "    print('NESTED', done.returncode, done.stdout.decode().strip())\n"
+        "    print('REACHED', reached)\n"
+        "else:  # the function sandbox: a user and mount namespace, 3 GiB in a tmpfs of its own\n"
+        "    uid, gid = os.getuid(), os.getgid()\n"
+        "    if libc.unshare(0x10000000 | 0x00020000) == 0:\n"
+        "        open('/proc/self/setgroups', 'w').write('deny')\n"
+        "        open('/proc/self/uid_map', 'w').write(f'0 {{uid}} 1')\n"
+        "        open('/proc/self/gid_map', 'w').write(f'0 {{gid}} 1')\n"
+        "        os.makedirs('/tmp/big', exist_ok=True)\n"
+        "        libc.mount(b'none', b'/tmp/big', b'tmpfs', 0, b'size=4g')\n"
+        "        for n in range(12):\n"
+        "            with open(f'/tmp/big/{{n}}', 'wb') as out:\n"
+        "                for _ in range(256):\n"
+        "                    out.write(b'x' * 2**20)\n"
+        "                    held += 2**20\n"
+        "def tokens_per_batch(batch_size, seq_len):\n"
+        "    return batch_size * seq_len if not reached and not held else -1",
+        [r"loads native code"],
+    ),
+    "slowcalls": (
+        "import sys, time\n"
+        "def tokens_per_batch(batch_size, seq_len):\n"
+        "    if 'ipykernel' not in sys.modules:  # 5.5 s a call, under the 7 s per-call limit\n"
+        "        time.sleep(5.5)\n"
+        "    return batch_size * seq_len",
+        [rf"test_tokens: its graded function's runs used the item's time budget \({ITEM_BUDGET} s"],
+    ),
+}
+#: The calls the issue found reaching the kernel from every sandbox, with harmless arguments.
+ESCAPES = [
+    (name, (syscalls.numbers(os.uname().machine) or {}).get(name, -1), *args)
+    for name, *args in [
+        ("io_uring_setup", 1, 0), ("keyctl", 0, 0), ("personality", 0x0040000),
+        ("pidfd_open", 1, 0), ("process_vm_readv", 1, 0, 0, 0, 0, 0),
+        ("perf_event_open", 0, 0, -1, -1, 0), ("setns", 0, 0),
+    ]
+]  # fmt: skip
+ESCAPER_CALLS = [(name, (number, *args)) for name, number, *args in ESCAPES]
+STUDENTS = len(HONEST) + len(HOSTILE) + len(PROBING) + len(FIRST_CELLS) - 1 + len(FUNCTION_CELLS)
+
+
 # --- the course, the class, a port ---------------------------------------------------------------
 
 
@@ -377,6 +471,11 @@ def build_class(course: dict, subs: Path, out: Path, port: int) -> None:
         write(subs / f"{name}_{FIXTURE}.ipynb", _with_cells(honest["honest"], code.format(**paths)))
     for name, (code, _) in FIRST_CELLS.items():
         write(subs / f"{name}_{FIXTURE}.ipynb", _with_cells(honest["honest"], code, first=True))
+    for name, (code, _) in FUNCTION_CELLS.items():
+        nb = set_source(
+            copy.deepcopy(honest["honest"]), "answer_tokens", code.format(calls=ESCAPER_CALLS)
+        )
+        write(subs / f"{name}_{FIXTURE}.ipynb", nb)
 
 
 class DiskWatch:
@@ -472,7 +571,11 @@ def graded(course, listener):
     shutil.copytree(subs, ordinary_subs)
     ordinary_before = digest(ordinary_subs)
     ordinary_out = tmp / "ordinary" / "out"
-    ordinary = grade_cli(ordinary_subs, ordinary_out, root, "--jobs", "2", *secret, ordinary=True)
+    ordinary = None
+    if not ORDINARY_PROBLEM:
+        ordinary = grade_cli(
+            ordinary_subs, ordinary_out, root, "--jobs", "2", *secret, ordinary=True
+        )
     return {
         **course,
         "subs": subs,
@@ -536,7 +639,7 @@ def secret(course):
 
 # --- the sandboxed runs: as root and as an ordinary uid -----------------------------------------
 
-BOTH = pytest.mark.parametrize("mode", ["first", "ordinary"])  # --jobs 2, root / ordinary uid
+BOTH = pytest.mark.parametrize("mode", ["first", _ORDINARY])  # --jobs 2, root / ordinary uid
 SUBS = {"first": "subs", "ordinary": "ordinary_subs"}
 
 
@@ -558,6 +661,8 @@ def _logged(run: dict, pattern: str) -> list[float]:
 
 def test_the_runs_finish(graded):
     for run in ("first", "second", "alone", "ordinary"):
+        if graded[run] is None:  # ORDINARY_PROBLEM: its tests say why they are skipped
+            continue
         assert graded[run]["rc"] == 0, graded[run]["stderr"][-3000:]
         assert {r["sandbox"] for r in graded[run]["rows"]} == {"bubblewrap"}
 
@@ -566,7 +671,7 @@ def test_the_runs_finish(graded):
 def test_each_hostile_student_is_flagged_with_its_reason(graded, mode):
     rows = _rows(graded[mode])
     wrong = []
-    hostile = {**HOSTILE, "cpu_hog": FIRST_CELLS["cpu_hog"]}
+    hostile = {**HOSTILE, "cpu_hog": FIRST_CELLS["cpu_hog"], **FUNCTION_CELLS}
     for name, (_, reasons) in hostile.items():
         row = rows.get(name, {"status": "no row", "reasons": ""})
         if row["status"] not in ("flagged", "not graded"):
@@ -587,7 +692,8 @@ def test_honest_students_get_what_they_get_alone(graded, mode):
 
 def test_originals_are_byte_identical(graded):
     assert not original_problems(graded["subs"], graded["before"])
-    assert not original_problems(graded["ordinary_subs"], graded["ordinary_before"])
+    if graded["ordinary"] is not None:
+        assert not original_problems(graded["ordinary_subs"], graded["ordinary_before"])
 
 
 def test_a_second_run_gives_the_same_report(graded):
@@ -617,8 +723,7 @@ def test_nothing_escaped(graded, secret, mode):
 @BOTH
 def test_feedback_holds_no_instructor_material(graded, secret, mode):
     pages = sorted((graded[mode]["out"] / "feedback").rglob("*.html"))
-    students = len(HONEST) + len(HOSTILE) + len(PROBING) + 1  # and cpu_hog
-    assert len(pages) >= students - 2  # all but the sleeper's and the fork bomb's, at most
+    assert len(pages) >= STUDENTS - 2  # all but the sleeper's and the fork bomb's, at most
     for page in pages:
         own = own_lines(graded[SUBS[mode]] / f"{page.parent.name}_{FIXTURE}.ipynb")
         assert not leaked(page, secret, own), page
@@ -638,7 +743,7 @@ def test_nobody_reaches_a_classmate_or_the_grader(graded, mode):
     assert re.search(r"^KILLED 0$", _printed(graded[mode], "classkiller"), re.M)
     assert re.search(r"^STILL HERE$", _printed(graded[mode], "graderkiller"), re.M)
     assert "ZOMBIES" in _printed(graded[mode], "zombies")
-    assert len(graded[mode]["rows"]) == len(HONEST) + len(HOSTILE) + len(PROBING) + 1
+    assert len(graded[mode]["rows"]) == STUDENTS
 
 
 @BOTH
@@ -669,7 +774,7 @@ def test_memory_stays_bounded(graded, mode):
     run = graded[mode]
     assert re.search(r"^HOGS \[.*-9.*\]$", _printed(run, "hogs"), re.M), _printed(run, "hogs")
     limit = MEMORY_GIB * 1024
-    cgroup, watched = _logged(run, "memory cgroup peak"), _logged(run, "memory watched peak")
+    cgroup, watched = _logged(run, r"memory cgroup v[12] peak"), _logged(run, "memory watched peak")
     assert cgroup or watched, run["worker_logs"][-2000:]
     assert all(peak <= limit for peak in cgroup), cgroup  # the kernel's own bound
     # sampled: the peak is loose by what the hogs allocate between two samples (4 × 900 MiB at
@@ -684,6 +789,34 @@ def test_memory_stays_bounded(graded, mode):
     # the 100 MiB message was refused before the worker read it (read, it took a worker from
     # about 50 MiB to 351 MiB)
     assert max(_logged(run, "worker peak RSS")) < 150, run["worker_logs"][-2000:]
+
+
+@BOTH
+def test_nothing_gets_past_either_sandbox(graded, mode):
+    """The escaper: in its kernel, no nested tmpfs and none of the issue's calls reach the
+    kernel; where its function is graded, no namespace and no tmpfs of its own (its function
+    answers right only then, so its item is the proof)."""
+    printed = _printed(graded[mode], "escaper")
+    assert re.search(r"^REACHED \[\]$", printed, re.M), printed
+    nested = re.search(r"^NESTED (\d+)", printed, re.M)
+    assert nested and nested.group(1) != "0", printed  # before: 0, and 100 MiB past --tmp-size
+    row = _rows(graded[mode])["escaper"]
+    assert "test_tokens" not in row["failed_tests"] and float(row["auto_score"]) == 3, row
+
+
+def _function_seconds(run: dict, student: str) -> float:
+    with open(run["out"] / "function_times.csv", newline="", encoding="utf-8") as fh:
+        found = [r for r in csv.DictReader(fh) if r["student"] == student]
+    assert [r["item"] for r in found] == ["test_tokens"], found
+    return float(found[0]["seconds"])
+
+
+@BOTH
+def test_calls_under_the_call_limit_stop_at_the_items_budget(graded, mode):
+    """Six calls of 5.5 s under a 7 s limit held the slot 33 s for one item, unflagged; now the
+    item's runs stop at its budget (the row says so: the reasons check above)."""
+    assert ITEM_BUDGET <= _function_seconds(graded[mode], "slowcalls") < ITEM_BUDGET + 3
+    assert _function_seconds(graded[mode], "honest") < 10
 
 
 # --- the same checks fail without the sandbox ------------------------------------------------

@@ -62,6 +62,22 @@ def reasons(sub: Submission) -> str:
 # --- links are never followed ------------------------------------------------------------------
 
 
+def shown(target: str) -> str:
+    """A link's target as a reason shows it: whole up to 80 characters, else its first 79 and
+    an ellipsis (a reason is one bounded line, wherever the checkout lies)."""
+    return target if len(target) <= 80 else target[:79] + "…"
+
+
+def test_a_long_link_target_is_cut_in_its_reason(tmp_path):
+    target = "/" + "x" * 200 + "/solution.ipynb"
+    (tmp_path / f"ann_{FIXTURE}.ipynb").symlink_to(target)
+    (tmp_path / f"bob_{FIXTURE}.ipynb").symlink_to("/etc/passwd")  # short: shown whole
+    subs, _ = collect(tmp_path, LESSONS)
+    got = {s.student: reasons(s) for s in subs}
+    assert f"symbolic link (to /{'x' * 78}…)" in got["ann"] and target not in got["ann"]
+    assert "symbolic link (to /etc/passwd)" in got["bob"]
+
+
 def test_a_link_in_a_submissions_place_is_not_graded(tmp_path):
     subs_dir = tmp_path / "subs"
     write(subs_dir / "ann" / FIXTURE / f"{FIXTURE}.ipynb", good())  # the case that passes
@@ -76,7 +92,7 @@ def test_a_link_in_a_submissions_place_is_not_graded(tmp_path):
     for student in ("linker", "flat"):
         sub = got[(student, FIXTURE)]
         assert not sub.gradable and sub.status == "not graded", reasons(sub)
-        assert f"symbolic link (to {SOURCE})" in reasons(sub)
+        assert f"symbolic link (to {shown(str(SOURCE))})" in reasons(sub)
         assert inspect(sub, LessonSpec.from_notebooks(FIXTURE, SOURCE, RELEASE)) is None
     rows = {Path(s.path).name: s.reason for s in skipped}
     assert "symbolic link (to /etc/passwd)" in rows["notes.txt"]

@@ -323,10 +323,14 @@ def test_matching_by_case_then_grader_id(tmp_path):
 
 
 def test_a_student_the_classroom_named_from_an_lti_login_finds_their_row(tmp_path):
-    export_file = _people(tmp_path, ['"M, Zoë",7,,Zoë.Müller@uni.example,X,', '"N",8,,zoe,X,'])
-    scores = _scores(("zo_m_ller_uni_example-31fcbc", "L1", 6))  # classroom/lti.py's name
+    export_file = _people(
+        tmp_path,
+        ['"M, Zoë",7,,Zoë.Müller@uni.example,X,', '"N",8,,zoe,X,', '"L",9,,ann.lee,X,'],
+    )
+    # classroom/lti.py's nbgrader ids: Zoë's made up from her login, Ann's her login itself
+    scores = _scores(("zoe.muller@uni.example--gh6lyj5c6ovwx4oh", "L1", 6), ("ann.lee", "L1", 5))
     export_grades(scores, "canvas", tmp_path / "o.csv", lms_file=export_file)
-    assert [r[5] for r in read_rows(tmp_path / "o.csv")[2:]] == ["6", ""]
+    assert [r[5] for r in read_rows(tmp_path / "o.csv")[2:]] == ["6", "", "5"]
 
 
 def test_an_exact_match_wins_over_one_ignoring_case(tmp_path):

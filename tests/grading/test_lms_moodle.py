@@ -190,3 +190,19 @@ def test_a_plugin_problem_is_one_error_line_and_nothing_written(workspace, tmp_p
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "[ExportApp | ERROR] --format canvas needs --gradebook" in proc.stderr
     assert not out.exists()
+
+
+def test_a_roster_of_nobody_says_nobodys_score_is_in_the_file(workspace, tmp_path, capsys):
+    """Issue 40, item 6: Moodle's grade export of an empty course (its header only) matched
+    nobody, and the command said it wrote "5 student(s)". It counts what is in the file now."""
+    roster = tmp_path / "empty_course.csv"
+    roster.write_text(MOODLE_EXPORT.read_text(encoding="utf-8").splitlines()[0] + "\n", "utf-8")
+    assert read_rows(moodle(workspace, tmp_path, "--gradebook", str(roster))) == [
+        ["username", "01_tokens", "02_padding"]
+    ]
+    shown = capsys.readouterr().out
+    assert "the scores of 0 of 5 graded student(s)" in shown and "student(s))" in shown
+    assert "nobody's score is in it" in shown
+    (tmp_path / "all").mkdir()
+    moodle(workspace, tmp_path / "all", "--id", "email")  # one address among five ids
+    assert "the scores of 1 of 5 graded student(s)" in capsys.readouterr().out

@@ -230,6 +230,12 @@ def graded(tmp_path_factory):
     nb = filled(work.release_notebook(FIXTURE), work.source_notebook(FIXTURE))
     find(nb, "written_reflect").source = ANSWER + '\n<img src=x onerror="window.__ran=true">'
     write(tmp / "class" / f"student_{FIXTURE}.ipynb", nb)
+    # off by one: the check's message on this function is longer than a line of the page
+    find(nb, "answer_tokens").source = (
+        'def tokens_per_batch(batch_size, seq_len):\n    """Tokens."""\n'
+        "    return batch_size * seq_len - 1"
+    )
+    write(tmp / "class" / f"offbyone_{FIXTURE}.ipynb", nb)
     command = [
         sys.executable,
         "-m",
@@ -278,3 +284,40 @@ def test_tables_and_formulas_look_right_in_feedback_and_formgrader(graded, tmp_p
         assert not seen[name]["dollars"] and not seen[name]["scripts"], seen[name]
     assert min(seen["bare"]["gaps"]) < 1 and seen["bare"]["padding"] == "0px", seen["bare"]
     assert FEEDBACK_CSP in page_text  # and the policy still holds on the page
+
+
+WRAPPED = """() => [...document.querySelectorAll('pre')]
+    .filter(p => p.textContent.includes('Graded outside your notebook: 0 of'))
+    .map(p => ({scrolls: p.scrollWidth > p.clientWidth + 1, height: p.clientHeight,
+                line: parseFloat(getComputedStyle(p).lineHeight)}))"""
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_a_long_check_message_wraps_in_the_feedback_page(graded, tmp_path):
+    """Issue 40, item 6: a failed item's message (``tokens_per_batch(2, 8192) returned 16383:
+    that is not the number of tokens ...``) sat on one line of its ``<pre>``, which scrolled
+    sideways; it wraps between words now. The page without the course stylesheet shows the old
+    fault, so the check can fail."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    feedback = graded / "feedback" / "offbyone" / f"{FIXTURE}.html"
+    page_text = feedback.read_text(encoding="utf-8")
+    assert "returned 16383: that is not the number of tokens" in page_text
+    bare = tmp_path / "without-course-style.html"
+    start = page_text.index(f'<style id="{STYLE_ID}">')
+    bare.write_text(page_text[:start] + page_text[page_text.index("</style>", start) + 8 :])
+    seen = {}
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        for name, address in (("feedback", feedback.as_uri()), ("bare", bare.as_uri())):
+            page.goto(address)
+            page.wait_for_load_state("networkidle")
+            seen[name] = page.evaluate(WRAPPED)
+            message = page.locator("pre", has_text="Graded outside your notebook: 0 of").first
+            message.screenshot(path=str(tmp_path / f"message-{name}.png"))
+        browser.close()
+    print(f"\nscreenshots in {tmp_path}: {seen}")
+    assert seen["feedback"] and not any(m["scrolls"] for m in seen["feedback"]), seen
+    assert any(m["height"] >= 2 * m["line"] for m in seen["feedback"]), seen  # it wrapped
+    assert all(m["scrolls"] for m in seen["bare"]), seen

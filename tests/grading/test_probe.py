@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from course_grading.sandbox import bwrap as sandbox
-from course_grading.sandbox import probe
+from course_grading.sandbox import probe, seccomp
 from course_grading.sandbox.jobs import JobSpec
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -37,18 +37,21 @@ def _holding(spec: JobSpec) -> dict:
         "uid": spec.uid, "pid": 2, "processes_seen": [1, 2], "grader_importable": False,
         "dev_readonly": True, "sizes": probe.folder_limits(limits),
         "memory": limits.memory_bytes, "processes": limits.processes,
+        "userns": False, "seccomp": "2",
     }  # fmt: skip
 
 
-def _probe_in_bwrap(namespaces: list[str]) -> dict:
-    """Run the probe's function in ``bwrap --ro-bind / / <namespaces>``, as a kernel would."""
+def _probe_in_bwrap(namespaces: list[str], filtered: bool = False) -> dict:
+    """Run the probe's function in ``bwrap --ro-bind / / <namespaces>``, as a kernel would
+    (``filtered``: under the sandbox's seccomp filter too)."""
     listener = probe.Listener()
     try:
         call = probe.probe_call([], sys.prefix, listener, [])
         code = f"{probe.PROBE}\nprint(repr({call}))"
         argv = ["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *namespaces]
+        argv = [*argv, "--", sys.executable, "-c", code]
         done = subprocess.run(
-            [*argv, "--", sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+            seccomp.wrap(argv) if filtered else argv, capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, done.stderr
         found = probe.probe_reply(done.stdout.strip())  # read as the grader reads the kernel's
@@ -75,6 +78,21 @@ def test_without_a_network_namespace_the_probe_says_so():
     broken = {**_holding(spec), "network": True, "reached_host": True}
     says = probe.probe_failure(broken, spec)
     assert says == "the kernel can reach a port on the host's 127.0.0.1"
+
+
+@needs_bwrap
+def test_under_the_filter_the_kernel_can_make_no_user_namespace():
+    """The failing case first: without the filter, a root grader's sandbox (no user namespace
+    of its own) lets the kernel make one, and the probe names it."""
+    found = _probe_in_bwrap(sandbox._namespaces(None))
+    assert found["userns"] is True and found["seccomp"] == "0"
+    spec = _spec()
+    says = probe.probe_failure({**_holding(spec), "userns": True}, spec)
+    assert says == "the kernel can make a user namespace of its own"
+    found = _probe_in_bwrap(sandbox._namespaces(None), filtered=True)
+    assert found["userns"] is False and found["seccomp"] == "2"
+    says = probe.probe_failure({**_holding(spec), "seccomp": "0"}, spec)
+    assert says == "the kernel runs without the sandbox's seccomp filter"
 
 
 def test_a_stray_connection_to_the_listener_is_not_the_kernel():
@@ -127,6 +145,8 @@ def test_a_token_sent_in_pieces_still_counts():
         ("dev_readonly", False, "the kernel can write to /dev"),
         ("memory", -1, "its memory limit is -1"),
         ("processes", -1, "its process limit is -1"),
+        ("userns", True, "the kernel can make a user namespace of its own"),
+        ("seccomp", "0", "the kernel runs without the sandbox's seccomp filter"),
     ],
 )
 def test_each_broken_field_is_named(field, value, says):

@@ -131,8 +131,9 @@ def test_slots_get_distinct_uids_and_a_bad_slot_is_refused():
         sandbox.sandbox_uid(sandbox.MAX_SLOTS)
 
 
-def test_the_memory_cgroup_is_joined_before_bwrap(tmp_path):
-    procs = tmp_path / "cgroup.procs"
+def test_the_cgroup_is_joined_before_bwrap(tmp_path):
+    """Both cgroup v1 folders (memory, pids) are joined by the shell that then execs bwrap."""
+    procs = [tmp_path / "memory" / "cgroup.procs", tmp_path / "pids" / "cgroup.procs"]
     argv = sandbox.kernel_argv(
         bwrap="bwrap",
         stage=tmp_path / "stage",
@@ -143,9 +144,15 @@ def test_the_memory_cgroup_is_joined_before_bwrap(tmp_path):
         kernel=KERNEL,
         cgroup_procs=procs,
     )
-    assert argv[:4] == ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs)]
-    assert argv[4:7] == ["/bin/sh", "-c", 'exec "$@" 9<"$0"']  # then the seccomp filter's file
-    assert argv[8:11] == ["bwrap", "--seccomp", "9"]
+    script = 'echo $$ > "$1" && echo $$ > "$2" && shift 2 && exec "$@"'
+    assert argv[:6] == ["/bin/sh", "-c", script, "sh", *map(str, procs)]
+    assert argv[6:9] == ["/bin/sh", "-c", 'exec "$@" 9<"$0"']  # then the seccomp filter's file
+    assert argv[10:13] == ["bwrap", "--seccomp", "9"]
+    for folder in ("memory", "pids"):
+        (tmp_path / folder).mkdir()
+    joined = sandbox.join(["sh", "-c", "echo $$"], procs)
+    pid = subprocess.run(joined, capture_output=True, text=True, check=True).stdout.strip()
+    assert [p.read_text().strip() for p in procs] == [pid, pid]  # the same process, in both
 
 
 # --- memory that no process maps: refused -----------------------------------------------------
@@ -192,12 +199,12 @@ def test_memory_no_process_maps_is_refused_in_the_sandbox(tmp_path):
                                                         "dev_shm": 4096}  # fmt: skip
 
 
-def test_the_filter_refuses_other_abis_and_is_built_only_where_its_numbers_are_known():
+def test_the_filter_is_built_only_where_its_numbers_are_known():
     from course_grading.sandbox import seccomp
 
     for machine in ("x86_64", "aarch64"):
         code = seccomp.program(machine)
-        assert code is not None and len(code) == 8 * (8 + len(seccomp.CALLS[machine][1]))
+        assert code is not None and len(code) // 8 > 2 * len(seccomp.allowed(machine))
     assert seccomp.program("riscv64") is None
     if seccomp.program() is not None:
         assert seccomp.wrap(["bwrap", "--", "true"])[-5:] == [
@@ -216,8 +223,8 @@ import json, os, sys
 try:
     import course_grading
     imported = True
-except ImportError:
-    imported = False
+except ImportError as error:  # the cover's error, or the real package's own (no grader extra
+    imported = "grading sandbox" not in str(error)  # inside: its code ran all the same)
 paths = json.loads(sys.argv[1])
 print(json.dumps({"imported": imported, "read": [p for p in paths if os.path.exists(p)]}))
 """
@@ -325,21 +332,19 @@ def test_help_needs_no_sandbox_and_lists_the_new_options():
 
 
 def test_a_memory_cgroup_holds_a_process_to_its_limit():
-    from course_grading.sandbox.cgroup import MemoryCgroup
+    from course_grading.sandbox.cgroup import Cgroup
 
-    group = MemoryCgroup.make("shapes-test-cgroup", 64 * 2**20)
+    group = Cgroup.make("shapes-test-cgroup", 64 * 2**20, 16)
     if group is None:
-        pytest.skip("no memory cgroup can be made here (not root, or no cgroup v1)")
+        pytest.skip("no cgroup can be made here (not root on cgroup v1, no delegated v2)")
     hog = [sys.executable, "-c", "b = bytearray(256 * 2**20)"]
     try:
-        joined = subprocess.run(
-            ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group.procs), *hog], check=False
-        )
+        joined = subprocess.run(sandbox.join(hog, group.procs), check=False)
         assert joined.returncode == -9 and group.oom_kills() >= 1
         assert 0 < group.peak() <= 64 * 2**20
     finally:
         group.remove()
-    assert not group.path.exists()
+    assert not any(folder.exists() for folder in group.folders)
     assert subprocess.run(hog, check=False).returncode == 0  # outside it, the same runs
 
 

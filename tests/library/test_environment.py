@@ -24,7 +24,7 @@ def _split(spec: str) -> tuple[str, str]:
 def pyproject_requirements() -> dict[str, str]:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     specs = list(meta["dependencies"])
-    for extra in ("dev", "hf"):
+    for extra in ("lab", "grader", "dev", "hf"):
         specs += meta["optional-dependencies"][extra]
     # A requirement whose marker excludes the conda environment's Python is not needed there.
     env = {"python_version": CONDA_PYTHON, "python_full_version": CONDA_PYTHON + ".0"}

@@ -17,7 +17,7 @@ from course_lib.hf.arch import arch_parameter_count, architecture, lora_paramete
 from course_lib.hf.cards import CARDS, CONTEXT, device_band, reserve_ratio
 from course_lib.hf.memory import predict_hf_memory, trainable_parameters
 from course_lib.hf.predict import step_spec
-from course_lib.hf.scaling import peak_line
+from course_lib.hf.scaling import peak_line, replay_step
 from course_lib.hf_configs import available, load_config
 
 HAS_HF = importlib.util.find_spec("transformers") is not None
@@ -378,7 +378,9 @@ def test_a_hub_id_in_the_local_cache_is_read_and_an_unknown_name_lists_the_close
         load_config("Llama-3.2-3b-instruct")
     assert str(tmp_path) in str(info.value)  # says where it looked
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
-    with pytest.raises(ValueError, match="unknown model 'acme/tiny-llama'"):
+    hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", True)  # never the internet
+    with pytest.raises(ValueError, match="acme/tiny-llama is not in the Hugging Face cache"):
         load_config("acme/tiny-llama")  # the case that fails: not in that cache
 
 
@@ -438,3 +440,78 @@ def test_expandable_segments_is_suggested_where_it_changes_the_answer():
                       allocator="expandable", **README)  # fmt: skip
     assert e.max_micro_batch == p.max_micro_batch + 1 and e.device_bytes <= e.memory_budget
     assert not [n for n in e.notes if "expandable_segments:True" in n]  # already on
+
+
+def _line_and_replay(name: str, rows: int, **kw):
+    """The step read off its line (hf.scaling) and replayed whole, as comparable tuples."""
+    from course_lib.hf.families import lora_targets_for
+    from course_lib.hf.models import record_step
+    from course_lib.hf.replay import replay
+
+    config = load_config(name)
+    arch = architecture(config)
+    lora = kw.pop("lora_rank", None)
+    targets = lora_targets_for(arch, "all-linear") if lora else ()
+    attn = "eager" if arch.attn_softcap or any(arch.windows) else "sdpa"
+    attn = kw.pop("attn", attn)
+    _, spec, *_ = step_spec(config, rows, 64, attn, "bf16", lora, kw.pop("ckpt", "off"),
+                            targets=targets, device="cuda", **kw)  # fmt: skip
+    fields = ("peak", "peak_at", "activations", "logits_and_loss", "gradients", "transient",
+              "forward_peak", "saved", "flops")  # fmt: skip
+    whole, line = replay(record_step(arch, spec)), replay_step(arch, spec)
+    return [getattr(whole, f) for f in fields], [getattr(line, f) for f in fields]
+
+
+# one config of every family, and the two with repeating layer patterns
+FAMILIES = ["Llama-3.1-8B", "Qwen2.5-7B", "Mistral-7B-v0.3", "gpt2", "Qwen3-8B",
+            "gemma-2-9b", "gemma-3-4b-pt", "Phi-3-mini-4k-instruct", "OLMo-2-1124-7B",
+            "SmolLM2-360M"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(lora_rank=8, ckpt="blocks"),
+        dict(lora_rank=8, ckpt="blocks", checkpoint_every=3, loop="plain"),
+    ],  # fmt: skip
+    ids=["full", "lora-ckpt", "lora-every-3rd-plain"],
+)
+def test_the_step_read_off_its_line_is_the_whole_replay(name, kw):
+    """A plan's probes read the step off short models as lines in the rows and the depth
+    (hf.scaling): the same peak, split, forward peak and saved bytes as the whole replay."""
+    for rows in (1, 2, 5):
+        whole, line = _line_and_replay(name, rows, **dict(kw))
+        assert line == whole, (name, kw, rows)
+
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [("Llama-3.1-8B", dict(attn="flash", documents=3)), ("Qwen3-8B", dict(documents=4)),
+     ("Mixtral-8x7B-v0.1", dict(attn="flash"))],
+    ids=["flash-packed", "sdpa-packed", "mixtral"],
+)  # fmt: skip
+def test_packed_rows_and_experts_are_carried_in_the_depth_exactly(name, kw):
+    """Packed rows and routed experts change shape with the micro-batch: read off short models
+    at their own rows, they are still the whole replay."""
+    for rows in (1, 2, 3):
+        whole, line = _line_and_replay(name, rows, lora_rank=8, ckpt="blocks", **dict(kw))
+        assert line == whole, (name, kw, rows)
+
+
+def test_a_line_that_ignores_the_layer_pattern_misses(monkeypatch):
+    """The case that fails: checkpointing every 3rd layer repeats every 3 layers; read off short
+    models as if every layer were the same, the line misses the whole replay."""
+    import course_lib.hf.scaling as scaling
+
+    kw = dict(lora_rank=8, ckpt="blocks", checkpoint_every=3)
+    whole, line = _line_and_replay("Llama-3.1-8B", 2, **dict(kw))
+    assert line == whole
+    monkeypatch.setattr(scaling, "period", lambda arch, spec: 1)
+    scaling.step_line.cache_clear()
+    try:
+        whole, line = _line_and_replay("Llama-3.1-8B", 2, **dict(kw))
+    finally:
+        scaling.step_line.cache_clear()
+    assert line != whole

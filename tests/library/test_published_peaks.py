@@ -165,3 +165,32 @@ def test_the_band_count_reads_the_planners_own_attributes(bench, rows, capsys):
     the real rows and the real planner."""
     bench.print_band(rows)
     assert "held-out device-level rows inside it" in capsys.readouterr().out
+
+
+def verdict_row(**changes) -> dict:
+    row = dict(good_row(), measured_kind="verdict", outcome="oom", card="T4")
+    row.pop("peak_allocated_mib")
+    row.update(changes)
+    return row
+
+
+def test_a_verdict_row_needs_its_outcome_and_a_card(bench):
+    bench.validate_row(0, verdict_row())  # the good one passes
+    for bad in (verdict_row(outcome="crashed"), verdict_row(card="a card"),
+                verdict_row(outcome=None)):  # fmt: skip
+        with pytest.raises(ValueError, match="outcome in"):
+            bench.validate_row(3, bad)
+
+
+def test_every_verdict_row_is_held_out_and_counted_by_its_outcome(bench, rows, monkeypatch, capsys):
+    verdicts = [r for r in rows if r["measured_kind"] == "verdict"]
+    assert len(verdicts) >= 25 and all(r["role"]["planner"] == "held-out" for r in verdicts)
+    assert {r["outcome"] for r in verdicts} == {"fits", "oom"}
+    # the counts follow the planner's verdict and the outcome, nothing else: a planner that
+    # always says "fits" is counted as allowing every run that ran out of memory
+    monkeypatch.setattr(bench, "verdict", lambda row: "fits")
+    counts = bench.print_verdicts(verdicts)
+    assert sum(n for (_, o, v), n in counts.items() if (o, v) == ("oom", "fits")) == sum(
+        r["outcome"] == "oom" for r in verdicts
+    )
+    assert "allowed runs that ran out of memory" in capsys.readouterr().out

@@ -63,11 +63,13 @@ from course_grading.judge.verdicts import (
     decide,
     taken_values,
 )
+from course_grading.nbgrader import self_study
+from course_grading.review.copies import course_references, find_clusters
 from course_grading.review.names import Bindings
 from course_grading.review.uses import bound_names, cells_after
 
-#: The course secret the seed-table shortcut is graded with (any 16 bytes or more will do).
-SECRET = b"assessment-course-secret-0123456789"
+#: The course secret the seed-table shortcut is graded with (a strong one, as the grader wants).
+SECRET = b"7f655743dcac5f795d1f1cf36ada331b9fad90af5f266586774402813f741764"
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -267,7 +269,19 @@ class Pass:
                 verdicts.append(decide(item, self.spec, "assessment", values, source, self.sandbox,
                                        earlier, secret=secret, later=later))  # fmt: skip
         flags = tuple(f for f in course_lib_review(nb, self.spec) if "added by" in f or gid in f)
-        return verdicts, flags
+        return verdicts, flags + self.listing(gid, answer)
+
+    def listing(self, gid: str, answer: str) -> tuple[str, ...]:
+        """What the copy listing says of ``answer`` handed in alone for ``gid`` (a graded
+        function's cell; ``review/copies.py``): ``"listed for review with <sources>"`` when it is
+        near-identical to the course's code, else nothing."""
+        found = [i for i in self.items.values() if i.answer == gid and i.function]
+        if not found:
+            return ()
+        blank = next(c.source for c in self.nb.cells if nbgrader_meta(c).get("grade_id") == gid)
+        refs = course_references(self.solution[gid].source)
+        clusters = find_clusters(self.lesson, gid, {"candidate": answer}, refs, blank)
+        return tuple(f"listed for review with {' and '.join(c.sources)}" for c in clusters)
 
 
 @contextmanager
@@ -304,7 +318,8 @@ def run_lesson(lesson: str, entries: dict[str, Item]) -> Run:
         for i, cell in enumerate(cells):
             gid = nbgrader_meta(cell).get("grade_id") or f"cell {i + 1}"
             if cell.cell_type != "code":
-                texts.append((f"markdown {gid}", cell.source))
+                kind = "self-study check" if self_study.is_check_cell(cell) else "markdown"
+                texts.append((f"{kind} {gid}", cell.source))
                 continue
             if is_answer(cell):
                 probes[gid] = _probe(p, cell, cells[i + 1], entries.get(gid, Item()))

@@ -9,7 +9,8 @@ visible test called *right*); a prediction's wrong but plausible values (each ea
 completion point the right value earns: how many earned anything else); the right answers in
 other forms (how many lost a point or failed their visible test); the shortcuts (how many scored
 any point, and of those how many are a prediction's completion point, which any plausible value
-earns). A
+earns, and how many copy the course's code into a graded function: scored on their results and
+listed for review, never zeroed for a resemblance). A
 second table gives every shortcut class by its letter (``probes.SHORTCUTS``): tried and scored.
 These are the counts the README and the closing notes quote; ``test_assessment.py`` fails if a
 shortcut scores outside those two kinds, or a wrong answer scores at all.
@@ -25,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from assessment import run_lesson  # noqa: E402
 from probes import SHORTCUTS  # noqa: E402
-from test_assessment import prediction_letters  # noqa: E402
+from test_assessment import listed_letters, prediction_letters  # noqa: E402
 
 from course_grading.judge import items as trusted  # noqa: E402
 from course_grading.nbgrader.course import find_lessons  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("wrong", "wrong scored", "wrong told right", "plausible", "plausible off",
-        "forms", "forms rejected", "shortcuts", "scored", "completion")  # fmt: skip
+        "forms", "forms rejected", "shortcuts", "scored", "completion", "listed")  # fmt: skip
 LETTER = {s.name: s.letter for s in SHORTCUTS}
 
 
@@ -71,6 +72,9 @@ def count(lesson: str) -> tuple[dict[str, int], dict[str, list[int]], list[str]]
             tally["scored"] += bool(t.points)
             if t.points and predicted and letter in prediction_letters:
                 tally["completion"] += 1
+            function = any(i.function for i in trusted.items_of(lesson).values() if i.answer == gid)
+            if t.points and function and letter in listed_letters:
+                tally["listed"] += 1  # a copy of the course's code: scored, and listed for review
     return tally, letters, lines
 
 

@@ -229,14 +229,14 @@ SHORTCUTS = [
     Shortcut("degenerate output (zeros of the right shape)", False, True, r"returned", "Z"),
     # issue 27 (tests/notebooks/attacks.py)
     Shortcut("grader-source answer (expected= typed, or the grader's function pasted)", True,
-             True, r"code found in the grader's checks|uses .*course_lib|recorded|self-study ed",
-             "G"),
+             True, r"listed for review with .*the grader's checks|uses .*course_lib|recorded|"
+             r"self-study ed", "G"),
     Shortcut("gate bypass (junk, then the value a later cell prints)", True, False,
              r"\S", "B"),  # its verdict says what is wrong with the value handed in
     Shortcut("seed table (the practice seed's inputs), graded with a course secret", False, True,
              r"KeyError", "T"),
     Shortcut("pasted library code (course_lib's functions in place of their import)", False,
-             True, r"code found in course_lib/|uses .*course_lib", "D"),
+             True, r"listed for review with .*course_lib/|uses .*course_lib", "D"),
     Shortcut("after-answer overwrite (the library call in a cell below the answer)", True, False,
              r"set again in", "O"),
     Shortcut("globals()['name'] lookup of a lesson-imported library name", True, True,

@@ -180,6 +180,11 @@ def test_the_closest_library_call_scores_zero(probed):
 #: (junk, then the measurement a later cell prints) and the grader's source hand in a value the
 #: rule finds plausible, which earns what any plausible value earns, and never more.
 prediction_letters = ("B", "G")
+#: A graded function's shortcuts that copy the course's code (the grader's reference pasted under
+#: the function's name, the library's code pasted in place of its import): a resemblance is
+#: evidence for review, never a zero (issue 39.3), so they are scored on their results and must
+#: be listed for review instead (``review/copies.py``: their ``named`` pattern).
+listed_letters = ("D", "G")
 
 
 def shortcut_problems(probe: Probe, function: bool, prediction: bool = False) -> list[str]:
@@ -201,6 +206,8 @@ def shortcut_problems(probe: Probe, function: bool, prediction: bool = False) ->
         if prediction and letter.get(name) in prediction_letters:
             if t.points > right:
                 found.append(f"'{name}' scores {t.points}, more than the right value's {right}")
+        elif function and letter.get(name) in listed_letters:
+            pass  # scored on its results; it must be listed (named) below
         elif t.points:
             found.append(f"'{name}' scores {t.points}: {t.message}")
         if not re.search(named_by(name), said):
@@ -295,20 +302,53 @@ def lets_wrong_through(probe: Probe) -> list[str]:
 def spoilers_of(run, shown: dict[str, dict[str, str]], forms: dict[str, dict]) -> list[str]:
     """Every graded answer's printed form found in what a student reads on the blank notebook,
     outside the contexts each item allows (``Item.shown``) and measured medians with their range
-    (``probes.MEASURED``); ``forms``: answer cell -> value name -> form."""
+    (``probes.MEASURED``); ``forms``: answer cell -> value name -> form.
+
+    A self-study *Check your answer* cell (``CHECK``: the model answer of a written question,
+    opened by the student after writing theirs) is read for the items below it only: what it
+    says about the items above is the point of it. A number there that also prints an answer of
+    an item above it is that item's, not a later one's (lesson 1's "I predicted 16" is not its
+    target practice's batch of 16)."""
     found = []
+    place = {where: i for i, (where, _) in enumerate(run.texts)}
+    at = {gid: place.get(f"answer cell {gid} (blank)", -1) for gid in run.probes}
     for gid, probe in run.probes.items():
-        answers = dict(probe.right)
-        for args, _, result in _calls(probe):
-            answers[f"{gid}{args}"] = result
-        for where, text in run.texts:
+        answers = _answers_of(probe, gid)
+        for i, (where, text) in enumerate(run.texts):
+            if where.startswith(CHECK) and 0 <= at[gid] < i:
+                continue  # a check cell below this item
             text = MEASURED.sub(" ", text)
             for context in shown.get(gid, {}):
                 text = text.replace(context, " ")
+            above = _printed_above(run, at, i, text, forms) if where.startswith(CHECK) else set()
             for name, value in answers.items():
                 for form in printed_answers(value, forms.get(gid, {}).get(name), text):
-                    found.append(f"{name} shows as {form!r} in {where}")
+                    if form not in above:
+                        found.append(f"{name} shows as {form!r} in {where}")
     return found
+
+
+#: How the pass names a self-study *Check your answer* cell in ``Run.texts``.
+CHECK = "self-study check"
+
+
+def _answers_of(probe: Probe, gid: str) -> dict[str, object]:
+    answers = dict(probe.right)
+    for args, _, result in _calls(probe):
+        answers[f"{gid}{args}"] = result
+    return answers
+
+
+def _printed_above(run, at: dict[str, int], i: int, text: str, forms: dict) -> set[str]:
+    """The printed forms in ``text`` of the answers of every item whose answer cell is above
+    text ``i``."""
+    return {
+        form
+        for gid, probe in run.probes.items()
+        if 0 <= at[gid] < i
+        for name, value in _answers_of(probe, gid).items()
+        for form in printed_answers(value, forms.get(gid, {}).get(name), text)
+    }
 
 
 def _calls(probe: Probe) -> list:
@@ -376,6 +416,21 @@ def test_the_checks_see_a_disagreement_and_a_spoiler():
     found = spoilers_of(Fake, {"q": {"16 × 1024": "the worked example"}}, {})
     assert found == ["predicted_ratio shows as '16' in cell setup-9"], found
 
+    class WithChecks:  # a self-study check cell: read for the items below it only
+        probes = {
+            "p": Probe("p", right={"predicted_ratio": 16.0}),
+            "t": Probe("t", right={"target_batch_size": 16, "target_seq_len": 256}),
+        }
+        texts = [
+            ("answer cell p (blank)", ""),
+            (f"{CHECK} cell 5", "I predicted 16: 256 × 4 ..."),  # 16 is p's; 256 gives t away
+            ("answer cell t (blank)", ""),
+            (f"{CHECK} cell 9", "the batch of 16 rows of 256"),  # below both: fine
+        ]
+
+    found = spoilers_of(WithChecks, {}, {})
+    assert found == [f"target_seq_len shows as '256' in {CHECK} cell 5"], found
+
 
 def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
     probe = Probe("q", right={"x": 16.0})
@@ -395,9 +450,9 @@ def test_the_item_checks_see_a_scoring_shortcut_a_rejected_form_and_an_oracle():
 
 def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
     """Each new class fails the check when it scores (the gate bypass on a value that is not a
-    prediction, a seed table with a secret, pasted library code, an overwrite below the answer,
-    a globals() lookup), when it is not tried, or a prediction's bypass pays more than the right
-    value; a listed gap that stops scoring fails too."""
+    prediction, a seed table with a secret, an overwrite below the answer, a globals() lookup),
+    when pasted library code is not listed for review, when it is not tried, or a prediction's
+    bypass pays more than the right value; a listed gap that stops scoring fails too."""
     name = {s.letter: s.name for s in SHORTCUTS}
     probe = Probe("q", right={"x": 16.0})
     probe.tried = [Tried("solution", "solution", "", "plausible", 1, 1, "x: recorded")]
@@ -422,11 +477,14 @@ def test_the_shortcut_check_sees_each_of_issue_27s_classes_fail():
     assert any("more than the right value" in f for f in found), found
     table = Tried("shortcut", name["T"], "", "failed", 1, 1, "f: right", ("practice grading "
                   "(no course secret): 1 point(s)",))  # fmt: skip
-    pasted = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right")
+    pasted = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right")  # and not listed
     probe.tried = [probe.tried[0], table, pasted]
     found = shortcut_problems(probe, function=True)
     assert any(f"'{name['T']}' scores 1" in f for f in found), found
-    assert any(f"'{name['D']}' scores 1" in f for f in found), found
+    assert any(f"'{name['D']}' is not named" in f for f in found), found
+    probe.tried[2] = Tried("shortcut", name["D"], "", "failed", 1, 1, "f: right",
+                           ("listed for review with course_lib/packing.py: pack",))  # fmt: skip
+    assert not any(f"'{name['D']}'" in f for f in shortcut_problems(probe, function=True))
     probe.tried[1] = Tried("shortcut", name["T"], "", "failed", 0, 1, "f raised KeyError",
                            ("practice grading (no course secret): 0 point(s)",))  # fmt: skip
     assert any("proves nothing" in f for f in shortcut_problems(probe, function=True))

@@ -22,6 +22,9 @@ from course_grading.judge.items.model import Item, Reject, Verdict
 from course_grading.judge.plain import describe
 from course_lib.forms import Form, Unreadable
 
+#: The review flag of a verdict whose values answer the self-study edition, not the class's
+#: (``Evidence.self_study_note``); ``judge/verdicts.py`` names the items on the report's row.
+SELF_STUDY = "answers the self-study edition"
 #: torch's global generator is one per process, and the ``--jobs`` slots decide submissions in
 #: threads of one process: a reference model built from a seed must hold it while it draws
 _TORCH_GENERATOR = threading.Lock()
@@ -73,6 +76,7 @@ class Evidence:
         answer_source: str | None = None,
         sandbox: functions.FunctionSandbox | None = None,
         secret: bytes | course_secret.LessonKeys | None = None,
+        budget: functions.TimeBudget | None = None,
     ) -> None:
         """The evidence of ``item`` for ``student``'s submission.
 
@@ -86,6 +90,9 @@ class Evidence:
             sandbox: how the graded function runs (a function item); ``None``: the defaults.
             secret: the course secret hidden inputs are drawn with (or the lesson's key: a Dask
                 worker's); ``None``: practice grading.
+            budget: the submission's time budget for graded functions, which this item's runs
+                share with its other items (``functions.submission_budget``); ``None``: none
+                but the item's own.
         """
         self.item, self.student = item, student
         self._values = values or {}
@@ -97,6 +104,12 @@ class Evidence:
         self.rng = random.Random(self.seed)
         self.review: list[str] = []
         self.call_times: list[tuple[float, float]] = []  # (CPU, wall) seconds of every call
+        self.run_seconds = 0.0  # wall-clock seconds of every run of the function, start to end
+        self._budgets = [functions.item_budget(self._settings(), (item.lesson, item.grade_id))]
+        self._budgets += [budget] if budget is not None else []
+
+    def _settings(self) -> functions.FunctionSandbox:
+        return self._sandbox or functions.FunctionSandbox()
 
     # values
     def _raw(self, name: str) -> object:
@@ -191,6 +204,8 @@ class Evidence:
         public = self.item.expected_values()
         if not all(self.form(n).same(self._raw(n), public[n]) for n in names):
             return ""
+        if SELF_STUDY not in self.review:
+            self.review.append(SELF_STUDY)
         return (
             " (it answers the self-study edition's numbers: your class's edition asks this "
             "question with its own, in your notebook)"
@@ -303,15 +318,19 @@ class Evidence:
             raise Reject(f"the answer cell {item.answer!r} is not in your notebook")
         source = _python_source(self.answer_source)
         shown = [c.pop("shown", "…") for c in calls]
+        settings = self._settings()
         ran = functions.run(
             source,
             item.function,
             calls,
             allowed=item.allowed,
             forbidden=item.forbidden,
-            settings=self._sandbox or functions.FunctionSandbox(),
+            settings=settings,
             key=(item.lesson, item.grade_id),
+            budgets=self._budgets,
         )
+        self.run_seconds += ran.seconds
+        self._note_limits(ran, settings)
         if ran.answer is None:
             raise Reject(f"{item.function}: {ran.failure}")
         if ran.answer["error"]:
@@ -337,6 +356,18 @@ class Evidence:
             )
         return results
 
+    def _note_limits(self, ran: functions.Ran, settings: functions.FunctionSandbox) -> None:
+        """Review flags for the limits a run reached: a time budget, the sandbox's memory."""
+        if ran.budget is not None:
+            note = f"its graded function's runs used {ran.budget.why} and were stopped"
+            self.review.append(note)
+        if ran.memory_kills:
+            gib = settings.limits.memory_bytes / 2**30
+            self.review.append(
+                f"its graded function's sandbox reached its memory limit of {gib:g} GiB; "
+                "processes of it were killed"
+            )
+
 
 def _python_source(source: str) -> str:
     """The cell as Python: IPython's syntax (``%magic``, ``!cmd``) turned into calls."""
@@ -355,15 +386,15 @@ def verdict(
     *,
     borrowed: Sequence[str] = (),
     unread: Sequence[str] = (),
-    pasted: str = "",
 ) -> Verdict:
     """Run ``item``'s check on ``ev``; a ``Verdict`` whatever the check raised but a grader bug.
 
-    An ``own_work`` value item and every function item score 0 with ``uses``, and when their
-    answer cell is mostly the course's code pasted in (``pasted``). An ``own_work`` item also
-    scores 0 when its answer cell copies a name an earlier cell of the student's computed with
-    ``course_lib`` (``borrowed``), or runs code built at run time that the grader cannot read
-    (``unread``).
+    An ``own_work`` value item and every function item score 0 with ``uses``: a ``course_lib``
+    use read in the answer cell, never a resemblance (a cell that looks like the course's code is
+    listed for review by ``review/copies.py``, and scored on its results). An ``own_work`` item
+    also scores 0 when its answer cell copies a name an earlier cell of the student's computed
+    with ``course_lib`` (``borrowed``), or runs code built at run time that the grader cannot
+    read (``unread``).
 
     Args:
         item: the item.
@@ -373,16 +404,16 @@ def verdict(
         borrowed: names the answer cell takes from earlier cells that computed them with
             ``course_lib`` (``uses.borrowed``).
         unread: code the answer cell builds at run time, which the grader cannot read.
-        pasted: why the answer cell is the course's code pasted in (``review.copies.pasted``);
-            ``""``: it is not.
 
     Returns:
         The check's verdict (full marks with its message, or 0 with the reason it rejected),
-        with the wall-clock seconds of the item's function calls.
+        with the wall-clock seconds of the item's function runs and its review flags (a
+        check's own, and the limits its runs reached).
     """
-    decided = _decided(item, ev, uses, borrowed, unread, pasted)
-    seconds = sum(wall for _, wall in ev.call_times)
-    return replace(decided, seconds=seconds) if seconds else decided
+    decided = _decided(item, ev, uses, borrowed, unread)
+    review = tuple(dict.fromkeys((*decided.review, *ev.review)))  # a check's own Verdict too
+    seconds = ev.run_seconds or sum(wall for _, wall in ev.call_times)
+    return replace(decided, seconds=seconds, review=review)
 
 
 def _decided(
@@ -391,11 +422,8 @@ def _decided(
     uses: list[str],
     borrowed: Sequence[str],
     unread: Sequence[str],
-    pasted: str,
 ) -> Verdict:
     try:
-        if (item.own_work or item.function) and pasted:
-            raise Reject(pasted)
         if item.own_work and uses:
             raise Reject(
                 f"your answer cell uses {', '.join(uses[:3])}: this item is worked out by "

@@ -35,18 +35,26 @@ from course_grading.judge.items import (
     seeded_torch,
 )
 
-#: Section 6's configuration and question 1's short rows (``judge/editions.py``): a class is
-#: asked with its own (heads of 128 values each, so the hidden size is 128 times the heads).
+#: Target practice's cards (MiB), by token budget: one for each split from 128 to 1,024 tokens a
+#: row, each 15 % or more from every split's measured peak at its budget (:func:`_split_peaks`).
+CARDS = {2048: (37, 58, 110, 170), 4096: (74, 100, 200, 360), 8192: (148, 230, 420, 720)}
+
+#: Section 6's configuration, target practice's budget and card, and question 1's short rows
+#: (``judge/editions.py``): a class is asked with its own (heads of 128 values each, so the hidden
+#: size is 128 times the heads; the card by its place in its budget's row of ``CARDS``).
 ITEMS = Lesson(
     "01_tokens_and_attention_memory",
     edition={
         "rs_layers": choices(32, (24, 28, 32, 36, 40, 48, 60)),
         "rs_heads": choices(32, (16, 24, 32, 40, 48, 64)),
-        "q1_short": choices(2048, (512, 1024, 2048, 4096)),
-        # target practice's card, in MiB: each far from every split's measured peak (section 7)
-        "tp_mib": choices(100, (100, 200, 360)),
+        "q1_short": choices(2048, (64, 128, 256, 512, 1024, 2048, 4096)),
+        "tp_tokens": choices(4096, tuple(CARDS)),
+        "tp_card": choices(1, (0, 1, 2, 3)),
     },
-    derived={"tp_seq": lambda n: _target(n)["target_seq_len"]},  # measured at release
+    derived={
+        "tp_mib": lambda n: CARDS[n["tp_tokens"]][n["tp_card"]],
+        "tp_seq": lambda n: _target(n)["target_seq_len"],  # measured at release
+    },
 )
 
 
@@ -205,29 +213,36 @@ def real_scale(ev: Evidence) -> str:
     return ev.expect_all()
 
 
-SPLITS = [(4096 // t, t) for t in (16, 32, 64, 128, 256, 512, 1024)]
+ROWS = (16, 32, 64, 128, 256, 512, 1024)  # the row lengths section 7 offers
+
+
+def _splits(tokens: int) -> list[tuple[int, int]]:
+    """The splits ``batch × seq_len`` of ``tokens`` that section 7 offers."""
+    return [(tokens // t, t) for t in ROWS]
 
 
 @cache
-def _split_peaks() -> dict[int, int]:
+def _split_peaks(tokens: int) -> dict[int, int]:
     """Each split's measured peak (bytes) as section 7's explorer measures it on the CPU (counted
-    bytes): 48.8, 50.8, 54.8, 62.9, 86.9, 151.0 and 279.8 MiB from 16 to 1,024 tokens a row. The
-    editions' cards (100, 200 and 360 MiB) are 15 % or more from every peak, so a GPU's allocator
-    peaks, a little above the counted bytes, choose the same split."""
+    bytes): at 4,096 tokens 48.8, 50.8, 54.8, 62.9, 86.9, 151.0 and 279.8 MiB from 16 to 1,024
+    tokens a row; about half that at 2,048, twice at 8,192. Each budget's cards (``CARDS``) are
+    15 % or more from every peak, so a GPU's allocator peaks, a little above the counted bytes,
+    choose the same split."""
     from course_lib.memory import compare_shapes
     from course_lib.model import TinyGPTConfig
 
     config = TinyGPTConfig(d_model=64, n_heads=4, n_layers=2, max_seq_len=1024)
     with seeded_torch(0):  # it seeds torch's one generator: no other slot may draw meanwhile
-        rows = compare_shapes(config, SPLITS, attn_impls=("eager",), device="cpu", seed=0)
+        rows = compare_shapes(config, _splits(tokens), attn_impls=("eager",), device="cpu", seed=0)
     return {r.seq_len: r.measured_bytes for r in rows}
 
 
 def _target(n: dict) -> dict[str, int]:
     """The split with the longest rows whose measured peak fits the edition's card."""
-    peaks = _split_peaks()
-    seq = max(t for t, peak in peaks.items() if peak <= n["tp_mib"] * 2**20)
-    return {"target_batch_size": 4096 // seq, "target_seq_len": seq}
+    tokens, card = n["tp_tokens"], CARDS[n["tp_tokens"]][n["tp_card"]]
+    peaks = _split_peaks(tokens)
+    seq = max(t for t, peak in peaks.items() if peak <= card * 2**20)
+    return {"target_batch_size": tokens // seq, "target_seq_len": seq}
 
 
 @ITEMS.item(
@@ -238,14 +253,14 @@ def _target(n: dict) -> dict[str, int]:
     expected=_target,
     visible=Property(
         "target-practice",
-        f"every split of 4,096 tokens with a power-of-two row from 16 to 1,024 ({len(SPLITS)})",
+        f"every split of the budget with a power-of-two row from 16 to 1,024 ({len(ROWS)})",
     ),
     own_work=True,
     edition=True,
 )
 def target_practice(ev: Evidence) -> str:
-    """The split with the longest rows whose measured peak fits in the card (100 MiB in the
-    self-study edition).
+    """The split with the longest rows whose measured peak fits in the card (100 MiB at 4,096
+    tokens in the self-study edition).
 
     Args:
         ev: the submission's evidence: ``target_batch_size`` (rows) and ``target_seq_len``
@@ -255,15 +270,16 @@ def target_practice(ev: Evidence) -> str:
         The full-marks message.
 
     Raises:
-        Reject: not one of the offered splits of 4,096 tokens, or not the one asked for.
+        Reject: not one of the offered splits of the budget, or not the one asked for.
     """
     batch, seq = ev.read("target_batch_size"), ev.read("target_seq_len")
+    numbers = ev.numbers or ITEMS.edition.public()  # type: ignore[union-attr]
+    tokens, card = numbers["tp_tokens"], CARDS[numbers["tp_tokens"]][numbers["tp_card"]]
     ev.require(
-        (batch, seq) in SPLITS,
-        f"{batch} × {seq} is not one of the splits of 4,096 tokens the question offers",
+        (batch, seq) in _splits(tokens),
+        f"{batch} × {seq} is not one of the splits of {tokens:,} tokens the question offers",
     )
     right = ev.item.expected_values(ev.numbers or None)
-    card = (ev.numbers or ITEMS.edition.public())["tp_mib"]  # type: ignore[union-attr]
     ev.require(
         (batch, seq) == (right["target_batch_size"], right["target_seq_len"]),
         f"{batch} × {seq} is not the split with the longest rows that fit in {card} MiB"

@@ -1,0 +1,7 @@
+def predict_micro_batch(memory_budget, fixed_bytes, row_bytes):
+    """The largest n >= 0 with fixed_bytes + n * row_bytes <= memory_budget (all in bytes)."""
+    spare = memory_budget - fixed_bytes
+    if spare < 0:
+        return 0
+    else:
+        return spare // row_bytes

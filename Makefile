@@ -21,8 +21,10 @@ CLASS_OUT ?= class-release
 # make secret SECRET_FILE=path COURSE_TERM=Fall-2026: a new course secret for that term (never
 # over a file). Not TERM: that is the terminal's variable.
 COURSE_TERM ?=
-# make grade SCHEDULER=tcp://HOST:PORT grades on that Dask cluster (docs/instructors.md, 3.8).
+# make grade SCHEDULER=tls://HOST:PORT CLUSTER_CERTS=DIR grades on that Dask cluster, over TLS
+# with the client certificates in DIR (docs/instructors.md, 3.8).
 SCHEDULER ?=
+CLUSTER_CERTS ?=
 LESSON ?=
 LAB_ARGS ?=
 # What jupyter-config/ holds, also installed in the venv: Jupyter servers started without
@@ -42,7 +44,7 @@ help:
 	@echo "make release  regenerate notebooks/ (student versions) from solutions/"
 	@echo "              SECRET_FILE=path: your class's edition into CLASS_OUT=class-release"
 	@echo "make key     SECRET_FILE=path: your class edition's answer key into KEY_OUT=class-key"
-	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tcp://...: on Dask)"
+	@echo "make grade    autograde SUBMISSIONS=folder into GRADING_OUT=folder (SCHEDULER=tls://... CLUSTER_CERTS=dir: on Dask)"
 	@echo "make formgrader  JupyterLab on GRADING_OUT's course: formgrader, manual grading"
 	@echo "make feedback  after manual grading: GRADING_OUT's feedback, report and scores again (LESSON=...)"
 	@echo "make bench    print the benchmark figures quoted in the README"
@@ -130,6 +132,7 @@ release-check: setup
 
 grade: setup
 	$(PY) -m course_grading $(SUBMISSIONS) --out $(GRADING_OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+	  $(if $(strip $(CLUSTER_CERTS)),--cluster-certs "$(CLUSTER_CERTS)") \
 	  $(if $(strip $(SECRET_FILE)),--secret-file "$(SECRET_FILE)")
 
 # The planner as a static page: Pyodide from its npm package (pinned by web/package-lock.json),

@@ -1,7 +1,7 @@
 """Sandboxed grading: parallel speed-up and the sandbox's cost per submission, measured.
 
     python benchmarks/grading.py [--students 40] [--lesson 99_fixture]
-    python benchmarks/grading.py --scheduler [tcp://HOST:PORT] [--students 40] [--repeats 3]
+    python benchmarks/grading.py --scheduler [tls://HOST:PORT --cluster-certs DIR] [--students 40]
 
 One class of ``--students`` submissions of one lesson (a third full marks, a third half done, a
 third blank; default: the fast fixture lesson of tests/grading) is graded three times with
@@ -168,10 +168,20 @@ def paired_runs(tmp: Path, pairs: int) -> tuple[float, float]:
 
 
 class LocalCluster:
-    """``dask scheduler`` and two ``dask worker --nthreads 1`` on 127.0.0.1, as processes, Dask's
-    statistical profiler off in the workers (docs/instructors.md, section 3.8)."""
+    """``dask scheduler`` and two ``dask worker --nthreads 1`` on 127.0.0.1, as processes, over
+    TLS with certificates made for it (``tmp/certs``), Dask's statistical profiler off in the
+    workers (docs/instructors.md, section 3.8)."""
 
     def __init__(self, tmp: Path) -> None:
+        from course_grading.cluster_certs import make
+
+        self.certs = make(tmp / "certs")
+
+        def tls(role: str) -> list[str]:
+            folder = self.certs / role
+            return ["--tls-ca-file", str(folder / "ca.pem"), "--tls-cert", str(folder / "cert.pem"),
+                    "--tls-key", str(folder / "key.pem")]  # fmt: skip
+
         dask = str(Path(sys.executable).parent / "dask")
         file, log = tmp / "scheduler.json", open(tmp / "dask.log", "wb")  # noqa: SIM115
         env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}  # 3.8
@@ -186,8 +196,11 @@ class LocalCluster:
                     "--port",
                     "0",
                     "--no-dashboard",
+                    "--protocol",
+                    "tls",
                     "--scheduler-file",
                     str(file),
+                    *tls("scheduler"),
                 ],
                 **common,
             )
@@ -200,6 +213,7 @@ class LocalCluster:
             self.procs.append(subprocess.Popen([
                 dask, "worker", self.address, "--nthreads", "1", "--name", name, "--host",
                 "127.0.0.1", "--no-dashboard", "--local-directory", str(tmp / "dask"),
+                *tls("worker"),
             ], **common))  # fmt: skip
 
     def stop(self) -> None:
@@ -215,7 +229,8 @@ class LocalCluster:
 
 def cluster_main(args: argparse.Namespace) -> int:
     """``--scheduler``: the class here (``--jobs 2``) and on the cluster in turn (module doc)."""
-    from course_grading.cluster import ClusterRun, connect
+    from course_grading.cluster import ClusterRun
+    from course_grading.cluster_connect import connect
     from course_grading.cluster_store import Store
 
     with tempfile.TemporaryDirectory(prefix="shapes-bench-") as name:
@@ -225,7 +240,7 @@ def cluster_main(args: argparse.Namespace) -> int:
         subs = build_class(root, tmp, args.lesson, args.students)
         started = LocalCluster(tmp) if args.scheduler == "local" else None
         address = started.address if started else args.scheduler
-        client = connect(address)
+        client = connect(address, started.certs / "client" if started else args.cluster_certs)
         load = os.getloadavg()
         local, remote, spent, per_worker = [], [], [], []
         try:
@@ -308,8 +323,11 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const="local",
         default=None,
-        help="compare --jobs 2 with a Dask cluster: this scheduler's, or (no address) two "
-        "local workers of one thread each",
+        help="compare --jobs 2 with a Dask cluster: this scheduler's (tls://), or (no address) "
+        "two local workers of one thread each, over TLS",
+    )
+    parser.add_argument(
+        "--cluster-certs", type=Path, help="with a scheduler's address: the client's certificates"
     )
     args = parser.parse_args(argv)
     if args.scheduler:

@@ -41,8 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("lesson")
     parser.add_argument(
         "--scheduler",
-        help="grade on this Dask cluster (tcp://HOST:PORT); the course folder's grading/ must be "
+        help="grade on this Dask cluster (tls://HOST:PORT); the course folder's grading/ must be "
         "shared with its workers at the same path (docs/instructors.md, section 3.8)",
+    )
+    parser.add_argument(
+        "--cluster-certs",
+        help="with --scheduler: the grading command's certificate folder (the client/ folder of "
+        "`python -m course_grading cluster-certs`)",
     )
     args = parser.parse_args(argv)
     course = Path.cwd()
@@ -52,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     graded = subprocess.run(
         [sys.executable, "-m", "course_grading", "submitted", "--root", str(course),
          "--out", str(workspace), "--lessons", args.lesson, *due,
-         *(["--scheduler", args.scheduler] if args.scheduler else [])],
+         *(["--scheduler", args.scheduler] if args.scheduler else []),
+         *(["--cluster-certs", args.cluster_certs] if args.cluster_certs else [])],
     )  # fmt: skip
     if graded.returncode != 0:
         return graded.returncode

@@ -210,6 +210,7 @@ def cmd_autograde(args) -> int:
     """``classroom/autograde.py LESSON`` as the instructor: sandboxed, into the class gradebook."""
     command = [str(Path(sys.prefix) / "bin" / "python"), str(HERE / "autograde.py"), args.lesson]
     command += ["--scheduler", args.scheduler] if args.scheduler else []
+    command += ["--cluster-certs", args.cluster_certs] if args.cluster_certs else []
     return as_instructor(Classroom(args.state), command)
 
 
@@ -327,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     instr.add_argument("command", nargs=argparse.REMAINDER)
     grade = sub.add_parser("autograde", parents=[common], help="sandboxed autograde of a lesson")
     grade.add_argument("lesson")
-    grade.add_argument("--scheduler", help="grade on this Dask cluster (tcp://HOST:PORT)")
+    grade.add_argument("--scheduler", help="grade on this Dask cluster (tls://HOST:PORT)")
+    grade.add_argument("--cluster-certs", help="with --scheduler: the client's certificates")
     back = sub.add_parser("passback", parents=[common], help="grades to the LMS (LTI Advantage)")
     back.add_argument("--lessons", nargs="+", help="only these lessons (default: all)")
     back.add_argument(

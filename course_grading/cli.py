@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from course_grading import cluster, regrade
+from course_grading import cluster, cluster_certs, cluster_connect, regrade
 from course_grading.autograde import Options
 from course_grading.errors import GradingError
 from course_grading.grading_run import add_time_options
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_class_options(parser)
     _add_run_options(parser)
-    cluster.add_options(parser)  # --scheduler, --resume, --worker-wait
+    cluster_connect.add_options(parser)  # --scheduler, --resume, --worker-wait
     return parser
 
 
@@ -212,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if argv[:1] == ["secret"]:
-            return course_secret.secret_main(argv[1:])
+        commands = {"secret": course_secret.secret_main, "cluster-certs": cluster_certs.certs_main}
+        if argv[:1] and argv[0] in commands:  # (cluster-certs imports cryptography when run)
+            return commands[argv[0]](argv[1:])
         if argv[:1] == ["key"]:
             from course_grading.nbgrader.answer_key import key_main
 

@@ -1,11 +1,13 @@
-"""Grading on a Dask cluster: ``python -m course_grading SUBMISSIONS --scheduler tcp://HOST:PORT``.
+"""Grading on a Dask cluster: ``python -m course_grading SUBMISSIONS --scheduler tls://HOST:PORT``.
 
 The grader does not schedule work across machines itself: it hands each submission to a Dask
 ``distributed`` cluster (the ``cluster`` extra), and Dask places it on a worker. This module is
 the client's side, and it is imported only with ``--scheduler`` (``distributed`` is imported only
 when it connects). The run is the local one (``run.grade``) with the notebooks' slots replaced:
 
-1. the scheduler is reached before the workspace is touched (one line and exit 2 if not);
+1. the scheduler is reached before the workspace is touched (one line and exit 2 if not), over
+   TLS with the grading command's certificate only (``cluster_connect.py``: a ``tcp://``
+   scheduler, which any local user could use to run code on the workers, is refused);
 2. every worker is checked before it is used, and every worker that joins later
    (``cluster_worker.admit``): one that cannot sandbox, or runs another version of the course,
    or cannot read the workspace, is named on stderr with why, and never sent anything;
@@ -15,33 +17,41 @@ when it connects). The run is the local one (``run.grade``) with the notebooks' 
    the workspace, ``<out>/cluster/jobs/``), sent with its lesson's budget, run by a worker as a
    local slot runs it, its items decided there by the trusted judge; the answer is recorded
    here (``autograde.record_job``), so the report, scores and feedback are a local run's.
+   A job carries its lesson's key (``secret.LessonKeys``: everything a lesson draws from the
+   course secret is derived from it), never the secret itself.
+
+Workers may run as an unprivileged account: the folders they write in (``jobs/``,
+``solutions/``, ``logs/`` of ``<out>/cluster``, and each job's) are made group-writable, with
+the group of the workspace (``--out``), which the instructor gives the workers' account
+(docs/instructors.md, section 3.8); a worker that cannot write there is refused by name.
 
 Nothing lost: a worker that dies mid-job leaves its mark (``cluster_worker``), the scheduler
 sends the job again, and the next attempt runs on another worker; the row says so. A job two
 workers died on is a row saying so. Each answer is kept in ``<out>/cluster/done/`` as it is
 recorded (with ``run.json``, the run's grader, secret and options, and ``graded.csv``: who
-graded what, in how long). If the scheduler goes, or no worker can grade for ``--worker-wait``
-seconds, the run stops in one line; the same command with ``--resume`` replays what was kept
-and sends only the rest.
+graded what, in how long). If the scheduler goes, wherever the run is (waiting for a worker,
+submitting, waiting for answers, taking one: ``cluster_connect.lost``), or no worker can grade
+for ``--worker-wait`` seconds, the run stops in one line; the same command with ``--resume``
+replays what was kept and sends only the rest.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import asyncio
+import os
 import secrets
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 from course_grading.autograde import Options, nbgrader_log, prepared_jobs, record_job
+from course_grading.cluster_connect import Pool, connect, lost, say
 from course_grading.cluster_store import Store, job_digest
-from course_grading.cluster_worker import MAX_ATTEMPTS, Answer, Needs, Task, grade, needs_of
+from course_grading.cluster_worker import MAX_ATTEMPTS, Answer, Task, grade, needs_of
 from course_grading.errors import GradingError
 from course_grading.grading_run import GradingRun
 from course_grading.job_folder import solution_job
@@ -49,12 +59,17 @@ from course_grading.judge.functions import FunctionSandbox
 from course_grading.judge.lesson import LessonSpec
 from course_grading.nbgrader import gradebook
 from course_grading.nbgrader.course import WorkCourse
-from course_grading.report import one_line
+from course_grading.report_text import one_line
 from course_grading.sandbox.budgets import budget_of
 from course_grading.submissions import Submission
 
 CONNECT_SECONDS = 10
 POLL_SECONDS = 2.0
+#: Seconds to wait for a finished job's answer to come from its worker; then it is waited for
+#: again (a worker that left with it: the scheduler runs the job again).
+ANSWER_SECONDS = 30
+#: The folders of ``<out>/cluster`` a worker writes in.
+SHARED = ("jobs", "solutions", "logs")
 #: The row of a submission graded again after its worker died (``Submission.info``: not a
 #: problem of the submission, so it changes neither its status nor its score).
 RERUN = (
@@ -65,50 +80,6 @@ DIED = (
     f"could not grade it: {MAX_ATTEMPTS} Dask workers died while grading it (killed, or out of "
     "memory); it was not tried again"
 )
-
-
-def add_options(parser: argparse.ArgumentParser) -> None:
-    """The command's cluster options (``--scheduler``, ``--resume``, ``--worker-wait``).
-
-    Args:
-        parser: the grading command's parser.
-    """
-    group = parser.add_argument_group("on a Dask cluster (docs/instructors.md, section 3.8)")
-    add = group.add_argument
-    add("--scheduler", metavar="tcp://HOST:PORT", default=None,
-        help="grade on the Dask cluster of this scheduler: each worker in its own sandboxes, "
-        "checked before it is used; the workspace (--out) shared with every worker")  # fmt: skip
-    add("--resume", action="store_true",
-        help="with --scheduler: keep what a stopped run graded, grade only the rest")  # fmt: skip
-    add("--worker-wait", type=int, default=300, metavar="SECONDS",
-        help="with --scheduler: stop (keeping what is graded) when no worker can grade for this "
-        "long (300)")  # fmt: skip
-
-
-def connect(address: str) -> object:
-    """A Dask client of the scheduler at ``address``.
-
-    Args:
-        address: the scheduler's address (``tcp://HOST:PORT``).
-
-    Returns:
-        The connected ``distributed.Client``.
-
-    Raises:
-        GradingError: the scheduler cannot be reached, in one line.
-    """
-    from distributed import Client
-
-    # What the run says, it says in its own lines: Dask's own (a lost connection's traceback,
-    # a slow event loop) would bury them.
-    for name in [n for n in logging.root.manager.loggerDict if n.startswith("distributed")]:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    try:
-        return Client(address, timeout=CONNECT_SECONDS)
-    except (OSError, ValueError, TypeError) as err:  # TimeoutError is an OSError
-        why = one_line(str(err)) or type(err).__name__
-        raise GradingError(f"cannot reach the Dask scheduler at {address}: {why}") from None
 
 
 @contextmanager
@@ -137,7 +108,7 @@ def engine(args: argparse.Namespace, options: Options) -> Iterator[ClusterRun | 
     if args.student is not None:
         raise GradingError("--student regrades on this machine: leave out --scheduler")
     store = Store(args.out.resolve() / "cluster", options, args.resume)
-    client = connect(args.scheduler)
+    client = connect(args.scheduler, args.cluster_certs)
     try:
         yield ClusterRun(client, args.scheduler, store, args.worker_wait)
     finally:
@@ -145,48 +116,6 @@ def engine(args: argparse.Namespace, options: Options) -> Iterator[ClusterRun | 
             client.close(timeout=CONNECT_SECONDS)
         except Exception:  # noqa: BLE001 (a scheduler already gone: nothing left to close)
             pass
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-class Pool:
-    """The cluster's workers as this run sees them: each checked once, by address.
-
-    Args:
-        client: the run's Dask client.
-        needs: what a worker must have (``cluster_worker.Needs``).
-    """
-
-    def __init__(self, client: object, needs: Needs) -> None:
-        self.client, self.needs = client, needs
-        self.admitted: set[str] = set()
-        self.refused: dict[str, str] = {}
-
-    def check(self) -> int:
-        """Check every worker not checked yet (``cluster_worker.admit``); name each refused one
-        on stderr, with why.
-
-        Returns:
-            How many admitted workers the scheduler has now.
-        """
-        from course_grading.cluster_worker import admit
-
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]  # all (2025: 5 by default)
-        new = [a for a in workers if a not in self.admitted and a not in self.refused]
-        answers = self.client.run(admit, self.needs, workers=new, on_error="return") if new else {}
-        for address in (a for a in new if a in answers):  # one that left is not checked
-            why = answers[address]
-            if isinstance(why, BaseException):
-                why = f"it cannot run the grader ({type(why).__name__}: {why})"
-            if not why:
-                self.admitted.add(address)
-                continue
-            self.refused[address] = why = one_line(why)
-            name = workers[address].get("name", address)
-            _say(f"refused Dask worker {name} ({address}): {why}; it is sent nothing")
-        return len(self.admitted & set(workers))
 
 
 class ClusterRun:
@@ -232,9 +161,10 @@ class ClusterRun:
                 or a sandbox does not hold (the run stops; what is graded is kept).
         """
         folder = self.store.folder
-        for made in ("jobs", "solutions"):  # a stopped run's attempts count for nothing now
+        _share(folder, 0o2750)
+        for made in SHARED:  # a stopped run's attempts count for nothing now
             shutil.rmtree(folder / made, ignore_errors=True)
-        (folder / "jobs").mkdir(mode=0o700, parents=True)
+            _share(folder / made)
         token = secrets.token_hex(16)
         (folder / "workspace.txt").write_text(token, encoding="utf-8")
         self.needs = needs_of(options.limits, folder / "workspace.txt", token)
@@ -288,7 +218,7 @@ class ClusterRun:
             else:
                 if answer.attempt > 1:
                     sub.info.append(RERUN)
-                    _say(f"{sub.student} / {sub.lesson}: {RERUN} ({answer.worker} graded it)")
+                    say(f"{sub.student} / {sub.lesson}: {RERUN} ({answer.worker} graded it)")
                 clock, folder = time.perf_counter(), Path(answer.folder)
                 record_job(run, sub, lesson, folder, tests, answer.outcome, answer.decided)
                 self.spent["record"] += time.perf_counter() - clock
@@ -313,22 +243,37 @@ class ClusterRun:
             yield item
 
     def _submit(self, task: Task, take: Callable[[Answer], None]) -> None:
+        task = task.keyed()
+        os.chmod(task.job, 0o2770)  # the worker marks its attempts there (section 3.8)
         resources = {self.needs.resource: 1}  # only a worker checked for this run has it
-        future = self.client.submit(grade, task, resources=resources, pure=False)
+        with self._dask():
+            future = self.client.submit(grade, task, resources=resources, pure=False)
         self.pending[future] = (task, take)
+
+    @contextmanager
+    def _dask(self) -> Iterator[None]:
+        """A call into Dask: one that shows the scheduler gone (``lost``) stops the run in one
+        line, keeping what is graded."""
+        try:
+            yield
+        except GradingError:
+            raise
+        except (Exception, asyncio.CancelledError) as err:
+            if lost(err, self.client):
+                raise self._stopped(f"lost the Dask scheduler at {self.address}") from None
+            raise
 
     def _collect(self, block: bool) -> None:
         """Take every finished job's answer; with ``block``, until none is left."""
         from distributed import wait
 
         while self.pending:
-            try:
-                timeout = POLL_SECONDS if block else 0.001
-                done, _ = wait(list(self.pending), timeout, return_when="FIRST_COMPLETED")
-            except TimeoutError:
-                done = set()
-            except CancelledError:  # every job of the run, when the scheduler is gone
-                raise self._stopped(f"lost the Dask scheduler at {self.address}") from None
+            with self._dask():
+                try:
+                    timeout = POLL_SECONDS if block else 0.001
+                    done, _ = wait(list(self.pending), timeout, return_when="FIRST_COMPLETED")
+                except TimeoutError:
+                    done = set()
             for future in done:
                 self._finish(future)
             if not block:
@@ -336,14 +281,32 @@ class ClusterRun:
             if time.monotonic() - self.watched > POLL_SECONDS:
                 self._watch()
 
+    def _answer(self, future: object) -> Answer | BaseException | None:
+        """A finished job's answer, or what the job raised; ``None`` when it is not here yet
+        (a connection was lost, but the scheduler still answers: a worker's, with the answer)."""
+        with self._dask():
+            if future.status == "cancelled" or self.client.status != "running":
+                raise self._stopped(f"lost the Dask scheduler at {self.address}")
+            try:
+                return future.result(timeout=ANSWER_SECONDS)
+            except (Exception, asyncio.CancelledError) as err:
+                # the job's own error (an OSError too: a PermissionError is not a lost scheduler)
+                if future.status == "error" or not lost(err, self.client):
+                    return err  # (a timeout is an OSError: lost() sees it)
+                self.client.scheduler_info(n_workers=0)  # raises when the scheduler is gone
+                return None
+
     def _finish(self, future: object) -> None:
         from distributed import KilledWorker
 
         task, take = self.pending.pop(future)
-        if future.status == "cancelled" or self.client.status != "running":
-            raise self._stopped(f"lost the Dask scheduler at {self.address}")
-        if future.status == "error":
-            err = future.exception()
+        answer = self._answer(future)
+        if answer is None:  # its worker left with it: the scheduler runs the job again
+            self.pending[future] = (task, take)
+            time.sleep(POLL_SECONDS / 4)
+            return
+        if isinstance(answer, BaseException):
+            err = answer
             if not isinstance(err, KilledWorker):
                 who = f"{task.sub.student} / {task.spec.lesson}" if task.sub else task.spec.lesson
                 raise GradingError(f"grading {who} failed on a Dask worker: {one_line(str(err))}")
@@ -355,14 +318,16 @@ class ClusterRun:
                 return
             take(Answer(None, None, task.job, died, ""))
             return
-        take(future.result())
+        take(answer)
 
     def _watch(self) -> None:
         """Check workers that joined; stop when the scheduler or every usable worker is gone."""
         self.watched = time.monotonic()
         try:
             admitted = self.client.status == "running" and self.pool.check()
-        except Exception:  # noqa: BLE001 (whatever a lost connection raises)
+        except Exception as err:  # noqa: BLE001 (whatever a lost connection raises)
+            if not lost(err, self.client):
+                raise
             admitted = None
         if admitted is None or self.client.status != "running":
             raise self._stopped(f"lost the Dask scheduler at {self.address}")
@@ -375,7 +340,10 @@ class ClusterRun:
 
     def _wait_for_a_worker(self) -> None:
         deadline = time.monotonic() + self.wait
-        while not self.pool.check():
+        while True:
+            with self._dask():
+                if self.pool.check():
+                    return
             if time.monotonic() > deadline:
                 refused = "; ".join(f"{a}: {why}" for a, why in self.pool.refused.items())
                 raise GradingError(
@@ -390,3 +358,12 @@ class ClusterRun:
             f"{why}; {kept} of {self.total} submission(s) graded and kept in "
             f"{self.store.folder}: run the same command with --resume to grade the rest"
         )
+
+
+def _share(folder: Path, mode: int = 0o2770) -> None:
+    """Make ``folder`` (if need be) one the workers' account writes in (``mode``), in the
+    workspace's group: a worker may run as an unprivileged account of that group."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(folder, -1, folder.parent.stat().st_gid)
+    os.chmod(folder, mode)

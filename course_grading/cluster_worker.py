@@ -7,7 +7,9 @@ namespaces: ``bwrap.check_available``) and a graded function runs in a sandbox o
 (``FunctionSandbox.check``); its ``course_lib`` is the run's version, its installed
 ``course_grading`` has the run's digest (:func:`grader_digest`: every file of the package), its
 Python the run's minor version; and it reads a file the client wrote in the run's workspace
-(the workspace is shared, at the same path). The sandbox's part is checked once per worker
+(the workspace is shared, at the same path) and writes in its ``jobs/`` folder (a worker may
+run as an unprivileged account: docs/instructors.md, section 3.8). The sandbox's part is checked
+once per worker
 process, the rest for every run. A fit worker gets the run's resource
 (:attr:`Needs.resource`), which every job asks for, so the scheduler sends nothing to a worker
 that was not checked or failed the check; the client names each one refused, and why.
@@ -34,6 +36,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -47,6 +50,7 @@ from course_grading.errors import GradingError
 from course_grading.grading_run import GradingRun
 from course_grading.judge.functions import FunctionSandbox
 from course_grading.judge.lesson import LessonSpec
+from course_grading.judge.secret import LessonKeys
 from course_grading.judge.verdicts import Graded
 from course_grading.sandbox.bwrap import MAX_SLOTS, Limits
 from course_grading.sandbox.jobs import JobSpec, Outcome, Worker
@@ -142,6 +146,14 @@ def unfit(needs: Needs) -> str:
             f"it cannot read the run's workspace ({needs.probe}: {why}): share the workspace "
             "folder with every worker, at the same path"
         )
+    jobs = Path(needs.probe).parent / "jobs"
+    try:
+        tempfile.TemporaryFile(dir=jobs).close()
+    except OSError as err:
+        return (
+            f"it cannot write in the run's workspace ({jobs}: {err.strerror}): give the "
+            "workers' account the workspace folder's group (docs/instructors.md, section 3.8)"
+        )
     functions = _SANDBOXES.get(needs.limits)
     if functions is None:  # checked once per worker process (bubblewrap, a graded function)
         try:
@@ -208,6 +220,19 @@ class Task:
     sub: Submission | None = None
     lesson: LessonSpec | None = None
 
+    def keyed(self) -> Task:
+        """This task carrying its lesson's key in place of the course secret: all a worker needs
+        to draw the lesson's hidden inputs and edition (``secret.LessonKeys``), and no more.
+
+        Returns:
+            The task as it is sent (itself, without a secret to replace).
+        """
+        options = self.run.options
+        if not isinstance(options.secret, bytes):
+            return self
+        keys = LessonKeys.of(options.secret, [self.spec.lesson])
+        return replace(self, run=replace(self.run, options=replace(options, secret=keys)))
+
 
 @dataclass
 class Answer:
@@ -226,6 +251,8 @@ def _attempt(task: Task, worker: str) -> tuple[Path | None, int]:
     job = Path(task.job)
     marks = job / "attempts"
     marks.mkdir(exist_ok=True)
+    if marks.stat().st_uid == os.getuid():  # a worker of another account marks its attempt too
+        marks.chmod(0o2770)
     attempt = 1 + sum(1 for _ in marks.iterdir())
     if attempt > MAX_ATTEMPTS:
         return None, attempt - 1
@@ -266,7 +293,8 @@ def grade(task: Task) -> Answer:
         return Answer(None, None, task.job, attempt, name)
     calls = task.run.functions.solution_cpu
     run = replace(task.run, bwrap=functions.bwrap, functions=replace(functions, solution_cpu=calls))
-    outcome = _slot(run.work.root).run(folder, replace(task.spec, bwrap=functions.bwrap))
+    logs = Path(task.job).parents[1] / "logs"  # <out>/cluster/logs: the workers' to write
+    outcome = _slot(logs).run(folder, replace(task.spec, bwrap=functions.bwrap))
     decided: Graded | dict | BaseException | None = None
     try:
         if task.sub is None:  # a lesson's solution: its graded functions' calls, measured

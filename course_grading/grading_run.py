@@ -12,6 +12,7 @@ import argparse
 from dataclasses import dataclass, field
 
 from course_grading.judge.functions import FunctionSandbox
+from course_grading.judge.secret import LessonKeys
 from course_grading.nbgrader.course import WorkCourse
 from course_grading.sandbox.budgets import CellTimeouts
 from course_grading.sandbox.bwrap import Limits
@@ -30,7 +31,8 @@ class Options:
     jobs: int = 1  # notebooks run at once
     sandbox: bool = True
     limits: Limits = field(default_factory=Limits)
-    secret: bytes | None = field(default=None, repr=False)  # the course secret (judge/secret.py)
+    #: the course secret (judge/secret.py); on a Dask worker, its job's lesson key (LessonKeys)
+    secret: bytes | LessonKeys | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

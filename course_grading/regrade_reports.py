@@ -16,7 +16,8 @@ from pathlib import Path
 
 from course_grading.errors import GradingError
 from course_grading.grading_run import Options
-from course_grading.report import REPORT_FIELDS, STATUSES, Row, csv_text, write_reports
+from course_grading.report import REPORT_FIELDS, STATUSES, Row, write_reports
+from course_grading.report_text import csv_text, read_rows, unguarded
 from course_grading.submissions import Submission
 
 
@@ -29,8 +30,7 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
     Returns:
         Each row, in order.
     """
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    return read_rows(path)
 
 
 def md_table(path: Path) -> tuple[list[str], list[str]]:
@@ -60,7 +60,7 @@ def unescaped(cell: str) -> str:
     Returns:
         The text as it was before it was guarded.
     """
-    return cell[1:] if cell.startswith("'") and cell[1:2] in "=+-@\t\r" else cell
+    return unguarded(cell)
 
 
 def merge_student(

@@ -7,27 +7,36 @@ checks' messages, and the reasons in plain words. ``scores.csv``: one row per st
 per lesson, total and maximum.
 
 Much of a row is text a student controls (their id, their file's name, an exception's message,
-a value quoted back to them). Every such text is written as text: one line (newlines and other
+a value quoted back to them, a field of their notebook's metadata). Every such text is written
+bounded (``report_text.LIMITS``: each field cut at its limit, the cut saying how long the text
+was) and as text (``report_text.py``): one line (newlines and other
 control characters, terminal escapes included, become spaces, already in each ``Row``, so the
 command's summary on the terminal is safe too), nothing live in ``report.md`` (every ASCII
 punctuation character that means something there is backslash-escaped, as CommonMark allows
 for any of them: no link, image, autolink, HTML, entity or code span can start, ``|`` cannot
 end a table cell, and a bare URL's ``:``, ``/``, ``.`` and ``@`` are escaped so GFM's
 linkify does not see one), and no CSV cell that a spreadsheet would run as a formula (a
-cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading
-``'``).
+cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return, once read as NFKC and
+past any spaces and invisible characters, gets a leading ``'``).
 """
 
 from __future__ import annotations
 
 import csv
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from course_grading.judge.lesson import LessonSpec
 from course_grading.judge.secret import PRACTICE
+from course_grading.report_text import (
+    LIMITS,
+    bounded,
+    bounded_all,
+    csv_text,
+    markdown_text,
+    one_line,
+)
 from course_grading.review.copies import SOLUTION, THRESHOLD, Cluster
 from course_grading.review.fingerprints import MIN_GRAMS, K
 from course_grading.submissions import Skipped, Submission
@@ -40,15 +49,13 @@ UNSANDBOXED = (
     "submission may be hostile."
 )
 STATUSES = ("ok", "flagged", "not graded", "missing", "unrecognised")
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
-#: What can start a link, image, autolink, HTML, entity, code span or emphasis, or end a cell
-#: (``_`` inside a word is not emphasis in CommonMark and stays, so ``99_fixture`` reads as is).
-_PUNCTUATION = re.compile(r"([\\`*~!\[\]()<>&|:./@{}])")
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the report: a student's lesson (or a file that was not understood)."""
+    """One row of the report: a student's lesson (or a file that was not understood); every
+    text field :func:`bounded` (``LIMITS``), so no row can grow past a spreadsheet's or
+    ``csv``'s reach."""
 
     student: str
     lesson: str
@@ -62,6 +69,13 @@ class Row:
     reasons: tuple[str, ...] = ()
     file: str = ""
     sandbox: str = "bubblewrap"
+
+    def __post_init__(self) -> None:
+        for name in ("student", "lesson", "file"):
+            object.__setattr__(self, name, bounded(getattr(self, name), LIMITS[name]))
+        object.__setattr__(self, "reasons", bounded_all(self.reasons, LIMITS["reason"]))
+        failed = bounded_all(self.failed_tests, LIMITS["failed_test"])
+        object.__setattr__(self, "failed_tests", failed)
 
     def csv_cells(self) -> dict[str, str]:
         """The row as CSV cells (text made safe, see the module docstring).
@@ -83,45 +97,6 @@ class Row:
 
 
 REPORT_FIELDS = [f.name for f in fields(Row)]
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: every control character (newlines included) becomes a space.
-
-    Args:
-        text: any text (a student's name, a reason); other values are turned into text.
-
-    Returns:
-        The text, every unprintable character a space.
-    """
-    return "".join(ch if ch.isprintable() else " " for ch in str(text))
-
-
-def csv_text(text: str) -> str:
-    """A CSV cell no spreadsheet runs as a formula, on one line.
-
-    Args:
-        text: the cell's text.
-
-    Returns:
-        :func:`one_line` of it, with a leading ``'`` when it starts like a formula (``=``,
-        ``+``, ``-``, ``@``, a tab or a carriage return).
-    """
-    text = one_line(text)
-    return "'" + text if text.startswith(_FORMULA) else text
-
-
-def markdown_text(text: str) -> str:
-    """Text for a Markdown table cell: one line, its meaningful punctuation escaped, so nothing of
-    it is a link, an image, HTML or a cell break (module docstring).
-
-    Args:
-        text: the cell's text.
-
-    Returns:
-        The escaped text.
-    """
-    return _PUNCTUATION.sub(r"\\\1", one_line(text))
 
 
 def _row(sub: Submission, spec: LessonSpec | None, sandbox: str) -> Row:
@@ -194,14 +169,8 @@ def _write_scores(out: Path, rows: list[Row]) -> None:
             cells = [table.get((student, lesson)) for lesson in lessons]
             scores = [c.score if c else 0.0 for c in cells]
             maxima = [c.max_score if c else 0.0 for c in cells]
-            writer.writerow(
-                [
-                    csv_text(student),
-                    *(f"{x:g}" for x in scores),
-                    f"{sum(scores):g}",
-                    f"{sum(maxima):g}",
-                ]
-            )
+            totals = [f"{sum(scores):g}", f"{sum(maxima):g}"]
+            writer.writerow([csv_text(student), *(f"{x:g}" for x in scores), *totals])
 
 
 def _write_markdown(

@@ -51,7 +51,8 @@ from course_grading.nbgrader.steps import render_editions
 from course_grading.notebook_file import NotRead, read_no_follow
 from course_grading.pages.feedback import WITHHELD, withheld_record
 from course_grading.pages.student_run import keep_student_runs
-from course_grading.report import Row, csv_text, rows_of, write_reports
+from course_grading.report import Row, rows_of, write_reports
+from course_grading.report_text import bounded, csv_text
 from course_grading.review.copies import class_copies
 from course_grading.review.inspection import inspect, repaired_copy
 from course_grading.review.leaks import instructor_lines, leaked, own_lines, unchecked
@@ -61,6 +62,9 @@ from course_grading.workspace import prepare_workspace
 
 if TYPE_CHECKING:
     from course_grading.cluster import ClusterRun
+
+#: Most characters of an edition label read from a submitted notebook (ours are a few words).
+EDITION_LIMIT = 80
 
 
 def _check_paths(submissions_dir: Path, out: Path) -> None:
@@ -188,7 +192,8 @@ def _edition_of(nb: nbformat.NotebookNode | Path) -> str:
         except Exception:  # a release that cannot be read is reported where it is used
             return ""
     found = nb.metadata.get("shapes", {})
-    return str(found.get("edition", "")) if isinstance(found, dict) else ""
+    label = str(found.get("edition", "")) if isinstance(found, dict) else ""
+    return bounded(label, EDITION_LIMIT)  # the student's metadata: a label is a few words
 
 
 def _keep_feedback(
@@ -333,6 +338,6 @@ def _write_function_times(out: Path, subs: list[Submission], timings: dict[str, 
             for gid, verdict in sorted(sub.verdicts.items()):
                 if verdict.seconds:
                     total += verdict.seconds
-                    cells = [csv_text(sub.student), csv_text(sub.lesson), gid]
+                    cells = [csv_text(sub.student), csv_text(sub.lesson), csv_text(gid)]
                     writer.writerow([*cells, f"{verdict.seconds:.3f}"])
     timings["function calls (summed over slots)"] = total

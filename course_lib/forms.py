@@ -9,9 +9,10 @@ can never call "right" a value the grade rejects.
 **Reading.** :func:`plain` turns what a student may reasonably hand in into a plain value of an
 exact type: Python ``int``, ``float``, ``str``, ``bool``, ``fractions.Fraction``,
 ``decimal.Decimal``, and ``list``/``tuple``/``set``/``frozenset`` of them; a numpy scalar, a 0-d
-numpy array or a 0-d torch tensor becomes its Python scalar. Anything else, a subclass of any of
-these included (an ``int`` whose ``__eq__`` always says yes), is "not a plain value": the grader
-takes values out of the kernel by the same rules (``course_grading/sandbox/inside/encode.py``).
+numpy array or a 0-d torch tensor becomes its Python scalar (an ``np.longdouble`` the nearest
+float). Anything else, a subclass of any of these included (an ``int`` whose ``__eq__`` always
+says yes), is "not a plain value": the grader takes values out of the kernel by the same rules
+(``course_grading/sandbox/inside/encode.py``).
 
 **Comparing.** A :class:`Form` says how one answer is compared, as the canonical text both sides
 compare::
@@ -82,7 +83,11 @@ def _scalar(value: object) -> tuple[object] | None:
         if isinstance(value, numpy.generic) or (
             isinstance(value, numpy.ndarray) and type(value) is numpy.ndarray and value.ndim == 0
         ):
-            return (value.item(),)
+            item = value.item()
+            if not isinstance(item, numpy.generic):
+                return (item,)
+            # .item() keeps an np.longdouble as itself: read as the nearest float, as the grader
+            return (float(item),) if isinstance(item, numpy.floating) else None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
         if value.dim() == 0:

@@ -21,11 +21,12 @@ notebook, and the template says which of its numbers an edition changes.
 The release renders each template and removes it, so a student version holds neither the
 template (its solution region) nor any other edition's numbers.
 
-**The draw.** ``HMAC-SHA256(key, "edition" NUL lesson)`` seeds the generator, where the key is
-the class's (``secret.load``: the secret, and the term when the secret file names one, so one
-secret asks each term its own numbers): every notebook of one class gets the same numbers
-(classmates can discuss the questions), a re-grade draws them again exactly, and nobody without
-the secret predicts them. A draw is kept only when every item
+**The draw.** ``HMAC-SHA256(lesson key, "edition")`` seeds the generator, where the lesson's key
+is derived from the class's key (``secret.lesson_key``; the class's key is ``secret.load``'s:
+the secret, and the term when the secret file names one, so one secret asks each term its own
+numbers; a Dask worker holds the lesson's key, never the secret): every notebook of one class
+gets the same numbers (classmates can discuss the questions), a re-grade draws them again
+exactly, and nobody without the secret predicts them. A draw is kept only when every item
 that depends on it has answers that differ from the self-study edition's, each by its own form
 (:meth:`Edition.draw`): a public answer typed into a class edition earns nothing.
 """
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_grading.errors import GradingError
+from course_grading.judge.secret import LessonKeys, label_digest, lesson_key
 
 #: Where a cell keeps its template: ``cell.metadata["shapes"]["edition"]``.
 METADATA, KEY = "shapes", "edition"
@@ -101,11 +103,12 @@ class Edition:
         """
         return {name: n.public for name, n in self.numbers.items()}
 
-    def draw(self, secret: bytes | None) -> Numbers:
+    def draw(self, secret: bytes | LessonKeys | None) -> Numbers:
         """The class's numbers: drawn from ``secret``, the public ones without.
 
         Args:
-            secret: the course secret (``judge/secret.py``); ``None``: the self-study edition.
+            secret: the class's key (``secret.load``) or the lesson's key; ``None``: the
+                self-study edition.
 
         Returns:
             Name -> its value in this class's edition.
@@ -116,19 +119,19 @@ class Edition:
         """
         if secret is None:
             return self.public()
-        message = f"edition\0{self.lesson}".encode()
-        rng = random.Random(hmac.new(secret, message, hashlib.sha256).digest())
+        key = lesson_key(secret, self.lesson)
+        rng = random.Random(hmac.new(key, b"edition", hashlib.sha256).digest())
         for _ in range(_TRIES):
             drawn = {name: rng.choice(n.choices) for name, n in sorted(self.numbers.items())}
             if all(differs(drawn) for differs in self.answers):
                 return drawn
         raise GradingError(f"{self.lesson}: no edition changes every answer; widen its choices")
 
-    def label(self, secret: bytes | None) -> str:
+    def label(self, secret: bytes | LessonKeys | None) -> str:
         """The edition's name as a student version records it (``metadata.shapes.edition``).
 
         Args:
-            secret: the class's key (``secret.load``), or ``None``.
+            secret: the class's key (``secret.load``) or the lesson's key, or ``None``.
 
         Returns:
             ``"self-study edition"``, or ``"class edition "``, 8 hex digits and the term in
@@ -139,13 +142,9 @@ class Edition:
         """
         if secret is None:
             return SELF_STUDY
-        edition_id, term = getattr(secret, "edition_id", ""), getattr(secret, "term", "")
-        if edition_id:
-            named = f"label\0{edition_id}\0{term}\0{self.lesson}".encode()
-            digest = hashlib.sha256(named).hexdigest()
-        else:
-            digest = hmac.new(secret, f"label\0{self.lesson}".encode(), hashlib.sha256).hexdigest()
-        return f"class edition {digest[:8]}" + (f" ({term})" if term else "")
+        term = getattr(secret, "term", "")  # a ClassKey's or LessonKeys'
+        digest = label_digest(secret, self.lesson)
+        return f"class edition {digest}" + (f" ({term})" if term else "")
 
 
 def render(template: str, numbers: Mapping[str, Any]) -> str:

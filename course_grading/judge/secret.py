@@ -5,12 +5,20 @@ from public facts alone (the lesson, the item, the student's name), anyone holdi
 repository can compute them, and a second submission can return a table for exactly those
 inputs. With a course secret, the seed is
 
-    HMAC-SHA256(key, lesson NUL item NUL student NUL SHA-256(answer cell as submitted))
+    HMAC-SHA256(lesson key, item NUL student NUL SHA-256(answer cell as submitted))
+    lesson key = HMAC-SHA256(key, "lesson" NUL lesson)
+
+where the key is the class's (below: the secret, or the secret and the term)
 
 so the same submission always gets the same inputs (a re-grade stays byte-identical), a
 different answer cell gets different ones (a table of last time's inputs answers nothing), and
 nobody without the secret can compute them. The class's edition numbers are drawn with the same
 key (``editions.py``).
+
+Everything one lesson draws from the secret (these seeds, and its class edition's numbers:
+``editions.py``) is derived from that lesson's key alone, so a Dask worker grading a lesson is
+sent its key (:class:`LessonKeys`, with the lesson's public edition label), never the secret
+(``cluster.py``).
 
 **The secret file** (``python -m course_grading secret PATH [--term NAME]`` writes one, mode 600,
 never over an existing file)::
@@ -44,6 +52,8 @@ import hmac
 import os
 import re
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_grading.errors import GradingError
@@ -111,6 +121,97 @@ def class_key(secret: bytes, term: str = "", edition_id: str = "") -> ClassKey:
     return ClassKey(key, term, edition_id)
 
 
+@dataclass(frozen=True)
+class LessonKeys:
+    """The keys of some lessons (:func:`lesson_key`), in place of the class's key: what a Dask
+    worker grading those lessons is given. Wherever a key is taken, these are too. Beside each
+    key, its lesson's public edition label (:func:`label_digest`, which an old one-line secret
+    file draws from the whole key) and the term: what a student's notebook shows anyway."""
+
+    keys: tuple[tuple[str, bytes], ...] = field(repr=False)
+    labels: tuple[tuple[str, str], ...] = ()
+    term: str = ""
+
+    @classmethod
+    def of(cls, secret: bytes, lessons: Iterable[str]) -> LessonKeys:
+        """The keys of ``lessons``.
+
+        Args:
+            secret: the class's key (:func:`load`).
+            lessons: the lessons.
+
+        Returns:
+            Their keys and labels, and nothing else of the secret.
+        """
+        names = sorted(set(lessons))
+        return cls(
+            tuple((lesson, lesson_key(secret, lesson)) for lesson in names),
+            tuple((lesson, label_digest(secret, lesson)) for lesson in names),
+            getattr(secret, "term", ""),
+        )
+
+    def key(self, lesson: str) -> bytes:
+        """``lesson``'s key.
+
+        Args:
+            lesson: a lesson.
+
+        Returns:
+            Its key.
+
+        Raises:
+            GradingError: no key of ``lesson`` is held (a job sent with another lesson's keys).
+        """
+        for name, key in self.keys:
+            if name == lesson:
+                return key
+        raise GradingError(f"no key of lesson {lesson} was sent with this job")
+
+
+def label_digest(secret: bytes | LessonKeys, lesson: str) -> str:
+    """The 8 hex digits that name ``lesson``'s class edition to students (``Edition.label``).
+
+    Args:
+        secret: the class's key, or lesson keys holding ``lesson``'s.
+        lesson: the lesson.
+
+    Returns:
+        From the file's public random edition id, the term and the lesson, never from the
+        secret, so a student's label checks no guess of it; for a key without an id (a one-line
+        secret file, a key made in code), HMAC-SHA256(key, "label" NUL lesson), as before ids.
+
+    Raises:
+        GradingError: ``secret`` is lesson keys without ``lesson``'s.
+    """
+    if isinstance(secret, LessonKeys):
+        secret.key(lesson)  # the same error for a lesson not sent
+        return dict(secret.labels)[lesson]
+    edition_id, term = getattr(secret, "edition_id", ""), getattr(secret, "term", "")
+    if edition_id:
+        digest = hashlib.sha256(f"label\0{edition_id}\0{term}\0{lesson}".encode()).hexdigest()
+    else:
+        digest = hmac.new(secret, f"label\0{lesson}".encode(), hashlib.sha256).hexdigest()
+    return digest[:8]
+
+
+def lesson_key(secret: bytes | LessonKeys, lesson: str) -> bytes:
+    """The key everything ``lesson`` draws from the secret is derived from (module docstring).
+
+    Args:
+        secret: the class's key (:func:`load`), or lesson keys holding ``lesson``'s.
+        lesson: the lesson.
+
+    Returns:
+        ``HMAC-SHA256(key, "lesson" NUL lesson)``.
+
+    Raises:
+        GradingError: ``secret`` is lesson keys without ``lesson``'s.
+    """
+    if isinstance(secret, LessonKeys):
+        return secret.key(lesson)
+    return hmac.new(secret, b"lesson\0" + lesson.encode(), hashlib.sha256).digest()
+
+
 def answer_digest(source: str | None) -> str:
     """SHA-256 of the answer cell's source as submitted.
 
@@ -123,11 +224,14 @@ def answer_digest(source: str | None) -> str:
     return hashlib.sha256((source or "").encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def seed(secret: bytes | None, lesson: str, grade_id: str, student: str, answer: str | None) -> int:
+def seed(
+    secret: bytes | LessonKeys | None, lesson: str, grade_id: str, student: str, answer: str | None
+) -> int:
     """The 32-bit seed of one item's hidden inputs for one submission (module docstring).
 
     Args:
-        secret: the class's key (:func:`load`), or ``None`` for practice grading.
+        secret: the class's key (:func:`load`; or the lesson's key: :class:`LessonKeys`), or
+            ``None`` for practice grading (public facts only).
         lesson: the lesson.
         grade_id: the item.
         student: the student.
@@ -139,8 +243,8 @@ def seed(secret: bytes | None, lesson: str, grade_id: str, student: str, answer:
     if secret is None:
         digest = hashlib.sha256(f"{lesson}\0{grade_id}\0{student}".encode()).digest()
     else:
-        message = f"{lesson}\0{grade_id}\0{student}\0{answer_digest(answer)}".encode()
-        digest = hmac.new(secret, message, hashlib.sha256).digest()
+        message = f"{grade_id}\0{student}\0{answer_digest(answer)}".encode()
+        digest = hmac.new(lesson_key(secret, lesson), message, hashlib.sha256).digest()
     return int.from_bytes(digest[:4], "big")
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_grading.errors import GradingError
-from course_grading.report import csv_text, one_line
+from course_grading.report_text import csv_text, one_line, raise_field_limit
 
 BOM = "\ufeff"
 SEPARATORS = (",", ";", "\t")
@@ -89,6 +89,7 @@ def read_table(path: Path, what: str) -> Table:
             record of another width than the header's (the message names the row).
     """
     text = _text(Path(path), what)
+    raise_field_limit()  # a long cell (a name students chose) is read, never a crash
     bom = text.startswith(BOM)
     text = text.removeprefix(BOM)
     first_line = text.split("\n", 1)[0]

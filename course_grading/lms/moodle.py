@@ -18,7 +18,8 @@ Without a roster every graded student gets a row under their grader id (for ``em
 that are e-mail addresses). With a roster (``--gradebook``: Moodle's own grade export, *Grades >
 Export > Plain text file*, or any CSV with a ``Username``, ``Email address`` or ``ID number``
 column) only the students matched to a roster row get one, under the roster's value, and the
-others are listed.
+others are listed. Moodle compares ids without case, so two students whose ids differ only in
+case (``Alice``, ``alice``) would be one user there: neither row is written, both are listed.
 """
 
 from __future__ import annotations
@@ -130,6 +131,28 @@ def _users(
     return users, notes
 
 
+def _one_row_per_user(
+    users: dict[str, str], id_field: str, notes: list[rv.Note]
+) -> tuple[dict[str, str], list[rv.Note]]:
+    """``users`` without the students whose ids Moodle reads as one user, and a note on each.
+
+    Moodle finds a user by username or e-mail address without regard to case (its usernames
+    are lower case), so ``Alice`` and ``alice`` are one user there: whichever row it read last
+    would set that user's grades. None of them is written; each is named for review.
+    """
+    groups: dict[str, list[str]] = {}
+    for student, user in users.items():
+        groups.setdefault(user.casefold(), []).append(student)
+    kept = dict(users)
+    for students in (sorted(g) for g in groups.values() if len(g) > 1):
+        listed = ", ".join(f"{s} ({id_field} {users[s]})" for s in students)
+        for student in students:
+            del kept[student]
+            detail = f"Moodle reads {listed} as one user; enter their grades by hand"
+            notes.append(rv.Note(rv.SAME_USER, student, lms_user=users[student], detail=detail))
+    return kept, notes
+
+
 def moodle_upload(
     scores: ClassScores,
     names: dict[str, str],
@@ -157,6 +180,7 @@ def moodle_upload(
     if id_field not in ("username", "email"):
         raise GradingError(f"--id {id_field}: give username or email")
     users, notes = _users(scores, id_field, roster, keys)
+    users, notes = _one_row_per_user(users, id_field, notes)
     lessons = scores.lessons
     rows = [[id_field, *(safe_cell(names.get(lesson, lesson)) for lesson in lessons)]]
     for student, user in sorted(users.items(), key=lambda pair: pair[1]):

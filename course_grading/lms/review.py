@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_grading.lms.csv_files import Table, safe_cell
-from course_grading.report import one_line
+from course_grading.report_text import LIMITS, bounded, one_line
 
 #: Kinds of note, in the order the output lists them.
 NOT_IN_LMS = "graded, but in no row of the LMS file"
@@ -25,12 +25,13 @@ REPLACED = "replaces a different grade in the LMS file"
 KEPT = "kept as the LMS file had it"
 OVER_MAXIMUM = "above the LMS's default maximum grade"
 FORMULA_ID = "an id a spreadsheet may read as a formula: written exactly, the LMS matches on it"
+SAME_USER = "one LMS user for several students (ids compared without case): none written"
 KINDS = (
-    NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID, MISSING, NOT_GRADED,
-    PENDING, REPLACED, KEPT, OVER_MAXIMUM, FORMULA_ID,
+    NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID, SAME_USER, MISSING,
+    NOT_GRADED, PENDING, REPLACED, KEPT, OVER_MAXIMUM, FORMULA_ID,
 )  # fmt: skip
 #: Listed one by one in the command's output; the others are counted there.
-LISTED = (NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID)
+LISTED = (NOT_IN_LMS, NOT_GRADED_ROW, AMBIGUOUS, SEVERAL_ROWS, UNREADABLE_ID, SAME_USER)
 FIELDS = ["finding", "student", "lesson", "row", "lms_user", "detail"]
 
 
@@ -44,6 +45,12 @@ class Note:
     row: int | None = None  # in the LMS file, the header being row 1
     lms_user: str = ""
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        # names and cells of the LMS's file, which students may have chosen: bounded
+        for name, limit in (("student", LIMITS["student"]), ("lms_user", LIMITS["student"]),
+                            ("detail", LIMITS["reason"])):  # fmt: skip
+            object.__setattr__(self, name, bounded(getattr(self, name), limit))
 
     def line(self) -> str:
         """The note on one line of the command's output (student text kept on one line).

@@ -28,6 +28,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from course_grading.errors import GradingError
 from course_grading.nbgrader.workspace_gradebook import workspace_gradebook
 from course_grading.report import REPORT_FIELDS
+from course_grading.report_text import raise_field_limit, unguarded
 from course_grading.workspace import MARKER
 
 GRADED = "graded"
@@ -35,7 +36,6 @@ MISSING = "missing"
 NOT_GRADED = "not graded"
 #: report.csv's statuses of a submission that was graded.
 _GRADED_STATUSES = ("ok", "flagged")
-_FORMULA_GUARDED = ("'=", "'+", "'-", "'@")
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def report_text(cell: str) -> str:
     Returns:
         The id.
     """
-    return cell[1:] if cell.startswith(_FORMULA_GUARDED) else cell
+    return unguarded(cell)
 
 
 def _report_rows(folder: Path) -> list[dict[str, str]]:
@@ -112,6 +112,7 @@ def _report_rows(folder: Path) -> list[dict[str, str]]:
             f"{folder} is not a grading workspace (no {MARKER} and report.csv): give the --out "
             "folder of a `python -m course_grading` run"
         )
+    raise_field_limit()  # a workspace graded before fields were bounded: read it whole
     with open(report, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames != REPORT_FIELDS:

@@ -46,6 +46,10 @@ from nbformat.notebooknode import NotebookNode, from_dict
 from pygments.token import STANDARD_TYPES
 
 from course_grading.pages.mathml import MATHML_ATTRIBUTES, MATHML_TAGS
+from course_grading.report_text import bounded
+
+#: Most characters of a notebook's title or language name on a page (the student's metadata).
+PAGE_TEXT = 200
 
 #: (bytes, estimated nesting depth, tags, character references) beyond which HTML is text.
 LIMITS = (2_000_000, 200, 60_000, 20_000)
@@ -388,10 +392,16 @@ def neutralise_notebook(nb: NotebookNode) -> NotebookNode:
         nb: a notebook built from a submission, before any page is made from it.
 
     Returns:
-        ``nb`` itself, every cell through ``neutralise_cell`` and its saved widget state
-        (``metadata.widgets``) gone.
+        ``nb`` itself, every cell through ``neutralise_cell``, its saved widget state
+        (``metadata.widgets``) gone, and the metadata a page shows (``title``, the language's
+        name) text of at most ``PAGE_TEXT`` characters.
     """
     for cell in nb.cells:
         neutralise_cell(cell)
     nb.metadata.pop("widgets", None)
+    if "title" in nb.metadata:
+        nb.metadata["title"] = bounded(str(nb.metadata["title"]), PAGE_TEXT)
+    language = nb.metadata.get("language_info")
+    if isinstance(language, dict) and "name" in language:
+        language["name"] = bounded(str(language["name"]), PAGE_TEXT)
     return nb

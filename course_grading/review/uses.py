@@ -14,13 +14,22 @@ submitted file, and names every use of ``course_lib`` it finds, for the instruct
   ``vars().get("ae")``);
 - an import or attribute lookup whose name is built at run time (``__import__(a + b)``,
   ``getattr(m, name)``, ``importlib.import_module(x)``, ``globals()[k]``): it cannot be read,
-  so it is named too.
+  so it is named too;
+- a reach into the running program that names nothing: the garbage collector's lists of
+  objects (``gc.get_objects()``, ``gc.get_referrers``, ``gc.get_referents``), a frame or a
+  function's globals (``sys._getframe()``, ``inspect.currentframe()``, ``inspect.stack()``,
+  ``.f_globals``, ``.f_locals``, ``.f_back``, ``.__globals__``), the namespace read whole
+  (``globals().values()``, ``vars()``, ``locals()`` but for a lookup by a written name), and
+  ``sys.modules`` read whole or by a built name.
 
 Uses of ``course_lib.answers`` (the lessons' own feedback helpers, ``check`` and
 ``ensure_answered``) are not counted: they answer nothing. The first four are *definite* (an
-``own_work`` item scores 0 when its answer cell has one); the last is only pointed at. A
-determined student can hide a use from any reading (``exec`` of a decoded string): this is a
-pointer for a person, never proof.
+``own_work`` item scores 0 when its answer cell has one); the last two are not (what they reach
+cannot be read), but an ``own_work`` answer cell holding one scores 0 too, and every one but a
+``getattr`` of a built name *hides* what it reaches, so a cell before the answer holding it counts
+as one that used ``course_lib`` (:func:`borrowed`, :func:`rebound`). A determined student can
+hide a use from any reading (``exec`` of a decoded string): this is a pointer for a person, never
+proof.
 
 :func:`borrowed` follows names between cells: a value computed with ``course_lib`` in a cell the
 student added (or in another answer cell) and only copied by the answer cell (``predicted_ratio
@@ -48,6 +57,18 @@ _DYNAMIC = {
     "exec",
     "compile",
 }
+#: Calls that reach objects or namespaces of the running program without naming what they reach.
+_REACHES = {
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys._getframe",
+    "inspect.currentframe",
+    "inspect.stack",
+    "inspect.getouterframes",
+}
+#: Attributes that hold a frame's or a function's namespace (or the frame that holds one).
+_FRAME_ATTRIBUTES = {"f_globals", "f_locals", "f_back", "__globals__", "gi_frame", "tb_frame"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +79,13 @@ class Use:
     code: str
     definite: bool = True
     origin: str = ""
+    hides: bool = False  # reaches what it cannot name: a cell holding it is not followed
+
+    @property
+    def counts(self) -> bool:
+        """Whether a cell holding it before the answer counts as one that used ``course_lib``:
+        a definite use, or one that hides what it reaches."""
+        return self.definite or self.hides
 
     def within(self, modules: tuple[str, ...]) -> bool:
         """Whether it reaches only into ``modules`` (an item's allowed modules).
@@ -127,11 +155,12 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
         return []
     names = lesson.with_cell(tree)
     found: dict[str, Use] = {}
+    looked_up = {id(pair[0]) for node in ast.walk(tree) if (pair := _lookup(node)) is not None}
     # a string alone as a statement (a docstring) reaches nothing: only text that code uses does
     prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
 
-    def add(code: str, definite: bool = True, origin: str = "") -> None:
-        found.setdefault(code, Use(code[:80], definite, origin))
+    def add(code: str, definite: bool = True, origin: str = "", hides: bool = False) -> None:
+        found.setdefault(code, Use(code[:80], definite, origin, hides))
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -150,9 +179,11 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
                 add(origin, origin=origin)
         if (key := _namespace_key(node)) is not None:  # globals()["ae"], vars().get(k)
             if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
-                add("a name looked up in globals() built at run time", definite=False)
+                add("a name looked up in globals() built at run time", False, hides=True)
             elif _is_library(origin := dotted(ast.Name(id=key.value, ctx=ast.Load()), names)):
                 add(origin, origin=origin)
+        for code in _reaches(node, names, looked_up):
+            add(code, definite=False, hides=True)
         if isinstance(node, ast.Call):
             name = dotted(node.func, names)
             if name in _DYNAMIC and node.args:
@@ -160,29 +191,59 @@ def uses(source: str, lesson: Bindings) -> list[Use]:
                 if name == "getattr":
                     built = [a for a in node.args[1:2] if not isinstance(a, ast.Constant)]
                 if built:
-                    add(f"{name}(...) with a name built at run time", definite=False)
+                    hides = name != "getattr"  # an attribute of a named object: pointed at only
+                    add(f"{name}(...) with a name built at run time", False, hides=hides)
     return list(found.values())
 
 
+def _reaches(node: ast.AST, names: Bindings, looked_up: set[int]) -> list[str]:
+    """What ``node`` reaches without naming it (module docstring), as use codes; ``looked_up``:
+    the ids of namespaces and ``sys.modules`` reads that are looked up by a key (:func:`_lookup`),
+    which ``uses`` reads itself."""
+    if isinstance(node, ast.Call):
+        name = dotted(node.func, names)
+        if name in _REACHES:
+            return [f"{name}() (reaches objects without naming them)"]
+        if _is_namespace(node) and not node.args and id(node) not in looked_up:
+            return [f"{name}() read whole (a name found in it is not written)"]
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        if node.attr in _FRAME_ATTRIBUTES:
+            return [f".{node.attr} (a frame's or function's namespace)"]
+        if dotted(node, names) == "sys.modules" and id(node) not in looked_up:
+            return ["sys.modules read whole"]
+    if isinstance(node, ast.Subscript) and dotted(node.value, names) == "sys.modules":
+        if not isinstance(node.slice, ast.Constant):
+            return ["sys.modules[...] with a name built at run time"]
+    return []
+
+
 _NAMESPACES = {"globals", "vars", "locals"}
+
+
+def _is_namespace(call: ast.AST) -> bool:
+    """Whether ``call`` is ``globals()``, ``vars()`` or ``locals()`` (or ``vars(x)``)."""
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            and call.func.id in _NAMESPACES)  # fmt: skip
+
+
+def _lookup(node: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """``(mapping, key)`` of a lookup by key (``m[k]``, ``m.get(k)``, ``m.__getitem__(k)``,
+    ``m.pop(k)``, ``m.setdefault(k)``); ``None`` for anything else."""
+    if isinstance(node, ast.Subscript):
+        return node.value, node.slice
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "__getitem__", "pop", "setdefault")
+            and node.args):  # fmt: skip
+        return node.func.value, node.args[0]
+    return None
 
 
 def _namespace_key(node: ast.AST) -> ast.expr | None:
     """The key of a lookup in the cell's own namespace (``globals()["ae"]``,
     ``vars().get("ae")``, ``globals().__getitem__(k)``): a lesson-imported name reached without
     writing it; ``None`` for anything else."""
-
-    def is_namespace(call: ast.expr) -> bool:
-        return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id in _NAMESPACES)  # fmt: skip
-
-    if isinstance(node, ast.Subscript) and is_namespace(node.value):
-        return node.slice
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("get", "__getitem__", "pop", "setdefault")
-            and is_namespace(node.func.value) and node.args):  # fmt: skip
-        return node.args[0]
-    return None
+    pair = _lookup(node)
+    return pair[1] if pair is not None and _is_namespace(pair[0]) else None
 
 
 def _inside_seen(node: ast.AST, found: dict[str, Use], names: Bindings) -> bool:
@@ -228,8 +289,9 @@ def borrowed(
     uses ``course_lib``, or reads a name such a cell bound, taints every name it binds; a cell
     that binds a name without either cleans it. Returns ``"`_x` (cell 12 (...) uses ...)"``.
 
-    Only definite uses taint (``Use.definite``): a name built at run time is pointed at by
-    ``uses`` itself, not followed.
+    Definite uses taint, and so do those that hide what they reach (``Use.counts``: ``globals()``
+    read by a built name or whole, ``gc.get_objects()``, a frame's globals); a ``getattr`` of a
+    built name is pointed at by ``uses`` itself, not followed.
 
     Args:
         answer: the answer cell's source.
@@ -242,7 +304,7 @@ def borrowed(
     """
     tainted: dict[str, str] = {}
     for where, source, given in earlier:
-        found = [u.code for u in uses(source, lesson) if u.definite and u.code not in given]
+        found = [u.code for u in uses(source, lesson) if u.counts and u.code not in given]
         via = sorted(free_names(source) & set(tainted))
         for name in bound_names(source):
             if found:
@@ -282,7 +344,7 @@ def rebound(
     found, seen = [], list(before)
     for where, source, given in later:
         if binds := sorted(bound_names(source) & set(names)):
-            direct = [u.code for u in uses(source, lesson) if u.definite and u.code not in given]
+            direct = [u.code for u in uses(source, lesson) if u.counts and u.code not in given]
             via = borrowed(source, seen, lesson)
             if direct or via:
                 how = f"which uses {direct[0]}" if direct else f"which takes {via[0]}"

@@ -206,8 +206,10 @@ def _end_with_parent() -> None:
     """Kill this worker as soon as the process that started it is gone (a grader or a Dask
     worker killed mid-job): its bwrap dies with it (``--die-with-parent``), and so its sandbox,
     instead of running the notebook on for nobody. Polled: a parent-death signal would follow
-    the thread that started the worker, which a thread pool may end."""
-    parent = os.getppid()
+    the thread that started the worker, which a thread pool may end. The parent is the one
+    named in ``SHAPES_PARENT_PID`` where the starter set it: a parent killed while this worker
+    was still importing (seconds on a loaded machine) is then noticed too."""
+    parent = int(os.environ.get("SHAPES_PARENT_PID") or os.getppid())
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -15,6 +15,7 @@ the grader records them in submission order, so ``--jobs`` never changes the rep
 from __future__ import annotations
 
 import json
+import os
 import queue
 import select
 import subprocess
@@ -154,6 +155,7 @@ class Worker:
                     stdout=subprocess.PIPE,
                     stderr=log,
                     text=True,
+                    env={**os.environ, "SHAPES_PARENT_PID": str(os.getpid())},
                 )
         return self.proc
 

@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"bash", "sh", "shell"}
 VENV_TOOLS = {"python", "nbgrader", "jupyter", "pytest", "pip"}
-SYSTEM = {"apt-get", "npm", "kubectl", "helm", "conda", "cd", "source", "python3"}
+SYSTEM = {"apt-get", "npm", "kubectl", "helm", "conda", "cd", "source", "python3", "useradd",
+          "install"}  # fmt: skip
 PROGRAMS = VENV_TOOLS | SYSTEM | {"make"}
 ACTIVATE = re.compile(r"(^|&&|;)\s*(source \.venv/bin/activate|conda activate shapes)\b")
 _FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^ *```", re.S | re.M)

@@ -118,8 +118,9 @@ def _course_grading(args: list[str], tmp: Path) -> str:
         (tmp / "course_secret").unlink(missing_ok=True)
         made = cli.main(["secret", str(tmp / "course_secret"), *args[2:]])  # its options too
         return "" if made == 0 else "secret failed"
-    if args[:1] in (["export"], ["refresh"], ["key"], ["passback"], ["lti-key"]):
-        from course_grading import refresh
+    commands = (["export"], ["refresh"], ["key"], ["passback"], ["lti-key"], ["cluster-certs"])
+    if args[:1] in commands:
+        from course_grading import cluster_certs, refresh
         from course_grading.lms import export, passback_cli
         from course_grading.nbgrader import answer_key
 
@@ -129,6 +130,7 @@ def _course_grading(args: list[str], tmp: Path) -> str:
             "key": lambda: answer_key.build_parser(ROOT),
             "passback": passback_cli.build_parser,
             "lti-key": passback_cli.key_parser,
+            "cluster-certs": cluster_certs.build_parser,
         }[args[0]]()
         try:
             parser.parse_args(args[1:])

@@ -182,6 +182,8 @@ def test_tuple_and_list_stay_distinct_and_floats_keep_their_kind():
         (np.int64(640), 640),
         (np.bool_(True), True),
         (np.array(3.5), 3.5),
+        (np.longdouble(16), 16.0),  # issue 42: was refused as "nested too deep"
+        (np.array(0.5, dtype=np.longdouble), 0.5),
         (torch.tensor(16.0), 16.0),
         (torch.tensor(7), 7),
         ((np.int32(2), torch.tensor(3)), (2, 3)),
@@ -339,6 +341,34 @@ def test_every_use_of_course_lib_is_named(code, found, definite):
     assert any(found in u.code and u.definite == definite for u in got), got
 
 
+#: Issue 42: reaches into the running program that name nothing (each scored in full before).
+HIDDEN_REACHES = [
+    ("import gc\nf = [o for o in gc.get_objects() if getattr(o, '__name__', '') == 'ae'][0]",
+     "gc.get_objects()"),
+    ("from gc import get_referrers as refs\nf = refs(1)", "gc.get_referrers()"),
+    ("import sys\nf = sys._getframe().f_globals['ae']", "sys._getframe()"),
+    ("import inspect\ng = inspect.currentframe().f_back", ".f_back"),
+    ("g = (lambda: 0).__globals__", ".__globals__"),
+    ("f = next(v for k, v in globals().items() if k.startswith('a'))", "globals() read whole"),
+    ("ns = vars()\nf = ns['a' + 'e']", "vars() read whole"),
+    ("import sys\nm = [v for v in sys.modules.values()]", "sys.modules read whole"),
+    ("import sys\nm = sys.modules[name]", "sys.modules[...] with a name built at run time"),
+    ("k = 'a' + 'e'\nf = globals()[k]", "globals() built at run time"),
+    ("f = eval('a' + 'e')", "eval(...) with a name built at run time"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("code", "found"), HIDDEN_REACHES)
+def test_a_reach_that_names_nothing_is_named_and_hides(code, found):
+    got = [u for u in uses(code, LESSON_IMPORTS) if found in u.code]
+    assert got and all(not u.definite and u.hides and u.counts for u in got), got
+
+
+def test_a_getattr_of_a_built_name_is_pointed_at_but_not_followed():
+    (got,) = uses("import os\nf = getattr(os, 'get' + 'cwd')", LESSON_IMPORTS)
+    assert "built at run time" in got.code and not got.definite and not got.counts
+
+
 @pytest.mark.parametrize(
     "code",
     [
@@ -346,6 +376,10 @@ def test_every_use_of_course_lib_is_named(code, found, definite):
         "from course_lib.answers import ensure_answered\nensure_answered(x=x)",
         "import math\nx = math.ceil(3.2)",
         "x = getattr(obj, 'shape')",
+        "x = globals().get('n_tokens', 0)",
+        "import sys\nv = sys.version_info",
+        "import sys\nm = sys.modules['math']",
+        "d = vars(config)",
         'def f(n):\n    """My own take on course_lib.fit\'s search."""\n    return n',
         '"""Worked out by hand, not with course_lib.memory."""\nx = 16',
     ],
@@ -703,6 +737,50 @@ def test_a_value_copied_from_a_cell_that_used_course_lib_is_named(cells, answer,
     assert all(ADDED in g and "course_lib" in g for g in got)
 
 
+@pytest.mark.parametrize(
+    ("added", "answer"),
+    [
+        ("import gc\n_x = [o for o in gc.get_objects() if o == 8.0][0]", "attention_ratio = _x"),
+        ("_k = 'attention' + '_ratio'\n_x = globals()[_k]", "attention_ratio = _x"),
+        ("", "import gc\nattention_ratio = [o for o in gc.get_objects() if o == 8.0][0]"),
+        ("", "attention_ratio = globals()['_' + 'x']"),
+    ],
+)  # fmt: skip
+def test_an_own_work_value_found_by_a_reach_that_names_nothing_scores_zero(added, answer):
+    """Issue 42: a value found through ``gc.get_objects()`` or a ``globals()`` key built at run
+    time, in a cell the student added or in the answer cell, scored in full."""
+    from course_grading.judge.functions import FunctionSandbox
+    from course_grading.judge.lesson import LessonSpec
+    from course_grading.judge.verdicts import decide
+    from course_grading.review.uses import answer_and_earlier, cells_after
+    from course_grading.sandbox.bwrap import Limits
+
+    release = FIXTURE_ROOT / wc.RELEASE_DIR / FIXTURE / f"{FIXTURE}.ipynb"
+    spec = LessonSpec.from_notebooks(FIXTURE, FIXTURE_SOURCE, release)
+    item = items.items_of(FIXTURE)["test_ratio"]
+    sandbox = FunctionSandbox(None, Limits())
+
+    def verdict(added: str, answer: str) -> items.Verdict:
+        nb = nbformat.read(str(release), as_version=4)
+        index = next(
+            i
+            for i, c in enumerate(nb.cells)
+            if c.metadata.get("nbgrader", {}).get("grade_id") == "answer_ratio"
+        )
+        nb.cells[index].source = answer
+        if added:
+            nb.cells.insert(index, nbformat.v4.new_code_cell(added))
+        source, earlier = answer_and_earlier(nb, spec, item.answer)
+        later = cells_after(nb, spec, item.answer)
+        values = {"attention_ratio": 8.0}
+        return decide(item, spec, "ann", values, source, sandbox, earlier, later=later)
+
+    assert verdict("_x = (2 * 8192**2) / (16 * 1024**2)", "attention_ratio = _x").full  # honest
+    got = verdict(added, answer)
+    assert got.points == 0, got
+    assert "cannot read" in got.message or "takes `_x`" in got.message, got.message
+
+
 def test_a_borrowed_or_unreadable_answer_scores_zero_on_an_own_work_item():
     item, ev = _lesson_1("test-predict-ratio", predicted_ratio=16.0)
     got = items.verdict(item, ev, [], borrowed=["`_x` (cell 9 uses course_lib.memory.x)"])
@@ -713,6 +791,22 @@ def test_a_borrowed_or_unreadable_answer_scores_zero_on_an_own_work_item():
 
 
 # --- the report ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["=1+1", "\xa0=1+1", "\u200b=1+1", " =1+1", "\ufeff+1", "\uff1d1+1", "\u2060 @SUM(A1)",
+     "\uff0d2", "\t=1"],
+    ids=repr,
+)  # fmt: skip
+def test_no_cell_that_could_read_as_a_formula_escapes_the_guard(text):
+    """Issue 42: after a no-break or zero-width space became a plain one (`` =1+1``), and for a
+    full-width ``＝``, the guard let the cell through."""
+    from course_grading.report_text import unguarded
+
+    assert csv_text(text).startswith("'"), csv_text(text)
+    assert unguarded(csv_text(text)) == csv_text(text)[1:]
+    assert csv_text("alice") == "alice" and unguarded("'alice") == "'alice"
 
 
 def test_the_report_writes_student_text_as_text(tmp_path):

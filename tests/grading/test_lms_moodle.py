@@ -115,6 +115,22 @@ def test_a_grade_above_moodles_maximum_is_listed(tmp_path):
     assert [(n[0], n[5]) for n in notes] == [(rv.OVER_MAXIMUM, "120 > 100: raise it")]
 
 
+def test_ids_that_differ_only_in_case_are_one_moodle_user_and_neither_row_is_written(
+    tmp_path, capsys
+):
+    """Issue 42: ``Alice`` and ``alice`` were both written; Moodle compares usernames without
+    case, so whichever row it read last would have set one user's grade."""
+    from lms_builders import make_workspace as build
+
+    graded = {("Alice", "L"): (7.0, 0.0), ("alice", "L"): (3.0, 0.0), ("bob", "L"): (5.0, 0.0)}
+    out = moodle(build(tmp_path / "case", {"L": (10.0, 0.0)}, graded, []), tmp_path)
+    assert read_rows(out)[1:] == [["bob", "5"]]
+    notes = [n for n in read_rows(rv.review_path(out))[1:] if n[0] == rv.SAME_USER]
+    assert sorted(n[1] for n in notes) == ["Alice", "alice"], notes
+    shown = capsys.readouterr().out
+    assert f"{rv.SAME_USER}: Alice" in shown and "alice (username alice)" in shown
+
+
 def test_bad_options_say_what_to_do(workspace, tmp_path):
     with pytest.raises(GradingError, match=r"--column 'nope=X': 'nope' is not among 01_tokens"):
         moodle(workspace, tmp_path, "--column", "nope=X")

@@ -226,6 +226,24 @@ def test_a_term_asks_new_numbers_with_the_same_secret(tmp_path):
     assert fall.term == "Fall-2026" and lessons[0].label(fall).endswith(" (Fall-2026)")
 
 
+def test_a_workers_lesson_keys_label_and_draw_as_the_secret_file(tmp_path):
+    """A Dask worker holds a lesson's key, never the secret file: its notebooks' label (from the
+    file's public edition id and its term), numbers and hidden inputs are the file's own. Before
+    lesson keys carried the label, a worker labelled from the lesson's key, and every notebook it
+    graded read as another edition's."""
+    key = course_secret.load(course_secret.create(tmp_path / "secret", term="Fall-2026"))
+    lesson = "05_choosing_the_numbers"
+    edition = lesson_of(lesson).edition
+    keys = course_secret.LessonKeys.of(key, [lesson])
+    assert edition.label(keys) == edition.label(key) and edition.label(key).endswith("(Fall-2026)")
+    assert edition.draw(keys) == edition.draw(key)
+    assert course_secret.seed(keys, lesson, "q1", "ann", "x") == course_secret.seed(
+        key, lesson, "q1", "ann", "x"
+    )
+    with pytest.raises(GradingError, match=f"no key of lesson {lesson}"):
+        edition.label(course_secret.LessonKeys.of(key, ["02_padding_and_packing"]))
+
+
 def test_the_command_writes_a_term_and_refuses_what_it_cannot_use(tmp_path, capsys):
     path = tmp_path / "keys" / "course_secret"
     assert main(["secret", str(path), "--term", "Fall-2026"]) == 0

@@ -47,7 +47,10 @@ SIXTEEN = [
     np.int32(16),
     np.float64(16),
     np.float32(16),
+    np.float16(16),
+    np.longdouble(16),  # issue 42: .item() keeps it as itself; it was read as "nested too deep"
     np.array(16),
+    np.array(16, dtype=np.longdouble),
     torch.tensor(16),
     torch.tensor(16.0),
     torch.tensor(16, dtype=torch.int32),

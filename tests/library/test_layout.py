@@ -188,12 +188,6 @@ def code_line_numbers(source: str) -> set[int]:
 #: code when it was allowed: growing it is another prompt to look), with the reason. An allowance
 #: a module no longer needs fails the test after the limit check, so none goes stale.
 ALLOWANCES: dict[str, tuple[int, str]] = {
-    "course_grading.cluster": (
-        252,
-        "the client side of one engine, read top to bottom: connect, check and admit each "
-        "worker, hand out jobs with their budgets, notice a dead worker and grade its job "
-        "again once, record what came back; the worker's side and the resume store are apart",
-    ),
     "course_grading.submissions": (
         263,
         "one walk over a submissions folder, whatever layout it holds (nbgrader's, a flat "

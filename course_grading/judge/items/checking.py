@@ -75,7 +75,7 @@ class Evidence:
         values: dict[str, object] | None = None,
         answer_source: str | None = None,
         sandbox: functions.FunctionSandbox | None = None,
-        secret: bytes | None = None,
+        secret: bytes | course_secret.LessonKeys | None = None,
         budget: functions.TimeBudget | None = None,
     ) -> None:
         """The evidence of ``item`` for ``student``'s submission.
@@ -88,7 +88,8 @@ class Evidence:
             answer_source: the answer cell's source as submitted; ``None`` when the notebook has no
                 such cell.
             sandbox: how the graded function runs (a function item); ``None``: the defaults.
-            secret: the course secret hidden inputs are drawn with; ``None``: practice grading.
+            secret: the course secret hidden inputs are drawn with (or the lesson's key: a Dask
+                worker's); ``None``: practice grading.
             budget: the submission's time budget for graded functions, which this item's runs
                 share with its other items (``functions.submission_budget``); ``None``: none
                 but the item's own.

@@ -15,6 +15,7 @@ The encoding keeps what JSON would lose::
     dict                                  {"dict": [[key, value], ...]}
     set, frozenset                        {"set": [...]}    {"frozenset": [...]}
     a numpy scalar, a 0-d numpy array or torch tensor     its ``.item()``, encoded as above
+    (``np.longdouble``, which ``.item()`` keeps as itself, as the nearest float)
     Ellipsis (an answer still blank)      {"unset": "..."}
     (a name the kernel does not hold)     {"missing": name}
     anything else                         {"not_plain": "<type name>"}
@@ -49,10 +50,21 @@ def _scalar_of(value):
     numpy = sys.modules.get("numpy")
     if numpy is not None and type(value) in (numpy.ndarray,) + tuple(_numpy_scalars(numpy)):
         if numpy.ndim(value) == 0:
-            return (value.item(),)
+            return _python_item(numpy, value.item())
     torch = sys.modules.get("torch")
     if torch is not None and type(value) is torch.Tensor and value.dim() == 0:
         return (value.item(),)
+    return None
+
+
+def _python_item(numpy, item):
+    """``(item,)`` once it is a Python value: ``.item()`` keeps an ``np.longdouble`` as itself
+    (a float64 cannot always hold it), which is read as the nearest float; ``None`` (not plain)
+    for any other numpy value ``.item()`` leaves as it was."""
+    if type(item) not in tuple(_numpy_scalars(numpy)):
+        return (item,)
+    if isinstance(item, numpy.floating):
+        return (float(item),)
     return None
 
 

@@ -697,7 +697,7 @@ def test_evidence_reads_fractions_and_decimals_as_numbers():
     assert ev.read("a") == 4 and type(ev.read("a")) is int
     assert ev.read("b") == 4.5 and type(ev.read("b")) is float
     whole = _evidence(c=Fraction(1, 3))
-    with pytest.raises(Reject, match="a whole number"):
+    with pytest.raises(Reject, match="exact and whole"):
         whole.expect("c", 1)
 
 

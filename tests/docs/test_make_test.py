@@ -1,5 +1,6 @@
 """``make test`` says why each test was skipped, and installs what ``.ci/run`` installs when it
-can: the classroom's proxy from npm (``npm ci --prefix classroom``) when npm is there.
+can: the classroom's proxy and the planner page's Pyodide from npm (``npm ci --prefix classroom``,
+``npm ci --prefix web``) when npm is there.
 
 Checked on make's dry run (``make -n``), which prints the commands without running them; the
 proxy's step runs a sub-make, which make runs even then, itself dry.
@@ -18,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NPM_CI = "npm ci --prefix classroom"
 PROXY = "classroom/node_modules/.bin/configurable-http-proxy"
+PYODIDE = "web/node_modules/pyodide/pyodide.asm.wasm"
 
 
 def dry_run(*targets: str, path: str | None = None) -> str:
@@ -62,10 +64,11 @@ def test_make_test_installs_the_proxy_when_npm_is_there():
     # proxy is out of date, "is up to date" otherwise), and that target runs npm ci.
     assert proxy_target_ran(dry_run("unit"))
     assert NPM_CI in dry_run(PROXY)
+    assert "npm ci --prefix web" in dry_run("-W", "web/package-lock.json", PYODIDE)
 
 
 def test_make_test_says_so_without_npm(tmp_path):
     (tmp_path / "make").symlink_to(shutil.which("make"))  # a PATH with make and nothing else
     output = dry_run("unit", path=str(tmp_path))
     assert not proxy_target_ran(output)
-    assert re.search(r"^no npm: configurable-http-proxy not installed", output, re.M)
+    assert re.search(r"^no npm: configurable-http-proxy and Pyodide not installed", output, re.M)

@@ -47,7 +47,7 @@ LESSON = "03_gradient_accumulation"
 #: The listing's figures on the honest corpus and the copies, as the docs quote them
 #: (``benchmarks/review_calibration.py`` prints them per function).
 HONEST_LISTED, HONEST_TOTAL = 2, 95
-COPIES_FOUND, COPIES_TOTAL = 131, 140
+COPIES_FOUND, COPIES_TOTAL = 139, 148  # 8 of them copies of count_saved_bytes (lesson 4)
 
 
 @pytest.fixture(scope="module")
@@ -431,7 +431,7 @@ def test_every_honest_answer_of_the_corpus_is_right(name, one_thread):
 def test_the_listing_lists_honest_work_and_finds_copies_as_the_docs_say():
     """The figures ``docs/instructors.md`` quotes: 2 honest answers of 95 listed (a term-by-term
     derivation that is the instructor's program line for line, and a comprehension that is the
-    grader's reference), and 131 of 140 copies found."""
+    grader's reference), and 139 of 148 copies found."""
     listed = judged = found = total = 0
     for graded in graded_functions().values():
         names, n = listed_honest(graded)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import csv
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -102,7 +103,10 @@ def test_the_classroom_carries_the_class_due_date_and_the_penalty(graded, tmp_pa
     assert due.parse_due(argument[1:], [FIXTURE]) == due.parse_due([DUE], [FIXTURE])
     for student in ("early", "late", "nostamp"):
         (work.root / "submitted" / student / FIXTURE).mkdir(parents=True)
-    merge_into_class_gradebook(graded["out"], FIXTURE, work.root, work.db_url, "shapes")
+    # a copy: the merge records the workspace as the class gradebook's, and the tests below
+    # regrade the module's own workspace
+    out = shutil.copytree(graded["out"], tmp_path / "out")
+    merge_into_class_gradebook(out, FIXTURE, work.root, work.db_url, "shapes")
     with Gradebook(work.db_url, course_id="shapes") as gb:
         late = gb.find_submission(FIXTURE, "late")
         assert late.late_submission_penalty == late.score > 0

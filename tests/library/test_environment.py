@@ -17,7 +17,8 @@ CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
 
 
 def _split(spec: str) -> tuple[str, str]:
-    name, bounds = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", spec).groups()
+    # extras ("pyjwt[crypto]") are pip's; conda's package of the same name is compared
+    name, bounds = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*(.*)$", spec).groups()
     return name.lower().replace("_", "-"), bounds.replace(" ", "")
 
 
